@@ -1,0 +1,270 @@
+"""The model of SPEC §1: attention (USA / SA / none) plus a perceptron drift on S^{d-1}.
+
+Every solver describes the measure it evolves through two fields, evaluated at points x:
+
+    Psi(x) = ∫ exp(beta(<x,y> - 1)) dmu(y)                 (kernel sum, > 0)
+    G(x)   = ∫ exp(beta(<x,y> - 1)) P_x y dmu(y) = grad Psi / beta   (tangent, finite at beta = 0)
+
+and :meth:`Model.velocity` turns them into the velocity field — the one definition both the PDE and
+the particle solver use:
+
+    USA:  v = s (gamma G + grad V)
+    SA:   v = s (G / Psi + grad V)
+    none: v = s grad V
+
+(s = +1 ascent, -1 descent; grad V is the perceptron drift, or u in the general form).
+The energy is defined likewise once, from the pair integral A = ∬ g(<x,y>) dmu dmu with
+g(t) = exp(beta(t-1)) / beta (g(t) = t - 1 at beta = 0) and the potential integral P = ∫ V dmu:
+
+    E = (gamma / 2) A + P     (USA; SA reports the same with gamma = 1; 'none' reports P).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from spectral.multipliers import potential_multipliers, zonal_multipliers
+from .perceptron import Perceptron, tangent_project
+
+__all__ = ["Model", "FLOWS", "ATTENTIONS"]
+
+FLOWS = ("ascent", "descent")
+ATTENTIONS = ("unnormalized", "normalized", "none")
+
+
+def _number(name: str, value) -> float:
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"Model: {name} must be a number, got {value!r}") from None
+    if isinstance(value, bool):
+        raise ValueError(f"Model: {name} must be a number, got {value!r}")
+    return v
+
+
+@dataclass(frozen=True)
+class Model:
+    """Parameters of the mean-field model (SPEC §1).
+
+    Parameters
+    ----------
+    d : int
+        Ambient dimension, >= 2 (tokens live on S^{d-1}; 2 is the circle, 3 the sphere).
+    beta : float
+        Inverse temperature, finite and >= 0.
+    flow : {"ascent", "descent"}
+        Sign s = +1 / -1 of the whole velocity field.
+    attention : {"unnormalized", "normalized", "none"}
+        USA, SA (softmax-normalised), or no attention (perceptron drift only).
+    strength : float
+        Attention strength gamma > 0 (USA only; SA has no strength and requires 1.0).
+    perceptron : Perceptron, optional
+        The drift; its dimension must equal d.
+    noise : float
+        Diffusion coefficient nu >= 0 (the PDE gains nu Laplacian rho; particles a Brownian motion).
+    """
+
+    d: int
+    beta: float
+    flow: str
+    attention: str = "unnormalized"
+    strength: float = 1.0
+    perceptron: Perceptron | None = None
+    noise: float = 0.0
+    _cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.d, bool) or not isinstance(self.d, (int, np.integer)) or self.d < 2:
+            raise ValueError(f"Model: d must be an integer >= 2, got {self.d!r}")
+        object.__setattr__(self, "d", int(self.d))
+        beta = _number("beta", self.beta)
+        if not (math.isfinite(beta) and beta >= 0):
+            raise ValueError(f"Model: beta must be finite and >= 0, got {self.beta!r}")
+        object.__setattr__(self, "beta", beta)
+        if self.flow not in FLOWS:
+            raise ValueError(f"Model: flow must be one of {FLOWS}, got {self.flow!r}")
+        if self.attention not in ATTENTIONS:
+            raise ValueError(f"Model: attention must be one of {ATTENTIONS}, got {self.attention!r}")
+        strength = _number("strength", self.strength)
+        if not (math.isfinite(strength) and strength > 0):
+            raise ValueError(f"Model: strength must be finite and > 0, got {self.strength!r}")
+        if self.attention == "normalized" and strength != 1.0:
+            raise ValueError("Model: strength plays no role with attention='normalized' (SA); "
+                             f"it must be 1.0, got {self.strength!r}")
+        object.__setattr__(self, "strength", strength)
+        noise = _number("noise", self.noise)
+        if not (math.isfinite(noise) and noise >= 0):
+            raise ValueError(f"Model: noise must be finite and >= 0, got {self.noise!r}")
+        object.__setattr__(self, "noise", noise)
+        if self.perceptron is not None:
+            if not isinstance(self.perceptron, Perceptron):
+                raise ValueError(f"Model: perceptron must be a Perceptron or None, got {type(self.perceptron).__name__}")
+            if self.perceptron.d != self.d:
+                raise ValueError(f"Model: perceptron dimension {self.perceptron.d} does not match d = {self.d}")
+
+    # --- signs and coefficients -------------------------------------------------------------------
+    @property
+    def sign(self) -> float:
+        """s = +1 for ascent, -1 for descent."""
+        return 1.0 if self.flow == "ascent" else -1.0
+
+    @property
+    def attention_coefficient(self) -> float:
+        """Factor multiplying G (USA) or G / Psi (SA) in the velocity: s gamma, s, or 0 (none)."""
+        if self.attention == "none":
+            return 0.0
+        if self.attention == "normalized":
+            return self.sign
+        return self.sign * self.strength
+
+    @property
+    def drift_coefficient(self) -> float:
+        """Factor multiplying the perceptron drift in the velocity: s."""
+        return self.sign
+
+    @property
+    def normalized(self) -> bool:
+        return self.attention == "normalized"
+
+    @property
+    def has_energy(self) -> bool:
+        """True when the flow is a Wasserstein gradient flow of E in the flat metric (SPEC §1):
+        unnormalised or no attention, gradient-form or no perceptron."""
+        return self.attention != "normalized" and (self.perceptron is None or self.perceptron.is_gradient)
+
+    # --- the velocity field (the single definition used by every solver) ---------------------------
+    def velocity(self, G: np.ndarray, psi: np.ndarray | float | None, drift: np.ndarray | None) -> np.ndarray:
+        """Velocity from the attention fields and the perceptron drift at the same points.
+
+        Parameters
+        ----------
+        G : ndarray
+            ∫ exp(beta(<x,y>-1)) P_x y dmu(y) at the points (any shape; components or vectors).
+        psi : ndarray or float or None
+            ∫ exp(beta(<x,y>-1)) dmu(y), broadcastable against G (only used by SA).
+        drift : ndarray or None
+            Perceptron drift at the points, same shape as G, or None.
+
+        Returns
+        -------
+        ndarray
+            v = s (gamma G + drift) for USA, s (G / psi + drift) for SA, s drift for 'none'.
+        """
+        a = self.attention_coefficient
+        if self.attention == "none":
+            v = np.zeros_like(G)
+        elif self.normalized:
+            v = a * (G / psi)
+        else:
+            v = a * G
+        if drift is not None:
+            v = v + self.drift_coefficient * drift
+        return v
+
+    def drift(self, x: np.ndarray) -> np.ndarray | None:
+        """Perceptron drift at unit vectors x (n, d), or None without a perceptron."""
+        return None if self.perceptron is None else self.perceptron.drift(x)
+
+    def potential(self, x: np.ndarray) -> np.ndarray:
+        """Perceptron potential V at unit vectors x (n, d); zero without a perceptron.
+
+        Raises for a general-form perceptron, which has no potential.
+        """
+        x = np.asarray(x, dtype=float)
+        if self.perceptron is None:
+            return np.zeros(x.shape[0])
+        return self.perceptron.potential(x)
+
+    # --- the kernel and its multipliers -------------------------------------------------------------
+    def kernel(self, t: np.ndarray) -> np.ndarray:
+        """The attention kernel exp(beta (t - 1)) of the cosine t = <x, y>."""
+        return np.exp(self.beta * (np.asarray(t, dtype=float) - 1.0))
+
+    def energy_kernel(self, t: np.ndarray) -> np.ndarray:
+        """g(t) = exp(beta (t-1)) / beta for beta > 0, t - 1 at beta = 0 (the pair term of E)."""
+        t = np.asarray(t, dtype=float)
+        if self.beta == 0.0:
+            return t - 1.0
+        return np.exp(self.beta * (t - 1.0)) / self.beta
+
+    def kernel_multipliers(self, lmax: int) -> np.ndarray:
+        """Funk–Hecke multipliers lambda_l of the kernel on S^{d-1}, l = 0..lmax (cached)."""
+        key = ("lambda", lmax)
+        if key not in self._cache:
+            self._cache[key] = zonal_multipliers(self.beta, self.d, lmax)
+        return self._cache[key]
+
+    def energy_multipliers(self, lmax: int) -> np.ndarray:
+        """Funk–Hecke multipliers of g (the energy kernel): lambda_l / beta, or the beta = 0 limits.
+
+        For l >= 1 these are also the multipliers taking rho to Phi with grad Phi = G."""
+        key = ("g", lmax)
+        if key not in self._cache:
+            self._cache[key] = potential_multipliers(self.beta, self.d, lmax)
+        return self._cache[key]
+
+    # --- energy ----------------------------------------------------------------------------------
+    def energy(self, pair: float, potential: float) -> float:
+        """E = (gamma/2) A + P from A = ∬ g(<x,y>) dmu dmu and P = ∫ V dmu (SPEC §1).
+
+        With SA the same expression is reported with gamma = 1; with no attention, E = P.
+        """
+        if self.attention == "none":
+            return float(potential)
+        gamma = 1.0 if self.normalized else self.strength
+        return float(0.5 * gamma * pair + potential)
+
+    # --- direct evaluation against a weighted point set (reference; O(n N)) ------------------------
+    def fields_direct(self, x: np.ndarray, y: np.ndarray, w: np.ndarray,
+                      block: int = 2048) -> tuple[np.ndarray, np.ndarray]:
+        """Psi(x) and G(x) for mu = sum_j w_j delta_{y_j}, by blocked direct summation.
+
+        Memory is bounded by ``block`` x len(y) entries; cost is O(len(x) len(y) d).
+        """
+        x = np.asarray(x, dtype=float)
+        y = np.asarray(y, dtype=float)
+        w = np.asarray(w, dtype=float)
+        psi = np.empty(x.shape[0])
+        Gy = np.empty_like(x)
+        for s in range(0, x.shape[0], block):
+            K = self.kernel(x[s:s + block] @ y.T) * w
+            psi[s:s + block] = K.sum(axis=1)
+            Gy[s:s + block] = K @ y
+        return psi, tangent_project(x, Gy)
+
+    def velocity_direct(self, x: np.ndarray, y: np.ndarray, w: np.ndarray) -> np.ndarray:
+        """v[mu](x) for mu = sum_j w_j delta_{y_j}, by direct summation (the reference)."""
+        if self.attention == "none":
+            G, psi = np.zeros_like(np.asarray(x, dtype=float)), None
+        else:
+            psi, G = self.fields_direct(x, y, w)
+            psi = psi[:, None]
+        return self.velocity(G, psi, self.drift(x))
+
+    def energy_direct(self, y: np.ndarray, w: np.ndarray, block: int = 2048) -> float:
+        """E of mu = sum_j w_j delta_{y_j} by direct summation of the pair term."""
+        y = np.asarray(y, dtype=float)
+        w = np.asarray(w, dtype=float)
+        pair = 0.0
+        if self.attention != "none":
+            for s in range(0, y.shape[0], block):
+                pair += float(w[s:s + block] @ (self.energy_kernel(y[s:s + block] @ y.T) @ w))
+        pot = float(w @ self.potential(y)) if self.perceptron is not None and self.perceptron.is_gradient else 0.0
+        return self.energy(pair, pot)
+
+    # --- description -----------------------------------------------------------------------------
+    def to_dict(self) -> dict:
+        """Every parameter (perceptron weights as arrays), for archives."""
+        out = {"d": self.d, "beta": self.beta, "flow": self.flow, "attention": self.attention,
+               "strength": self.strength, "noise": self.noise}
+        out["perceptron"] = None if self.perceptron is None else self.perceptron.to_dict()
+        return out
+
+    def replace(self, **changes) -> "Model":
+        """A copy with some parameters changed (validated again)."""
+        params = {"d": self.d, "beta": self.beta, "flow": self.flow, "attention": self.attention,
+                  "strength": self.strength, "perceptron": self.perceptron, "noise": self.noise}
+        params.update(changes)
+        return Model(**params)

@@ -1,0 +1,248 @@
+"""The mean-field PDE on the circle S^1, discretised in Fourier space (SPEC §1–§4).
+
+State: the coefficients c_0..c_{K-1} of rho (``spectral.fourier`` conventions; c_0 = mass = 1).
+Right-hand side, evaluated pseudo-spectrally on the dealiased grid of M >= 3K points:
+
+    Psi-hat_k = lambda_k c_k,  G = d/dtheta Phi with Phi-hat_k = (lambda_k / beta) c_k  (exact multipliers)
+    v = Model.velocity(G, Psi, drift)           (drift = perceptron drift sampled on the grid)
+    d c_k / dt = -i k FFT(rho v)_k  - nu k^2 c_k   (the last term is treated exactly by the stepper)
+
+The l = 0 coefficient is untouched by the divergence: mass is conserved to round-off.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from spectral import fourier
+from spectral.fourier import FourierBasis
+from spectral.multipliers import kernel_bandwidth
+from .atoms import Atoms, atoms_from_graph, circle_neighbours
+from .model import Model
+
+__all__ = ["CircleDiscretization", "CircleSpace"]
+
+# Multipliers below this fraction of the largest one are dropped: the kernel fields they would add
+# are below double-precision round-off of the fields themselves.
+_KERNEL_TOL = 1e-17
+
+
+class CircleSpace:
+    """Operations on canonical coefficients of S^1 (no transforms planned): evaluation, grids, atoms.
+
+    Canonical layout: c_0..c_{K-1}; a representation with fewer modes is a prefix.
+    """
+
+    d = 2
+    default_max_degree = 1 << 16
+    default_output_points = 1024
+    min_degree = 4
+    mass_coefficient = 1.0      # c_0 of the uniform probability density
+
+    @staticmethod
+    def ncoef(degree: int) -> int:
+        return int(degree)
+
+    @staticmethod
+    def output_grid(npoints: int) -> np.ndarray:
+        th = 2.0 * np.pi * np.arange(npoints) / npoints
+        return np.stack([np.cos(th), np.sin(th)], axis=-1)
+
+    @staticmethod
+    def evaluate(c: np.ndarray, x: np.ndarray) -> np.ndarray:
+        """rho at unit vectors x (n, 2) from coefficients c (direct summation, exact)."""
+        x = np.asarray(x, dtype=float)
+        if x.ndim != 2 or x.shape[1] != 2:
+            raise ValueError(f"points on S^1 must have shape (n, 2), got {x.shape}")
+        theta = np.arctan2(x[:, 1], x[:, 0])
+        c = np.asarray(c)
+        return fourier.evaluate(c, theta)
+
+    @staticmethod
+    def on_output_grid(c: np.ndarray, npoints: int) -> np.ndarray:
+        return fourier.interpolate(c, npoints)
+
+    @staticmethod
+    def atoms(c: np.ndarray, threshold: float = 10.0, method: str = "basin", min_mass: float = 0.0,
+              grid_points: int | None = None) -> Atoms:
+        """Atoms of rho from its coefficients, on a grid of >= 4 K points (see ``solvers.atoms``)."""
+        c = np.asarray(c)
+        n = grid_points or max(4 * c.shape[-1], 256)
+        rho = fourier.interpolate(c, n)
+        pts = CircleSpace.output_grid(n)
+        return atoms_from_graph(pts, rho, np.full(n, 1.0 / n), circle_neighbours(n),
+                                threshold=threshold, method=method, min_mass=min_mass)
+
+    @staticmethod
+    def project(f, K: int) -> np.ndarray:
+        """Coefficients of a density given as a callable on unit vectors (n, 2), with K modes.
+
+        Sampled on 8K points: the coefficients kept are exact up to the aliasing of modes >= 7K.
+        """
+        n = max(8 * K, 64)
+        basis = FourierBasis(K, grid_size=n + (n % 2))
+        vals = np.asarray(f(basis.points), dtype=float).reshape(-1)
+        if vals.shape != (basis.M,):
+            raise ValueError(f"initial density callable must return one value per point ({basis.M}), "
+                             f"got shape {np.shape(vals)}")
+        if not np.all(np.isfinite(vals)):
+            raise ValueError("initial density callable returned non-finite values")
+        if vals.min() < 0:
+            raise ValueError(f"initial density must be >= 0, got a minimum of {vals.min():.3g}")
+        return basis.from_grid(vals)
+
+    @staticmethod
+    def tail(c: np.ndarray, fraction: float = 1.0 / 3.0) -> float:
+        return fourier.spectral_tail(c, fraction)
+
+    @staticmethod
+    def l2_norm(c: np.ndarray) -> float:
+        return fourier.l2_norm(c)
+
+    @staticmethod
+    def mass(c: np.ndarray) -> float:
+        return float(np.real(c[0]))
+
+    @staticmethod
+    def resize(c: np.ndarray, degree: int) -> np.ndarray:
+        return fourier.resize(c, degree)
+
+    @staticmethod
+    def to_state(c: np.ndarray, degree: int) -> np.ndarray:
+        """Solver state from canonical coefficients (on S^1 they are the same array)."""
+        return np.array(c, dtype=complex)
+
+    @staticmethod
+    def to_canonical(u: np.ndarray, degree: int) -> np.ndarray:
+        return np.array(u, dtype=complex)
+
+    @staticmethod
+    def degrees(degree: int) -> np.ndarray:
+        """Wavenumber of each canonical coefficient."""
+        return np.arange(degree, dtype=float)
+
+
+class CircleDiscretization:
+    """Right-hand side and diagnostics of the PDE on S^1 with K modes.
+
+    Parameters
+    ----------
+    model : Model with d = 2
+    K : number of Fourier modes
+    threads, effort : FFTW threads and planner effort
+    """
+
+    space = CircleSpace
+
+    def __init__(self, model: Model, K: int, *, threads: int = 1, effort: str = "FFTW_ESTIMATE") -> None:
+        if model.d != 2:
+            raise ValueError(f"the circle solver needs d = 2, got d = {model.d}")
+        self.model = model
+        self.K = int(K)
+        self.basis = FourierBasis(self.K, threads=threads, effort=effort)
+        b = self.basis
+        self.degree = self.K
+        self.spacing = b.spacing
+        k = b.k
+        self.lin = -model.noise * k * k if model.noise > 0 else None
+        # kernel fields: only the modes the kernel resolves above round-off
+        self.Ka = 0 if model.attention == "none" else min(self.K, kernel_bandwidth(model.beta, 2, _KERNEL_TOL) + 1)
+        g = model.energy_multipliers(self.K - 1)
+        lam = model.kernel_multipliers(self.K - 1)
+        self._g = g
+        self._mult_G = (1j * k * g)[: self.Ka]       # c -> G = dPhi/dtheta
+        self._mult_psi = lam[: self.Ka].astype(complex)
+        self._div = -1j * k / b.M                    # unnormalised forward FFT -> -d/dtheta
+        pts = b.points
+        drift = model.drift(pts)
+        self.drift = None if drift is None else np.einsum("nd,nd->n", drift, b.tangents)
+        pot = model.perceptron is not None and model.perceptron.is_gradient
+        self.V = model.potential(pts) if pot else None
+        nrows = 1 + (self.Ka > 0) + (self.Ka > 0 and model.normalized)
+        self._inv = b.plan(nrows, "backward")
+        self._fwd = b.plan(1, "forward")
+        self.last = {}
+
+    # --- right-hand side ------------------------------------------------------------------------
+    def fields(self, c: np.ndarray) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
+        """rho, G, Psi on the grid (views into the transform buffers: valid until the next call)."""
+        inv = self._inv
+        K, Ka = self.K, self.Ka
+        inv.spec[0, :K] = c
+        inv.clear_tail(K)
+        G = psi = None
+        if Ka:
+            np.multiply(c[:Ka], self._mult_G, out=inv.spec[1, :Ka])
+            inv.spec[1:, K:] = 0.0
+            inv.spec[1, Ka:K] = 0.0
+            if self.model.normalized:
+                np.multiply(c[:Ka], self._mult_psi, out=inv.spec[2, :Ka])
+                inv.spec[2, Ka:K] = 0.0
+        inv.execute()
+        rho = inv.grid[0]
+        if Ka:
+            G = inv.grid[1]
+            if self.model.normalized:
+                psi = inv.grid[2]
+        return rho, G, psi
+
+    def velocity(self, c: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """rho, the angular velocity v_theta and Psi (SA only) on the grid."""
+        rho, G, psi = self.fields(c)
+        if G is None:
+            v = self.model.velocity(np.zeros_like(rho), None, self.drift)
+        else:
+            v = self.model.velocity(G, psi, self.drift)
+        return rho, v, psi
+
+    def rhs(self, t: float, c: np.ndarray, last: bool = False) -> np.ndarray:
+        """-d/dtheta (rho v) in coefficient space (the nonlinear part of the PDE)."""
+        rho, v, psi = self.velocity(c)
+        fwd = self._fwd
+        np.multiply(rho, v, out=fwd.grid[0])
+        if last:
+            self.last = {"min_density": float(rho.min()), "max_density": float(rho.max()),
+                         "vmax": float(np.abs(v).max())}
+            if psi is not None:
+                # Psi's round-off is eps times its series' absolute sum: log Psi is only as accurate as
+                # psi / that sum allows (SPEC §4)
+                a = np.abs(self._mult_psi * c[: self.Ka])
+                self.last["psi_ratio"] = float(psi.min() / (a[0] + 2.0 * a[1:].sum()))
+        fwd.execute()
+        return fwd.spec[0, : self.K] * self._div
+
+    # --- diagnostics ------------------------------------------------------------------------------
+    def norm(self, c: np.ndarray) -> float:
+        return self.space.l2_norm(c)
+
+    def tail(self, c: np.ndarray) -> float:
+        return self.space.tail(c)
+
+    def energy(self, c: np.ndarray) -> float:
+        """E[rho] from the exact multipliers (pair term, Parseval) and grid quadrature of V rho."""
+        a2 = np.abs(c) ** 2
+        a2[1:] *= 2.0
+        pair = float(self._g @ a2)
+        pot = 0.0
+        if self.V is not None:
+            rho = self.basis.to_grid(c)
+            pot = float(np.mean(self.V * rho))
+        return self.model.energy(pair, pot)
+
+    def dissipation(self, c: np.ndarray) -> float:
+        """s ∫ rho |v|^2 dsigma: the energy rate of the noiseless USA gradient flow (SPEC §3.3)."""
+        rho, v, _ = self.velocity(c)
+        return float(self.model.sign * np.mean(rho * v * v))
+
+    def diagnostics(self, c: np.ndarray) -> dict:
+        """min/max density, max |v| and (SA) the Psi ratio of the state c, computed afresh."""
+        self.rhs(0.0, c, True)
+        return dict(self.last)
+
+    def filter_multipliers(self, filt) -> np.ndarray:
+        """The explicit filter's multipliers sigma(k / (K - 1)) for this resolution."""
+        return filt.multipliers(self.basis.k, self.K - 1)
+
+    def refined(self, K: int) -> "CircleDiscretization":
+        return CircleDiscretization(self.model, K, threads=self.basis.threads, effort=self.basis.effort)

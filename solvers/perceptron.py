@@ -1,0 +1,204 @@
+"""The two-layer perceptron drift of SPEC §1: activations, potential, tangent drift.
+
+Gradient form (scalar weights c_k):
+
+    V(x) = sum_k c_k Sigma(<a_k, x> + b_k),   Sigma' = sigma,
+    grad V(x) = sum_k c_k sigma(<a_k, x> + b_k) P_x a_k.
+
+General form (vector weights w_k, not a gradient, no potential):
+
+    u(x) = P_x sum_k w_k sigma(<a_k, x> + b_k).
+
+Both are P_x applied to sum_k sigma(z_k) W_k with W_k = c_k a_k or w_k, which is how they are
+evaluated. P_x y = y - <x, y> x projects onto the tangent space at the unit vector x.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from scipy.special import erf
+
+__all__ = ["ACTIVATIONS", "activation", "activation_primitive", "Perceptron", "tangent_project"]
+
+ACTIVATIONS = ("relu", "gelu", "tanh", "linear")
+_SQRT2 = math.sqrt(2.0)
+_INV_SQRT2PI = 1.0 / math.sqrt(2.0 * math.pi)
+
+
+def _check_activation(name: str) -> str:
+    if name not in ACTIVATIONS:
+        raise ValueError(f"activation must be one of {ACTIVATIONS}, got {name!r}")
+    return name
+
+
+def activation(z: np.ndarray, name: str) -> np.ndarray:
+    """sigma(z): relu max(z, 0); gelu z Phi(z) (exact, erf form); tanh; linear z."""
+    _check_activation(name)
+    if name == "relu":
+        return np.maximum(z, 0.0)
+    if name == "gelu":
+        return 0.5 * z * (1.0 + erf(z / _SQRT2))
+    if name == "tanh":
+        return np.tanh(z)
+    return np.asarray(z, dtype=float).copy()
+
+
+def activation_primitive(z: np.ndarray, name: str) -> np.ndarray:
+    """Sigma(z) with Sigma' = sigma (constants drop out of every velocity).
+
+    relu: max(z,0)^2 / 2; gelu: (z^2 - 1) Phi(z) / 2 + z phi(z) / 2; tanh: log cosh z; linear: z^2 / 2.
+    """
+    _check_activation(name)
+    z = np.asarray(z, dtype=float)
+    if name == "relu":
+        return 0.5 * np.maximum(z, 0.0) ** 2
+    if name == "gelu":
+        cdf = 0.5 * (1.0 + erf(z / _SQRT2))
+        pdf = _INV_SQRT2PI * np.exp(-0.5 * z * z)
+        return 0.5 * (z * z - 1.0) * cdf + 0.5 * z * pdf
+    if name == "tanh":
+        az = np.abs(z)
+        return az + np.log1p(np.exp(-2.0 * az)) - math.log(2.0)
+    return 0.5 * z * z
+
+
+def tangent_project(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """P_x y = y - <x, y> x row by row, for unit vectors x (n, d) and vectors y (n, d)."""
+    return y - np.einsum("nd,nd->n", x, y)[:, None] * x
+
+
+class Perceptron:
+    """Two-layer perceptron with m units on R^d (SPEC §1).
+
+    Parameters
+    ----------
+    a : array_like, shape (m, d)
+        Directions a_k; each must be finite and non-zero, and is normalised to unit length.
+    c : array_like, shape (m,), optional
+        Scalar output weights: the gradient form, drift grad V.
+    w : array_like, shape (m, d), optional
+        Vector output weights: the general form, drift P_x sum_k w_k sigma(.). Exactly one of c, w.
+    b : array_like, shape (m,), optional
+        Biases b_k (default 0).
+    activation : {"relu", "gelu", "tanh", "linear"}
+    """
+
+    def __init__(self, a, c=None, w=None, b=None, activation: str = "relu") -> None:
+        a = np.array(a, dtype=float, ndmin=2)
+        if a.ndim != 2:
+            raise ValueError(f"Perceptron: a must have shape (units, d), got shape {a.shape}")
+        m, d = a.shape
+        if m < 1:
+            raise ValueError("Perceptron: a must hold at least one direction (units >= 1)")
+        if not np.all(np.isfinite(a)):
+            raise ValueError("Perceptron: every direction a_k must be finite")
+        norms = np.linalg.norm(a, axis=1)
+        if np.any(norms == 0):
+            bad = int(np.nonzero(norms == 0)[0][0])
+            raise ValueError(f"Perceptron: direction a_{bad} is zero; directions must be non-zero")
+        if (c is None) == (w is None):
+            raise ValueError("Perceptron: give exactly one of c (scalar weights, gradient form) "
+                             "or w (vector weights, general form)")
+        self.activation = _check_activation(activation)
+        self.a = a / norms[:, None]
+        if c is not None:
+            c = np.array(c, dtype=float).reshape(-1)
+            if c.shape != (m,) or not np.all(np.isfinite(c)):
+                raise ValueError(f"Perceptron: c must be {m} finite numbers (one per unit), got shape {c.shape}")
+            self.c, self.w = c, None
+            self._W = c[:, None] * self.a
+        else:
+            w = np.array(w, dtype=float, ndmin=2)
+            if w.shape != (m, d) or not np.all(np.isfinite(w)):
+                raise ValueError(f"Perceptron: w must be finite with shape ({m}, {d}), got shape {w.shape}")
+            self.c, self.w = None, w
+            self._W = w
+        if b is None:
+            b = np.zeros(m)
+        b = np.array(b, dtype=float).reshape(-1)
+        if b.shape != (m,) or not np.all(np.isfinite(b)):
+            raise ValueError(f"Perceptron: b must be {m} finite numbers (one per unit), got shape {b.shape}")
+        self.b = b
+        for arr in (self.a, self.b, self._W) + ((self.c,) if self.c is not None else (self.w,)):
+            arr.setflags(write=False)
+
+    # --- construction ----------------------------------------------------------------------------
+    @classmethod
+    def random(cls, d: int, units: int | None = None, activation: str = "relu", scale: float = 1.0,
+               seed: int = 0, *, general: bool = False, bias_scale: float = 0.0) -> "Perceptron":
+        """Random weights: a_k i.i.d. uniform on S^{d-1}, c_k ~ N(0, scale^2) (or w_k ~ N(0, scale^2 I_d)
+        when ``general``), b_k ~ N(0, bias_scale^2). ``units`` defaults to d (the reference experiments)."""
+        if not (isinstance(d, (int, np.integer)) and d >= 2):
+            raise ValueError(f"Perceptron.random: d must be an integer >= 2, got {d!r}")
+        units = d if units is None else units
+        if not (isinstance(units, (int, np.integer)) and units >= 1):
+            raise ValueError(f"Perceptron.random: units must be an integer >= 1, got {units!r}")
+        if not (np.isfinite(scale) and scale > 0):
+            raise ValueError(f"Perceptron.random: scale must be finite and > 0, got {scale!r}")
+        rng = np.random.default_rng(seed)
+        a = rng.standard_normal((units, d))
+        while np.any(np.linalg.norm(a, axis=1) == 0):  # probability zero, but never divide by 0
+            a = rng.standard_normal((units, d))
+        if general:
+            w = scale * rng.standard_normal((units, d))
+            c = None
+        else:
+            c = scale * rng.standard_normal(units)
+            w = None
+        b = bias_scale * rng.standard_normal(units) if bias_scale > 0 else None
+        return cls(a, c=c, w=w, b=b, activation=activation)
+
+    # --- properties ------------------------------------------------------------------------------
+    @property
+    def d(self) -> int:
+        return self.a.shape[1]
+
+    @property
+    def units(self) -> int:
+        return self.a.shape[0]
+
+    @property
+    def is_gradient(self) -> bool:
+        """True for the gradient form (scalar weights c): the drift is grad V."""
+        return self.c is not None
+
+    def rotated(self, R: np.ndarray) -> "Perceptron":
+        """The perceptron with every direction (and vector weight) rotated by the orthogonal R."""
+        R = np.asarray(R, dtype=float)
+        if self.is_gradient:
+            return Perceptron(self.a @ R.T, c=self.c, b=self.b, activation=self.activation)
+        return Perceptron(self.a @ R.T, w=self.w @ R.T, b=self.b, activation=self.activation)
+
+    def to_dict(self) -> dict:
+        """Every parameter, as plain arrays and strings (for archives and configurations)."""
+        out = {"a": np.array(self.a), "b": np.array(self.b), "activation": self.activation,
+               "form": "gradient" if self.is_gradient else "general"}
+        if self.is_gradient:
+            out["c"] = np.array(self.c)
+        else:
+            out["w"] = np.array(self.w)
+        return out
+
+    # --- evaluation ------------------------------------------------------------------------------
+    def _preactivation(self, x: np.ndarray) -> np.ndarray:
+        x = np.asarray(x, dtype=float)
+        if x.ndim != 2 or x.shape[1] != self.d:
+            raise ValueError(f"points must have shape (n, {self.d}), got {x.shape}")
+        return x @ self.a.T + self.b
+
+    def potential(self, x: np.ndarray) -> np.ndarray:
+        """V(x) = sum_k c_k Sigma(<a_k, x> + b_k) at unit vectors x (n, d). Gradient form only."""
+        if not self.is_gradient:
+            raise ValueError("the general-form perceptron (vector weights w) has no potential")
+        return activation_primitive(self._preactivation(x), self.activation) @ self.c
+
+    def drift(self, x: np.ndarray) -> np.ndarray:
+        """The tangent drift at unit vectors x (n, d): grad V (gradient form) or u (general form)."""
+        x = np.asarray(x, dtype=float)
+        vec = activation(self._preactivation(x), self.activation) @ self._W
+        return tangent_project(x, vec)
+
+    def __repr__(self) -> str:
+        form = "gradient" if self.is_gradient else "general"
+        return f"Perceptron(d={self.d}, units={self.units}, activation={self.activation!r}, form={form!r})"

@@ -1,0 +1,194 @@
+"""Time stepping: explicit Runge–Kutta with an optional diagonal integrating factor.
+
+For u' = L u + N(t, u) with L diagonal (real, <= 0: the noise term nu Laplacian in spectral space),
+the integrating-factor (Lawson) Runge–Kutta method treats L exactly:
+
+    U_i   = e^{c_i h L} u + h sum_{j<i} a_ij e^{(c_i - c_j) h L} N(t + c_j h, U_j)
+    u_new = e^{h L} u + h sum_j b_j e^{(1 - c_j) h L} N_j
+    err   = h sum_j (b_j - bhat_j) e^{(1 - c_j) h L} N_j      (embedded estimate)
+
+With nodes c increasing every factor is a decaying exponential, so the scheme is stable for any
+stiffness of L and exact for the linear part (SPEC §4: noise never explicit). With L = None it is
+the plain Runge–Kutta method. Step sizes follow Hairer's DOPRI5 controller (PI with Lund
+stabilisation) and an optional external bound (CFL), supplied by the caller.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+__all__ = ["Tableau", "TABLEAUS", "IFRungeKutta", "StepController"]
+
+
+@dataclass(frozen=True)
+class Tableau:
+    """Butcher tableau of an explicit method, with embedded error weights ``e = b - bhat``."""
+
+    name: str
+    c: tuple[float, ...]
+    A: tuple[tuple[float, ...], ...]
+    b: tuple[float, ...]
+    e: tuple[float, ...] | None
+    order: int
+    error_order: int | None
+    fsal: bool
+
+    @property
+    def stages(self) -> int:
+        return len(self.c)
+
+
+DP54 = Tableau(
+    name="DP54",
+    c=(0.0, 1 / 5, 3 / 10, 4 / 5, 8 / 9, 1.0, 1.0),
+    A=((),
+       (1 / 5,),
+       (3 / 40, 9 / 40),
+       (44 / 45, -56 / 15, 32 / 9),
+       (19372 / 6561, -25360 / 2187, 64448 / 6561, -212 / 729),
+       (9017 / 3168, -355 / 33, 46732 / 5247, 49 / 176, -5103 / 18656),
+       (35 / 384, 0.0, 500 / 1113, 125 / 192, -2187 / 6784, 11 / 84)),
+    b=(35 / 384, 0.0, 500 / 1113, 125 / 192, -2187 / 6784, 11 / 84, 0.0),
+    e=(71 / 57600, 0.0, -71 / 16695, 71 / 1920, -17253 / 339200, 22 / 525, -1 / 40),
+    order=5, error_order=4, fsal=True,
+)
+
+BS32 = Tableau(
+    name="BS32",
+    c=(0.0, 1 / 2, 3 / 4, 1.0),
+    A=((), (1 / 2,), (0.0, 3 / 4), (2 / 9, 1 / 3, 4 / 9)),
+    b=(2 / 9, 1 / 3, 4 / 9, 0.0),
+    e=(2 / 9 - 7 / 24, 1 / 3 - 1 / 4, 4 / 9 - 1 / 3, -1 / 8),
+    order=3, error_order=2, fsal=True,
+)
+
+RK4 = Tableau(
+    name="RK4",
+    c=(0.0, 0.5, 0.5, 1.0),
+    A=((), (0.5,), (0.0, 0.5), (0.0, 0.0, 1.0)),
+    b=(1 / 6, 1 / 3, 1 / 3, 1 / 6),
+    e=None, order=4, error_order=None, fsal=False,
+)
+
+EULER = Tableau(name="Euler", c=(0.0,), A=((),), b=(1.0,), e=None, order=1, error_order=None, fsal=False)
+
+TABLEAUS = {t.name: t for t in (DP54, BS32, RK4, EULER)}
+
+RHS = Callable[..., np.ndarray]
+
+
+class IFRungeKutta:
+    """One step of an (integrating-factor) explicit Runge–Kutta method.
+
+    Parameters
+    ----------
+    rhs : callable
+        ``rhs(t, u, last)`` returns N(t, u) as a new array; ``last`` is True for the stage evaluated
+        at the end point of the step (so the caller can record diagnostics of the new state for free).
+    tableau : Tableau
+    lin : ndarray or None
+        Diagonal of L, broadcastable against u; None for no linear part.
+    """
+
+    def __init__(self, rhs: RHS, tableau: Tableau, lin: np.ndarray | None = None) -> None:
+        self.rhs = rhs
+        self.tableau = tableau
+        self.lin = None if lin is None or not np.any(lin) else np.asarray(lin, dtype=float)
+        self._factors: dict[float, np.ndarray] = {}
+        self._h = None
+
+    def _factor(self, tau: float, h: float) -> np.ndarray | float:
+        """e^{tau h L} (cached for the current step size)."""
+        if self.lin is None or tau == 0.0:
+            return 1.0
+        if h != self._h:
+            self._factors.clear()
+            self._h = h
+        f = self._factors.get(tau)
+        if f is None:
+            f = np.exp((tau * h) * self.lin)
+            self._factors[tau] = f
+        return f
+
+    def step(self, t: float, u: np.ndarray, h: float, f0: np.ndarray | None = None
+             ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
+        """Advance u from t to t + h.
+
+        Returns
+        -------
+        u_new, f_new, err
+            The new state; N at the new state when the method is FSAL (else None); the embedded
+            error estimate (None for methods without one).
+        """
+        tab = self.tableau
+        s = tab.stages
+        k: list = [None] * s
+
+        def combine(base_tau: float, weights, taus) -> np.ndarray:
+            # e^{base_tau h L} u + h sum_j w_j e^{(base_tau - c_j) h L} k_j
+            out = u * self._factor(base_tau, h) if self.lin is not None else u.copy()
+            for j, wj in enumerate(weights):
+                if wj != 0.0:
+                    term = k[j] if self.lin is None else k[j] * self._factor(base_tau - taus[j], h)
+                    out += (h * wj) * term
+            return out
+
+        k[0] = self.rhs(t, u, s == 1 and tab.fsal) if f0 is None else f0
+        u_new = None
+        for i in range(1, s):
+            U = combine(tab.c[i], tab.A[i], tab.c)
+            if tab.fsal and i == s - 1:
+                # the last FSAL stage is evaluated exactly at u_new
+                u_new = U
+                k[i] = self.rhs(t + tab.c[i] * h, U, True)
+            else:
+                k[i] = self.rhs(t + tab.c[i] * h, U, False)
+        if u_new is None:
+            u_new = combine(1.0, tab.b, tab.c)
+        err = None
+        if tab.e is not None:
+            err = np.zeros_like(u_new)
+            for j, ej in enumerate(tab.e):
+                if ej != 0.0:
+                    term = k[j] if self.lin is None else k[j] * self._factor(1.0 - tab.c[j], h)
+                    err += (h * ej) * term
+        return u_new, (k[-1] if tab.fsal else None), err
+
+
+@dataclass
+class StepController:
+    """Hairer's DOPRI5 step-size controller (PI with Lund stabilisation).
+
+    The state (``facold``) is part of a run's restart state: restoring it restores the step
+    sequence exactly.
+    """
+
+    error_order: int
+    safety: float = 0.9
+    facmin: float = 0.2    # smallest ratio new/old step
+    facmax: float = 10.0   # largest ratio new/old step
+    beta: float = 0.04     # Lund stabilisation exponent (0 gives the classical I controller)
+    facold: float = 1e-4
+
+    def propose(self, h: float, err: float) -> tuple[bool, float]:
+        """Accept or reject a step of size h with scaled error ``err`` (<= 1 accepts); next step size."""
+        expo1 = 1.0 / (self.error_order + 1) - 0.75 * self.beta
+        if not math.isfinite(err):
+            return False, h * self.facmin
+        fac11 = err ** expo1 if err > 0 else 0.0
+        if err <= 1.0:
+            fac = fac11 / self.facold ** self.beta if fac11 > 0 else 0.0
+            fac = fac / self.safety
+            fac = min(1.0 / self.facmin, max(1.0 / self.facmax, fac))
+            self.facold = max(err, 1e-4)
+            return True, h / fac
+        return False, h / min(1.0 / self.facmin, fac11 / self.safety)
+
+    def state(self) -> dict:
+        return {"facold": self.facold}
+
+    def restore(self, state: dict) -> None:
+        self.facold = float(state["facold"])

@@ -1,0 +1,89 @@
+"""Fourier basis on S^1: transforms, derivatives, dealiasing, evaluation."""
+import numpy as np
+import pytest
+
+from spectral import fourier
+from spectral.filters import ExponentialFilter, make_filter
+from spectral.fourier import FourierBasis
+
+
+def trig_poly(K, seed=0):
+    rng = np.random.default_rng(seed)
+    c = (rng.standard_normal(K) + 1j * rng.standard_normal(K)) / (1 + np.arange(K)) ** 2
+    c[0] = c[0].real
+    return c
+
+
+def direct(c, theta):
+    k = np.arange(len(c))
+    return c[0].real + 2 * np.real(np.exp(1j * np.outer(theta, k[1:])) @ c[1:])
+
+
+def test_grid_is_dealiased_and_fast():
+    b = FourierBasis(100)
+    assert b.M >= 300 and b.M % 2 == 0
+    assert FourierBasis(4096).M == 12288
+    with pytest.raises(ValueError):
+        FourierBasis(1)
+    with pytest.raises(ValueError):
+        FourierBasis(64, grid_size=100)
+
+
+def test_round_trip_and_synthesis():
+    b = FourierBasis(64)
+    c = trig_poly(64)
+    f = b.to_grid(c)
+    assert np.allclose(f, direct(c, b.theta), atol=1e-13)
+    assert np.allclose(b.from_grid(f), c, atol=1e-15)
+    # plans are reused: the same object, and repeated calls give identical results
+    p = b.plan(1, "backward")
+    assert b.plan(1, "backward") is p
+    assert np.array_equal(b.to_grid(c), f)
+
+
+def test_product_is_dealiased_exactly():
+    K = 32
+    b = FourierBasis(K)
+    c1, c2 = trig_poly(K, 1), trig_poly(K, 2)
+    prod = b.from_grid(b.to_grid(c1) * b.to_grid(c2))
+    # exact product coefficients by convolution of the two-sided sequences
+    full = lambda c: np.concatenate([np.conj(c[:0:-1]), c])
+    conv = np.convolve(full(c1), full(c2))
+    mid = len(conv) // 2
+    assert np.allclose(prod, conv[mid:mid + K], atol=1e-15)
+
+
+def test_derivative_and_evaluation():
+    b = FourierBasis(48)
+    c = trig_poly(48, 3)
+    th = np.random.default_rng(4).uniform(0, 2 * np.pi, 37)
+    h = 1e-6
+    fd = (fourier.evaluate(c, th + h) - fourier.evaluate(c, th - h)) / (2 * h)
+    assert np.allclose(fourier.evaluate(b.derivative(c), th), fd, atol=1e-7)
+    assert np.allclose(fourier.evaluate(c, th), direct(c, th), atol=1e-13)
+    # interpolation onto a coarser and a finer equispaced grid is exact
+    for n in (17, 64, 500):
+        grid = 2 * np.pi * np.arange(n) / n
+        assert np.allclose(fourier.interpolate(c, n), direct(c, grid), atol=1e-13)
+
+
+def test_tail_norm_resize():
+    c = np.zeros(30, complex)
+    c[0] = 1
+    c[25] = 1e-3
+    assert abs(fourier.spectral_tail(c) - np.sqrt(2e-6 / (1 + 2e-6))) < 1e-15
+    assert abs(fourier.l2_norm(c) - np.sqrt(1 + 2e-6)) < 1e-15
+    big = fourier.resize(c, 60)
+    assert big.shape == (60,) and np.array_equal(big[:30], c) and not big[30:].any()
+
+
+def test_filter():
+    f = ExponentialFilter(alpha=36.0, order=8)
+    m = f.multipliers(np.arange(101), 100)
+    assert m[0] == 1 and abs(m[-1] - np.exp(-36)) < 1e-25 and np.all(np.diff(m) <= 0)
+    assert make_filter(None) is None
+    assert make_filter({"kind": "exponential", "alpha": 10, "order": 4}) == ExponentialFilter(10, 4)
+    with pytest.raises(ValueError, match="order"):
+        ExponentialFilter(order=3)
+    with pytest.raises(ValueError, match="unknown filter option"):
+        make_filter({"kind": "exponential", "strength": 1})

@@ -1,0 +1,292 @@
+"""The Fourier PDE solver on S^1 against the exact results of SPEC §3 and independent computations."""
+import math
+
+import numpy as np
+import pytest
+from scipy.special import ive
+
+from solvers import Model, Perceptron, solve_pde
+from solvers.pde_circle import CircleDiscretization
+
+SMOOTH = lambda x: np.exp(1.5 * x[:, 0] + 0.5 * x[:, 1] ** 2)
+
+
+def circle(n):
+    th = 2 * np.pi * np.arange(n) / n
+    return np.stack([np.cos(th), np.sin(th)], axis=1)
+
+
+# --- §3.1 mass -------------------------------------------------------------------------------
+@pytest.mark.parametrize("attention, noise", [("unnormalized", 0.0), ("normalized", 0.0), ("unnormalized", 0.3)])
+def test_mass_is_conserved_to_round_off(attention, noise):
+    p = Perceptron.random(2, 2, "relu", 1.0, seed=111)
+    m = Model(2, 4.0, "ascent", attention=attention, perceptron=p, noise=noise)
+    r = solve_pde(m, 1.5, 64, save_every=0.25, max_degree=512)
+    assert r.stop_reason in ("t_final", "resolution")
+    assert np.max(np.abs(r.mass - 1)) <= 1e-12
+    assert np.max(np.abs(r.density.mean(axis=1) - 1)) <= 1e-12     # quadrature of the output grid
+
+
+# --- §3.2 linear growth rates ------------------------------------------------------------------
+def exact_rate(beta, k, flow, attention, nu):
+    s = 1.0 if flow == "ascent" else -1.0
+    if beta == 0:
+        g = 0.5 if k == 1 else 0.0          # lambda_k / beta -> 1/d at k = 1, 0 beyond; lambda_0 -> 1
+        ratio = g
+    else:
+        g = ive(k, beta) / beta
+        ratio = ive(k, beta) / (beta * ive(0, beta))
+    return k * k * (s * (g if attention == "unnormalized" else ratio) - nu)
+
+
+@pytest.mark.parametrize("beta", [0.0, 0.5, 5.0, 40.0])
+@pytest.mark.parametrize("attention", ["unnormalized", "normalized"])
+@pytest.mark.parametrize("flow", ["ascent", "descent"])
+@pytest.mark.parametrize("nu", [0.0, 0.3])
+def test_linear_growth_rates(beta, attention, flow, nu):
+    m = Model(2, beta, flow, attention=attention, noise=nu)
+    eps, T = 1e-4, 0.5
+    for k in range(1, 9):
+        c0 = np.zeros(32, complex)
+        c0[0] = 1
+        c0[k] = eps / 2                      # rho = 1 + eps cos(k theta)
+        r = solve_pde(m, T, 32, initial=c0, rtol=1e-13, atol=1e-16)
+        rate = math.log(abs(r.coeffs[-1, k]) / abs(r.coeffs[0, k])) / T
+        ex = exact_rate(beta, k, flow, attention, nu)
+        assert abs(rate - ex) <= 1e-6 * max(abs(ex), 1.0), (k, rate, ex)
+
+
+def test_noisy_kuramoto_threshold():
+    """beta = 0, USA: r_1 = 1/2 - nu. The perturbation grows below nu = 1/2 and decays above."""
+    init = lambda x: 1 + 0.05 * x[:, 0]
+    grow = solve_pde(Model(2, 0.0, "ascent", noise=0.45), 20.0, 16, initial=init, save_every=5.0)
+    decay = solve_pde(Model(2, 0.0, "ascent", noise=0.55), 20.0, 16, initial=init, save_every=5.0)
+    a_grow, a_decay = np.abs(grow.coeffs[:, 1]), np.abs(decay.coeffs[:, 1])
+    assert np.all(np.diff(a_grow) > 0) and a_grow[-1] > 2 * a_grow[0]      # e^{0.05 * 20} = 2.7
+    assert np.all(np.diff(a_decay) < 0) and a_decay[-1] < 0.5 * a_decay[0]  # e^{-0.05 * 20} = 0.37
+    # the early rates are the linear ones, up to the cubic saturation at amplitude 0.025
+    assert abs(math.log(a_grow[1] / a_grow[0]) / 5.0 - (0.5 - 0.45)) < 2e-3
+    assert abs(math.log(a_decay[1] / a_decay[0]) / 5.0 - (0.5 - 0.55)) < 2e-3
+
+
+# --- the spectral velocity against direct quadrature of the kernel (two independent methods) ----
+@pytest.mark.parametrize("attention", ["unnormalized", "normalized"])
+@pytest.mark.parametrize("beta", [0.0, 2.0, 30.0])
+def test_grid_velocity_matches_direct_quadrature(attention, beta):
+    p = Perceptron.random(2, 3, "tanh", 1.0, seed=1, bias_scale=0.4)
+    m = Model(2, beta, "descent", attention=attention, perceptron=p)
+    K = 128
+    disc = CircleDiscretization(m, K)
+    c = CircleDiscretization.space.project(SMOOTH, K)
+    c /= c[0]
+    rho, v, _ = disc.velocity(c)
+    rho, v = rho.copy(), v.copy()
+    x = disc.basis.points
+    # trapezoidal quadrature on the grid is spectrally accurate for the smooth periodic integrand
+    ref = m.velocity_direct(x, x, rho / len(rho))
+    ref_theta = np.einsum("nd,nd->n", ref, disc.basis.tangents)
+    assert np.allclose(v, ref_theta, rtol=0, atol=1e-11 * max(1.0, np.abs(ref_theta).max()))
+
+
+# --- §3.3 dissipation identity -----------------------------------------------------------------
+@pytest.mark.parametrize("activation, K, tol", [("gelu", 128, 1e-8), ("relu", 512, 2e-6)])
+@pytest.mark.parametrize("flow", ["ascent", "descent"])
+def test_dissipation_identity(activation, K, tol, flow):
+    """dE/dt = s ∫ rho |v|^2 (USA, gradient perceptron, nu = 0), dE/dt by 4th-order differences.
+
+    ReLU makes rho non-smooth at the dead-zone boundaries, so the discrete identity holds only to
+    the spatial accuracy there (measured 4e-7 .. 6e-7 at K = 512); GeLU holds to ~1e-10."""
+    p = Perceptron.random(2, 3, activation, 1.0, seed=5)
+    m = Model(2, 3.0, flow, strength=1.2, perceptron=p)
+    r = solve_pde(m, 0.4, K, initial=SMOOTH, save_every=0.01, rtol=1e-12, atol=1e-14, max_degree=K)
+    assert r.stop_reason == "t_final"
+    E, D, h = r.energy, r.dissipation, 0.01
+    dE = (E[:-4] - 8 * E[1:-3] + 8 * E[3:-1] - E[4:]) / (12 * h)
+    assert np.all(np.sign(D) == m.sign)
+    assert np.max(np.abs(dE - D[2:-2])) <= tol * np.abs(D).max()
+
+
+# --- §3.5 noisy stationary state ------------------------------------------------------------------
+def fixed_point(m, M=256):
+    """rho = exp(s (gamma Psi / beta + V) / nu) / Z by damped Picard iteration, with Psi by direct
+    trapezoidal quadrature of the kernel: no spectral multipliers, no time stepping."""
+    x = circle(M)
+    th = np.arctan2(x[:, 1], x[:, 0])
+    V = m.perceptron.potential(x)
+    Kmat = np.exp(m.beta * (np.cos(th[:, None] - th[None, :]) - 1)) / M
+    rho = np.ones(M)
+    for _ in range(10000):
+        U = m.strength * (Kmat @ rho) / m.beta + V
+        new = np.exp(m.sign * (U - U.max()) / m.noise)
+        new /= new.mean()
+        if np.abs(new - rho).max() < 1e-15:
+            break
+        rho = 0.5 * rho + 0.5 * new
+    return x, new
+
+
+def test_noisy_stationary_state_is_the_fixed_point():
+    p = Perceptron.random(2, 3, "gelu", 1.5, seed=2)
+    m = Model(2, 3.0, "ascent", perceptron=p, noise=0.8)
+    x, rho_fp = fixed_point(m)
+    r = solve_pde(m, 40.0, 64, save_every=10.0, rtol=1e-11, atol=1e-14)
+    assert r.stop_reason == "t_final"
+    assert np.abs(r.at(x) - rho_fp).max() < 1e-8
+    assert np.ptp(rho_fp) > 0.3          # a genuinely non-uniform state
+
+
+# --- spectral convergence ------------------------------------------------------------------------
+def test_spectral_convergence_in_K():
+    p = Perceptron.random(2, 3, "gelu", 1.0, seed=5)
+    m = Model(2, 3.0, "ascent", perceptron=p)
+    x = circle(1000)
+    fixed = dict(rtol=1e-13, atol=1e-15, tail_tol=1.0, tail_max=1.0)
+    ref = solve_pde(m, 1.0, 160, initial=SMOOTH, **fixed).at(x)
+    errs = [np.abs(solve_pde(m, 1.0, K, initial=SMOOTH, max_degree=K, **fixed).at(x) - ref).max()
+            for K in (16, 32, 48, 64)]
+    # measured 1.2e-2, 3.5e-5, 1.0e-7, 2.9e-10: geometric decay, about e^{-0.37 K}
+    assert errs[-1] < 1e-9
+    ratios = [errs[i] / errs[i + 1] for i in range(3)]
+    assert min(ratios) > 100, errs
+
+
+# --- concentration from uniform data ---------------------------------------------------------------
+@pytest.mark.parametrize("beta", [1.0, 25.0])
+def test_relu_ascent_from_uniform_concentrates(beta):
+    p = Perceptron.random(2, 2, "relu", 1.0, seed=111)
+    m = Model(2, beta, "ascent", perceptron=p)
+    # ReLU makes rho jump at the dead-zone boundaries, so the Fourier tail decays only like
+    # J / (2 pi sqrt(K)): the run accepts a tail of 1e-2 at K = 2048 (same atom as K = 8192 at 1e-3)
+    r = solve_pde(m, 10.0, 128, save_every=0.5, max_degree=2048, tail_max=1e-2)
+    assert r.stop_reason in ("t_final", "resolution")
+    assert np.all(np.isfinite(r.coeffs)) and np.all(np.isfinite(r.density))
+    assert len(r.refinements) >= 2 and r.degree[-1] == 2048 and np.all(np.diff(r.degree) >= 0)
+    assert r.density.max(axis=1)[-1] > 100          # concentrated
+    assert np.all(r.tail[:-1] <= 1e-2)              # every kept snapshot was within tolerance
+    positions, masses = r.atoms()
+    assert len(masses) >= 1 and masses[0] > 0.3
+    # the atom sits where V is largest within the perceptron's active region
+    th = np.linspace(-np.pi, np.pi, 20000, endpoint=False)
+    xs = np.stack([np.cos(th), np.sin(th)], 1)
+    target = xs[np.argmax(p.potential(xs))]
+    assert np.arccos(np.clip(positions[0] @ target, -1, 1)) < 0.05
+    # energy increases along ascent
+    assert np.all(np.diff(r.energy) > -1e-10)
+
+
+@pytest.mark.parametrize("beta", [100.0, 200.0])
+def test_sa_large_beta_detects_loss_of_accuracy(beta):
+    """Two antipodal atoms: Psi between them is ~exp(-beta), beyond double precision of its series."""
+    p = Perceptron.random(2, 2, "gelu", 1.0, seed=111)
+    m = Model(2, beta, "descent", attention="normalized", perceptron=p)
+    r = solve_pde(m, 30.0, 64, save_every=1.0, max_degree=1024, tail_max=1e-2)
+    assert r.stop_reason == "resolution" and "SA" in r.message
+    assert np.all(np.isfinite(r.density)) and np.all(np.isfinite(r.energy))
+    assert len(r.atoms().masses) == 2
+
+
+# --- run control ---------------------------------------------------------------------------------
+def test_refinement_is_an_exact_re_representation():
+    p = Perceptron.random(2, 2, "gelu", 1.0, seed=111)
+    m = Model(2, 9.0, "ascent", perceptron=p)
+    a = solve_pde(m, 1.0, 32, save_every=0.5, tail_tol=1e-9, max_degree=256)
+    assert a.stop_reason == "t_final"
+    assert a.refinements and a.refinements[0][1:] == (32, 64)
+    b = solve_pde(m, 1.0, 256, save_every=0.5, tail_tol=1.0, tail_max=1.0, max_degree=256)
+    x = circle(512)
+    # the run that refined agrees with the run at full resolution from the start
+    assert np.abs(a.at(x) - b.at(x)).max() < 1e-8 * np.abs(b.at(x)).max()
+
+
+def test_restart_reproduces_the_uninterrupted_run():
+    p = Perceptron.random(2, 2, "relu", 1.0, seed=111)
+    m = Model(2, 2.0, "ascent", perceptron=p, noise=0.05)
+    states = []
+    full = solve_pde(m, 1.0, 64, save_every=0.25, max_degree=512,
+                     callback=lambda snap: states.append(snap["restart"]))
+    mid = states[2]
+    assert mid["t"] == 0.5
+    rest = solve_pde(m, 1.0, 64, save_every=0.25, max_degree=512, restart=mid)
+    assert np.array_equal(rest.t, full.t[3:])
+    assert np.abs(rest.coeffs[-1] - full.coeffs[-1]).max() <= 1e-12
+    assert rest.nsteps == full.nsteps
+
+
+def test_keyboard_interrupt_stops_cleanly():
+    m = Model(2, 1.0, "ascent", perceptron=Perceptron.random(2, 2, "gelu", 1.0, seed=1))
+    seen = []
+
+    def cb(snap):
+        seen.append(snap["t"])
+        if len(seen) == 3:
+            raise KeyboardInterrupt
+
+    r = solve_pde(m, 5.0, 32, save_every=0.5, callback=cb)
+    assert r.stop_reason == "interrupted"
+    assert list(r.t) == seen and r.restart["t"] == seen[-1]
+
+
+def test_max_steps_and_filter_are_reported():
+    m = Model(2, 1.0, "ascent", perceptron=Perceptron.random(2, 2, "gelu", 1.0, seed=1))
+    r = solve_pde(m, 5.0, 32, max_steps=7)
+    assert r.stop_reason == "max_steps" and r.nsteps == 7 and r.t_stop < 5
+    f = solve_pde(m, 0.5, 32, filter={"kind": "exponential", "alpha": 36, "order": 16})
+    assert f.options["filter"] == {"kind": "exponential", "alpha": 36, "order": 16}
+    assert solve_pde(m, 0.5, 32).options["filter"] is None
+
+
+def test_at_and_density_agree():
+    m = Model(2, 2.0, "ascent", perceptron=Perceptron.random(2, 2, "gelu", 1.0, seed=1))
+    r = solve_pde(m, 1.0, 64, initial=SMOOTH, save_every=0.5)
+    for i in range(len(r.t)):
+        assert np.allclose(r.at(r.grid, i), r.density[i], atol=1e-12)
+    assert r.grid.shape == (1024, 2) and r.density.shape == (3, 1024)
+
+
+def test_atoms_of_a_known_density():
+    # two narrow von Mises bumps of masses 0.7 and 0.3 on a background of mass 0 (up to 1e-12)
+    kap = 400.0
+    mu1, mu2 = np.array([1.0, 0.0]), np.array([0.0, -1.0])
+    f = lambda x: 0.7 * np.exp(kap * (x @ mu1 - 1)) / ive(0, kap) + 0.3 * np.exp(kap * (x @ mu2 - 1)) / ive(0, kap)
+    m = Model(2, 1.0, "ascent")
+    r = solve_pde(m, 1e-9, 512, initial=f, tail_tol=1e-12)
+    pos, mass = r.atoms(0, threshold=5.0)                    # basins: the whole mass of each bump
+    assert len(mass) == 2
+    assert np.allclose(mass, [0.7, 0.3], atol=1e-9)
+    assert np.allclose(pos, [mu1, mu2], atol=1e-9)
+    # level sets at rho >= 5 miss the tails: compare with the exact mass of {rho >= 5} of each bump,
+    # up to the grid's resolution of the level-set boundary (2 nodes of density ~5, h = 2 pi / 2048)
+    from scipy.integrate import quad
+    pos_l, mass_l = r.atoms(0, threshold=5.0, method="level")
+    for mk, ml in zip((0.7, 0.3), mass_l):
+        thc = math.acos(1 + math.log(5 * ive(0, kap) / mk) / kap)
+        exact = quad(lambda t: mk * math.exp(kap * (math.cos(t) - 1)) / ive(0, kap) / (2 * math.pi), -thc, thc)[0]
+        assert abs(ml - exact) < 2 * 5 * (2 * math.pi / 2048) / (2 * math.pi)
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda m: solve_pde(m, -1.0, 32), "t_final must be a finite number > 0"),
+    (lambda m: solve_pde(m, float("inf"), 32), "t_final must be a finite number > 0"),
+    (lambda m: solve_pde(m, 1.0, 1), "degree must be an integer >= 4"),
+    (lambda m: solve_pde(m, 1.0, 64, max_degree=32), "degree 64 exceeds max_degree 32"),
+    (lambda m: solve_pde(m, 1.0, 32, save_every=0.0), "save_every must be"),
+    (lambda m: solve_pde(m, 1.0, 32, initial="gaussian"), "initial must be 'uniform'"),
+    (lambda m: solve_pde(m, 1.0, 32, initial=lambda x: x[:, 0]), "initial density must be >= 0"),
+    (lambda m: solve_pde(m, 1.0, 32, initial=lambda x: np.full(len(x), np.nan)), "non-finite"),
+    (lambda m: solve_pde(m, 1.0, 32, initial=np.array([2.0, 0.1])), "mass 1"),
+    (lambda m: solve_pde(m, 1.0, 4, initial=np.ones(8)), "more than the 4"),
+    (lambda m: solve_pde(m, 1.0, 32, rtol=-1), "option rtol must be"),
+    (lambda m: solve_pde(m, 1.0, 32, method="Euler"), "option method"),
+    (lambda m: solve_pde(m, 1.0, 32, tail_tol=1e-2, tail_max=1e-3), "tail_max"),
+])
+def test_bad_input_is_refused(call, match):
+    m = Model(2, 1.0, "ascent")
+    with pytest.raises(ValueError, match=match):
+        call(m)
+
+
+def test_unknown_option_and_dimension():
+    with pytest.raises(TypeError, match="unknown option"):
+        solve_pde(Model(2, 1.0, "ascent"), 1.0, 32, rtool=1e-3)
+    with pytest.raises(ValueError, match="circle .d = 2. and the sphere .d = 3."):
+        solve_pde(Model(4, 1.0, "ascent"), 1.0, 32)

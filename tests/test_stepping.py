@@ -1,0 +1,68 @@
+"""The stepping core: orders of convergence and exact treatment of a stiff diagonal linear part."""
+import math
+
+import numpy as np
+import pytest
+
+from solvers.stepping import BS32, DP54, RK4, IFRungeKutta, StepController
+
+
+def exact(a, u0, t):
+    """u' = a u + sin t, u(0) = u0."""
+    B = -1 / (1 + a * a)
+    A = -a / (1 + a * a)
+    return (u0 - B) * np.exp(a * t) + A * np.sin(t) + B * np.cos(t)
+
+
+def integrate(tab, a, h, T=1.0, lin=True):
+    a = np.asarray(a, dtype=float)
+    if lin:
+        rk = IFRungeKutta(lambda t, u, last: np.sin(t) * np.ones_like(u), tab, lin=a)
+    else:
+        rk = IFRungeKutta(lambda t, u, last: a * u + np.sin(t), tab)
+    u = np.ones_like(a)
+    f = None
+    n = round(T / h)
+    for i in range(n):
+        u, f, _ = rk.step(i * h, u, h, f)
+    return u
+
+
+@pytest.mark.parametrize("tab, order", [(DP54, 5), (BS32, 3), (RK4, 4)])
+@pytest.mark.parametrize("lin", [True, False])
+def test_convergence_order(tab, order, lin):
+    a = np.array([-1.3, 0.4])
+    errs = [np.abs(integrate(tab, a, h, lin=lin) - exact(a, 1.0, 1.0)).max() for h in (0.1, 0.05, 0.025)]
+    rates = [math.log2(errs[i] / errs[i + 1]) for i in range(2)]
+    assert all(abs(r - order) < 0.35 for r in rates), (errs, rates)
+
+
+def test_integrating_factor_is_stable_and_exact_for_the_linear_part():
+    # very stiff decay: explicit RK at h = 0.05 would blow up (h a = -5e3); IF-RK is exact on e^{aT}
+    a = np.array([-1e5, -1e3])
+    rk = IFRungeKutta(lambda t, u, last: np.zeros_like(u), DP54, lin=a)
+    u = np.ones(2)
+    for i in range(20):
+        u, _, err = rk.step(0.05 * i, u, 0.05)
+    assert np.all(np.isfinite(u)) and np.allclose(u, np.exp(a * 1.0), atol=0, rtol=1e-12)
+    assert np.all(np.abs(err) < 1e-300)
+
+
+def test_embedded_estimate_has_the_error_order():
+    a = np.array([-0.7])
+    rk = IFRungeKutta(lambda t, u, last: np.sin(t) * np.ones_like(u), DP54, lin=a)
+    ests = []
+    for h in (0.2, 0.1):
+        _, _, err = rk.step(0.3, exact(a, 1.0, 0.3), h)
+        ests.append(abs(err[0]))
+    assert abs(math.log2(ests[0] / ests[1]) - 5) < 0.5   # local error of the order-4 estimate ~ h^5
+
+
+def test_controller_accepts_small_and_rejects_large_errors():
+    c = StepController(4)
+    ok, h = c.propose(0.1, 1e-3)
+    assert ok and h > 0.1
+    ok, h = c.propose(0.1, 4.0)
+    assert not ok and h < 0.1
+    ok, h = c.propose(0.1, float("nan"))
+    assert not ok and h == pytest.approx(0.02)
