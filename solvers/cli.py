@@ -1,7 +1,141 @@
-"""The ``attnpde`` command line (filled in by the run/archive layer)."""
+"""The ``attnpde`` command line.
+
+    attnpde run CONFIG [--out PATH] [--resume] [--force] [--quiet]
+    attnpde info ARCHIVE
+    attnpde plot ARCHIVE [--out DIR]
+    attnpde sweep CONFIG --beta LIST [--workers N] [--out DIR] [--resume] [--force]
+
+Exit status: 0 done, 2 bad input (configuration, arguments, archive), 130 interrupted.
+"""
 from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from pathlib import Path
+
+EXIT_OK, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 2, 130
+
+
+def _err(msg: str) -> int:
+    print(f"attnpde: error: {msg}", file=sys.stderr)
+    return EXIT_BAD_INPUT
+
+
+def _default_out(config_path: str) -> Path:
+    return Path(config_path).with_suffix(".h5")
+
+
+def cmd_run(args) -> int:
+    from .archive import ArchiveError
+    from .config import ConfigError, load_config
+    from .runner import RunRefused, run_config
+
+    try:
+        config = load_config(args.config)
+    except ConfigError as e:
+        return _err(f"{args.config}: {e}")
+    out = Path(args.out) if args.out else _default_out(args.config)
+    if args.resume and args.force:
+        return _err("--resume and --force exclude each other")
+    command = "attnpde " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv else "attnpde run"
+    try:
+        outcome = run_config(config, out, resume=args.resume, force=args.force, command=command,
+                             progress=None if not args.quiet else False)
+    except (RunRefused, ArchiveError) as e:
+        return _err(str(e))
+    print(f"archive: {outcome.path} ({outcome.status})")
+    if outcome.status == "interrupted":
+        print(f"interrupted: continue with  attnpde run {shlex.quote(args.config)} --out {shlex.quote(str(out))} --resume")
+        return EXIT_INTERRUPTED
+    from .info import describe
+    print(describe(outcome.path))
+    return EXIT_OK
+
+
+def cmd_info(args) -> int:
+    from .archive import ArchiveError
+    from .info import describe
+
+    try:
+        print(describe(args.archive))
+    except ArchiveError as e:
+        return _err(str(e))
+    return EXIT_OK
+
+
+def cmd_plot(args) -> int:
+    from .archive import ArchiveError
+
+    try:
+        from .plots import plot_archive
+        files = plot_archive(args.archive, args.out)
+    except ArchiveError as e:
+        return _err(str(e))
+    for f in files:
+        print(f)
+    return EXIT_OK
+
+
+def cmd_sweep(args) -> int:
+    from .archive import ArchiveError
+    from .config import ConfigError, load_config
+    from .runner import RunRefused
+    from .sweep import parse_list, sweep
+
+    try:
+        config = load_config(args.config)
+        betas = parse_list(args.beta, "--beta")
+    except ConfigError as e:
+        return _err(f"{args.config}: {e}")
+    except ValueError as e:
+        return _err(str(e))
+    if args.workers < 1:
+        return _err("--workers must be >= 1")
+    out_dir = Path(args.out) if args.out else Path(args.config).with_suffix("")
+    try:
+        rc = sweep(config, betas, out_dir, workers=args.workers, resume=args.resume, force=args.force)
+    except (RunRefused, ArchiveError, ConfigError, FileExistsError) as e:
+        return _err(str(e))
+    return rc
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="attnpde", description="Mean-field attention PDE and particle runs")
+    sub = ap.add_subparsers(dest="command", required=True)
+    r = sub.add_parser("run", help="run a configuration into an HDF5 archive")
+    r.add_argument("config", help="TOML configuration")
+    r.add_argument("--out", help="archive path (default: the configuration's path with .h5)")
+    r.add_argument("--resume", action="store_true", help="continue a killed or interrupted run")
+    r.add_argument("--force", action="store_true", help="overwrite an existing archive")
+    r.add_argument("--quiet", action="store_true", help="no progress bar (plain periodic lines)")
+    r.set_defaults(func=cmd_run)
+    i = sub.add_parser("info", help="what a run was, how it ended, its key numbers")
+    i.add_argument("archive")
+    i.set_defaults(func=cmd_info)
+    p = sub.add_parser("plot", help="PNG figures of a run")
+    p.add_argument("archive")
+    p.add_argument("--out", help="directory for the PNGs (default: next to the archive)")
+    p.set_defaults(func=cmd_plot)
+    s = sub.add_parser("sweep", help="one run per beta, in parallel; table and cluster count vs sqrt(beta)")
+    s.add_argument("config")
+    s.add_argument("--beta", required=True, help="comma-separated values, e.g. 1,5,25")
+    s.add_argument("--workers", type=int, default=2)
+    s.add_argument("--out", help="directory of the archives (default: the configuration's path without .toml)")
+    s.add_argument("--resume", action="store_true")
+    s.add_argument("--force", action="store_true")
+    s.set_defaults(func=cmd_sweep)
+    return ap
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .demo import main as demo
-    return demo(argv)
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except KeyboardInterrupt:
+        print("attnpde: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

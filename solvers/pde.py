@@ -363,6 +363,7 @@ class _Run:
         self.controller = StepController(self.tableau.error_order)
         self.snaps = _Snapshots()
         self.steps = {"t": [], "dt": [], "error": [], "accepted": []}
+        self._steps_mark = 0
         self.refinements: list = []
         self.output_points = opts.output_points or space.default_output_points
         self.grid = space.output_grid(self.output_points)
@@ -384,6 +385,7 @@ class _Run:
             self.dt = float(restart["dt"])
             self.controller.restore(restart)
             self.initial_desc = str(restart.get("initial", "restart"))
+            self.refinements = [tuple(r) for r in restart.get("refinements", [])]
         self.disc = Disc(model, self.degree, threads=opts.threads, effort=opts.planner)
         self.u = space.to_state(c, self.degree)
         self.restart_from = restart
@@ -399,7 +401,7 @@ class _Run:
         return {"t": self.t, "coeffs": self.space.to_canonical(self.u, self.degree), "degree": self.degree,
                 "dt": float(self.dt) if self.dt is not None else float("nan"), "nsteps": self.nsteps,
                 "nrejected": self.nrejected, "save_index": self.save_index, "initial": self.initial_desc,
-                **self.controller.state()}
+                "refinements": [tuple(r) for r in self.refinements], **self.controller.state()}
 
     def _snapshot(self, diag: dict) -> None:
         canon = self.space.to_canonical(self.u, self.degree)
@@ -411,7 +413,10 @@ class _Run:
         self.snaps.add(row)
         self.last_restart = self._restart_state()
         if self.callback is not None:
-            self.callback({**row, "restart": self.last_restart})
+            # the steps attempted since the previous snapshot travel with it (for the archive)
+            steps = {k: v[self._steps_mark:] for k, v in self.steps.items()}
+            self.callback({**row, "restart": self.last_restart, "steps": steps})
+        self._steps_mark = len(self.steps["t"])
 
     def _rhs_with_diag(self):
         f = self.disc.rhs(self.t, self.u, True)

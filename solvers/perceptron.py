@@ -101,7 +101,10 @@ class Perceptron:
             raise ValueError("Perceptron: give exactly one of c (scalar weights, gradient form) "
                              "or w (vector weights, general form)")
         self.activation = _check_activation(activation)
-        self.a = a / norms[:, None]
+        # rows already of unit length (to round-off) are kept bit for bit: normalising is idempotent,
+        # so a perceptron read back from an archive is the one that was written
+        unit = np.abs(norms - 1.0) <= 4 * np.finfo(float).eps
+        self.a = a / np.where(unit, 1.0, norms)[:, None]
         if c is not None:
             c = np.array(c, dtype=float).reshape(-1)
             if c.shape != (m,) or not np.all(np.isfinite(c)):

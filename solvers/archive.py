@@ -1,0 +1,453 @@
+"""HDF5 archives of runs: self-describing, appended as the run goes, resumable.
+
+Layout (format ``attnpde-run``, version 1)::
+
+    /                      attrs: format, format_version, software_version, created, updated, status,
+                           config (the TOML text), command (the command line), name
+    /model                 attrs: d, beta, flow, attention, strength, noise
+    /model/perceptron      datasets a, b, c | w; attrs activation, form   (absent without perceptron)
+    /pde                   t (T) [dimension scale "t"], coeffs (T, n) complex (canonical layout, exact
+                           restart state), degree (T), density (T, grid...), grid (grid..., d),
+                           energy, mass, min_density, tail, dissipation (T),
+                           steps/{t, dt, error, accepted} (every attempted step), refinements (R, 3),
+                           restart/ (state at the last snapshot: coeffs + attrs);
+                           attrs: stop_reason ("" while running), message, t_stop, nsteps, nrejected,
+                           options (JSON), initial, wall_time, complete
+    /particles             t (T) [scale], x (T, N, d), w (N), energy, max_drift, n_clusters (T),
+                           restart/ (positions, RNG state, ...); attrs as /pde
+    /atoms/pde, /atoms/particles     positions (k, d), masses (k)
+    /comparison            distances against time (filled by the comparison layer)
+
+Per-snapshot datasets are chunked and compressed; time axes are attached as HDF5 dimension scales.
+Each snapshot is written, then the restart state that matches it (with the number of snapshot rows
+it corresponds to), then the file is flushed: a run killed between snapshots leaves a readable
+archive whose last snapshot is a valid restart point. Rows written after the last complete restart
+state (a kill during a write) are dropped on resume.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import h5py
+import numpy as np
+
+from .model import Model
+from .perceptron import Perceptron
+
+__all__ = ["ArchiveError", "ArchiveWriter", "RunArchive", "load", "open_archive", "FORMAT", "FORMAT_VERSION"]
+
+FORMAT = "attnpde-run"
+FORMAT_VERSION = 1
+_COMPRESSION = dict(compression="gzip", compression_opts=1, shuffle=True)
+
+# fields appended once per snapshot, per section
+PDE_SERIES = ("energy", "mass", "min_density", "tail", "dissipation")
+
+
+class ArchiveError(ValueError):
+    """A file that is not a readable attnpde archive (foreign, damaged, or of another format version)."""
+
+
+def _software_version() -> str:
+    from . import __version__
+    return __version__
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def _json(obj: Any) -> str:
+    def default(o):
+        if isinstance(o, np.ndarray):
+            return o.tolist()
+        if isinstance(o, (np.integer,)):
+            return int(o)
+        if isinstance(o, (np.floating,)):
+            return float(o)
+        return repr(o)
+    return json.dumps(obj, default=default, sort_keys=True)
+
+
+# --- low-level appends ------------------------------------------------------------------------------
+def _append(group: h5py.Group, name: str, value, *, compress: bool = False, dtype=None) -> h5py.Dataset:
+    """Append one row to a resizable dataset (created on first use), growing trailing axes if needed."""
+    value = np.asarray(value, dtype=dtype)
+    if name not in group:
+        shape = value.shape
+        maxshape = (None,) + (None,) * len(shape) if name == "coeffs" else (None,) + shape
+        chunks = (1,) + shape if shape else (256,)
+        kw = _COMPRESSION if compress and shape else {}
+        ds = group.create_dataset(name, shape=(0,) + shape, maxshape=maxshape, chunks=chunks,
+                                  dtype=value.dtype, **kw)
+    ds = group[name]
+    n = ds.shape[0]
+    if value.shape and any(v > s for v, s in zip(value.shape, ds.shape[1:])):
+        ds.resize((n,) + tuple(max(v, s) for v, s in zip(value.shape, ds.shape[1:])))
+    ds.resize(n + 1, axis=0)
+    if value.shape and value.shape != ds.shape[1:]:
+        row = np.zeros(ds.shape[1:], dtype=ds.dtype)
+        row[tuple(slice(0, k) for k in value.shape)] = value
+        ds[n] = row
+    else:
+        ds[n] = value
+    return ds
+
+
+def _extend(group: h5py.Group, name: str, values, dtype=None) -> None:
+    """Append several scalars to a 1-D resizable dataset."""
+    values = np.asarray(values, dtype=dtype).reshape(-1)
+    if name not in group:
+        group.create_dataset(name, shape=(0,), maxshape=(None,), chunks=(4096,),
+                             dtype=values.dtype if values.size else (dtype or float))
+    ds = group[name]
+    n = ds.shape[0]
+    if values.size:
+        ds.resize(n + values.size, axis=0)
+        ds[n:] = values
+
+
+def _replace(group: h5py.Group, name: str, value, **kw) -> None:
+    if name in group:
+        del group[name]
+    group.create_dataset(name, data=value, **kw)
+
+
+def _truncate(group: h5py.Group, n: int, names) -> None:
+    for name in names:
+        if name in group and group[name].shape[0] > n:
+            group[name].resize(n, axis=0)
+
+
+def _attach_time(group: h5py.Group, names) -> None:
+    if "t" not in group:
+        return
+    t = group["t"]
+    if not t.is_scale:
+        t.make_scale("t")
+    for name in names:
+        if name in group and name != "t":
+            ds = group[name]
+            if not ds.dims[0]:
+                ds.dims[0].attach_scale(t)
+                ds.dims[0].label = "t"
+
+
+# --- model <-> HDF5 ---------------------------------------------------------------------------------
+def write_model(f: h5py.File, model: Model) -> None:
+    g = f.require_group("model")
+    for k in ("d", "beta", "flow", "attention", "strength", "noise"):
+        g.attrs[k] = getattr(model, k)
+    if model.perceptron is not None:
+        p = g.require_group("perceptron")
+        info = model.perceptron.to_dict()
+        for k in ("a", "b", "c", "w"):
+            if k in info:
+                _replace(p, k, info[k])
+        p.attrs["activation"] = info["activation"]
+        p.attrs["form"] = info["form"]
+
+
+def read_model(f: h5py.File) -> Model:
+    g = f["model"]
+    a = g.attrs
+    perceptron = None
+    if "perceptron" in g:
+        p = g["perceptron"]
+        perceptron = Perceptron(p["a"][()], c=p["c"][()] if "c" in p else None, w=p["w"][()] if "w" in p else None,
+                                b=p["b"][()], activation=str(p.attrs["activation"]))
+    return Model(d=int(a["d"]), beta=float(a["beta"]), flow=str(a["flow"]), attention=str(a["attention"]),
+                 strength=float(a["strength"]), perceptron=perceptron, noise=float(a["noise"]))
+
+
+# --- the writer ------------------------------------------------------------------------------------
+class ArchiveWriter:
+    """Writes one run into an HDF5 archive as it goes (see the module docstring for the layout).
+
+    Parameters
+    ----------
+    path : archive path
+    mode : "create" (a new file; the caller decides about overwriting) or "resume" (an existing archive)
+    config_text, name, command, model : written at creation
+    """
+
+    def __init__(self, path: str | Path, mode: str, *, config_text: str = "", name: str = "", command: str = "",
+                 model: Model | None = None) -> None:
+        self.path = Path(path)
+        if mode == "create":
+            self.f = h5py.File(self.path, "w")
+            a = self.f.attrs
+            a["format"] = FORMAT
+            a["format_version"] = FORMAT_VERSION
+            a["software_version"] = _software_version()
+            a["created"] = _now()
+            a["config"] = config_text
+            a["command"] = command
+            a["name"] = name
+            if model is not None:
+                write_model(self.f, model)
+            self.set_status("running")
+        elif mode == "resume":
+            self.f = _open(self.path, "r+")
+            self.f.attrs.setdefault("resumed", 0)
+            self.f.attrs["resumed"] = int(self.f.attrs["resumed"]) + 1
+            self.f.attrs["command"] = command or self.f.attrs.get("command", "")
+            self.set_status("running")
+        else:
+            raise ValueError(f"mode must be 'create' or 'resume', got {mode!r}")
+
+    # --- status -------------------------------------------------------------------------------------
+    def set_status(self, status: str) -> None:
+        self.f.attrs["status"] = status
+        self.f.attrs["updated"] = _now()
+        self.f.flush()
+
+    def close(self) -> None:
+        if self.f.id.valid:
+            self.f.close()
+
+    def __enter__(self) -> "ArchiveWriter":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # --- PDE ------------------------------------------------------------------------------------------
+    def pde_begin(self, grid: np.ndarray, options: dict, initial: str) -> None:
+        g = self.f.require_group("pde")
+        if "grid" not in g:
+            g.create_dataset("grid", data=grid)
+        g.attrs["options"] = _json(options)
+        g.attrs["initial"] = initial
+        g.attrs.setdefault("stop_reason", "")
+        g.attrs["complete"] = False
+        self.f.flush()
+
+    def pde_snapshot(self, snap: dict) -> None:
+        """Append one snapshot (the dict a solve_pde callback receives) and its restart state."""
+        g = self.f["pde"]
+        _append(g, "t", snap["t"], dtype=float)
+        _append(g, "coeffs", snap["coeffs"], compress=True, dtype=complex)
+        _append(g, "degree", snap["degree"], dtype=np.int64)
+        _append(g, "density", snap["density"], compress=True, dtype=float)
+        for k in PDE_SERIES:
+            _append(g, k, snap[k], dtype=float)
+        st = g.require_group("steps")
+        steps = snap.get("steps", {})
+        for k, dt in (("t", float), ("dt", float), ("error", float), ("accepted", bool)):
+            _extend(st, k, steps.get(k, []), dtype=dt)
+        restart = dict(snap["restart"])
+        _replace(g, "refinements", np.array(restart.pop("refinements", []), dtype=float).reshape(-1, 3))
+        r = g.require_group("restart")
+        _replace(r, "coeffs", restart.pop("coeffs"))
+        for k, v in restart.items():
+            r.attrs[k] = v
+        r.attrs["snapshots"] = g["t"].shape[0]
+        r.attrs["step_rows"] = st["t"].shape[0]
+        if g["t"].shape[0] == 1:
+            _attach_time(g, ("coeffs", "degree", "density") + PDE_SERIES)
+        self.f.attrs["updated"] = _now()
+        self.f.flush()
+
+    def pde_finish(self, result) -> None:
+        """Record how the PDE run ended, and its atoms."""
+        g = self.f["pde"]
+        a = g.attrs
+        a["stop_reason"] = result.stop_reason
+        a["message"] = result.message
+        a["t_stop"] = result.t_stop
+        a["nsteps"] = result.nsteps
+        a["nrejected"] = result.nrejected
+        a["wall_time"] = float(a.get("wall_time", 0.0)) + result.wall_time
+        a["complete"] = result.stop_reason != "interrupted"
+        if result.stop_reason != "interrupted" and len(result.t):
+            self.write_atoms("pde", *result.atoms())
+        self.f.flush()
+
+    # --- particles ----------------------------------------------------------------------------------
+    def particles_begin(self, w: np.ndarray, options: dict, initial: str) -> None:
+        g = self.f.require_group("particles")
+        if "w" not in g:
+            g.create_dataset("w", data=np.asarray(w, dtype=float))
+        g.attrs["options"] = _json(options)
+        g.attrs["initial"] = initial
+        g.attrs.setdefault("stop_reason", "")
+        g.attrs["complete"] = False
+        self.f.flush()
+
+    def particles_snapshot(self, snap: dict) -> None:
+        g = self.f["particles"]
+        _append(g, "t", snap["t"], dtype=float)
+        _append(g, "x", snap["x"], compress=True, dtype=float)
+        for k in ("energy", "max_drift"):
+            _append(g, k, snap.get(k, np.nan), dtype=float)
+        _append(g, "n_clusters", snap.get("n_clusters", -1), dtype=np.int64)
+        restart = dict(snap["restart"])
+        r = g.require_group("restart")
+        for k, v in list(restart.items()):
+            if isinstance(v, np.ndarray) and v.ndim >= 1:
+                _replace(r, k, v)
+            elif isinstance(v, (dict, list, tuple)):
+                r.attrs[k] = _json(v)
+                r.attrs[f"{k}__json"] = True
+            elif v is None:
+                r.attrs[k] = "__none__"
+            else:
+                r.attrs[k] = v
+        r.attrs["snapshots"] = g["t"].shape[0]
+        if g["t"].shape[0] == 1:
+            _attach_time(g, ("x", "energy", "max_drift", "n_clusters"))
+        self.f.attrs["updated"] = _now()
+        self.f.flush()
+
+    def particles_finish(self, result, cluster_scale: float = 0.5) -> None:
+        g = self.f["particles"]
+        a = g.attrs
+        a["stop_reason"] = result.stop_reason
+        a["message"] = getattr(result, "message", "")
+        a["t_stop"] = getattr(result, "t_stop", float(result.t[-1]) if len(result.t) else 0.0)
+        a["wall_time"] = float(a.get("wall_time", 0.0)) + float(getattr(result, "wall_time", 0.0))
+        a["complete"] = result.stop_reason != "interrupted"
+        if result.stop_reason != "interrupted" and len(result.t):
+            centres, masses = result.clusters(-1, scale=cluster_scale)
+            self.write_atoms("particles", centres, masses, scale=cluster_scale)
+        self.f.flush()
+
+    # --- shared -------------------------------------------------------------------------------------
+    def write_atoms(self, which: str, positions: np.ndarray, masses: np.ndarray, **attrs) -> None:
+        g = self.f.require_group("atoms").require_group(which)
+        _replace(g, "positions", np.asarray(positions, dtype=float))
+        _replace(g, "masses", np.asarray(masses, dtype=float))
+        for k, v in attrs.items():
+            g.attrs[k] = v
+
+    def truncate_to_restart(self, section: str) -> dict | None:
+        """Drop rows written after the last complete restart state; return that state (None if none)."""
+        if section not in self.f or "restart" not in self.f[section]:
+            return None
+        g = self.f[section]
+        r = g["restart"]
+        n = int(r.attrs["snapshots"])
+        names = [k for k, v in g.items() if isinstance(v, h5py.Dataset) and v.maxshape and v.maxshape[0] is None]
+        _truncate(g, n, names)
+        if "steps" in g and "step_rows" in r.attrs:
+            _truncate(g["steps"], int(r.attrs["step_rows"]), list(g["steps"].keys()))
+        self.f.flush()
+        return read_restart(g)
+
+
+def read_restart(g: h5py.Group) -> dict:
+    r = g["restart"]
+    out: dict[str, Any] = {}
+    for k, v in r.attrs.items():
+        if k.endswith("__json"):
+            continue
+        if isinstance(v, str) and v == "__none__":
+            out[k] = None
+        elif r.attrs.get(f"{k}__json", False):
+            out[k] = json.loads(v)
+        else:
+            out[k] = v.item() if isinstance(v, np.generic) else v
+    for k, v in r.items():
+        out[k] = v[()]
+    if "refinements" in g:
+        out["refinements"] = [tuple(row) for row in g["refinements"][()]]
+    return out
+
+
+# --- reading ------------------------------------------------------------------------------------------
+def _open(path: str | Path, mode: str = "r") -> h5py.File:
+    p = Path(path)
+    if not p.exists():
+        raise ArchiveError(f"{p}: no such file")
+    try:
+        f = h5py.File(p, mode)
+    except OSError as e:
+        raise ArchiveError(f"{p}: not a readable HDF5 file ({e})") from None
+    fmt = f.attrs.get("format")
+    if fmt != FORMAT:
+        f.close()
+        raise ArchiveError(f"{p}: not an attnpde archive (format attribute {fmt!r}, expected {FORMAT!r})")
+    version = int(f.attrs.get("format_version", -1))
+    if version > FORMAT_VERSION:
+        f.close()
+        raise ArchiveError(f"{p}: archive format version {version} is newer than this software reads "
+                           f"({FORMAT_VERSION}); upgrade attnpde")
+    if "model" not in f:
+        f.close()
+        raise ArchiveError(f"{p}: damaged archive: no /model group")
+    return f
+
+
+def open_archive(path: str | Path, mode: str = "r") -> h5py.File:
+    """Open an attnpde archive as an h5py.File after checking its format (ArchiveError otherwise)."""
+    return _open(path, mode)
+
+
+def _read_pde(g: h5py.Group, model: Model):
+    from .pde import PDEResult
+    a = g.attrs
+    T = g["t"].shape[0] if "t" in g else 0
+    get = lambda k: g[k][:T] if k in g else np.zeros(0)
+    steps = {k: g["steps"][k][()] for k in g["steps"]} if "steps" in g else {}
+    restart = read_restart(g) if "restart" in g else None
+    return PDEResult(
+        model=model, t=get("t"), coeffs=get("coeffs"), degree=get("degree"), grid=g["grid"][()] if "grid" in g else None,
+        density=get("density"), energy=get("energy"), mass=get("mass"), min_density=get("min_density"),
+        tail=get("tail"), dissipation=get("dissipation"), steps=steps,
+        refinements=[tuple(r) for r in g["refinements"][()]] if "refinements" in g else [],
+        stop_reason=str(a.get("stop_reason", "")) or "killed", message=str(a.get("message", "no end recorded")),
+        t_stop=float(a.get("t_stop", g["t"][T - 1] if T else 0.0)), nsteps=int(a.get("nsteps", restart["nsteps"] if restart else 0)),
+        nrejected=int(a.get("nrejected", restart["nrejected"] if restart else 0)),
+        options=json.loads(a.get("options", "{}")), initial=str(a.get("initial", "")),
+        wall_time=float(a.get("wall_time", 0.0)), restart=restart)
+
+
+@dataclass
+class RunArchive:
+    """A run read back from its archive: model, results of each solver, comparison, provenance."""
+
+    path: Path
+    attrs: dict
+    model: Model
+    pde: Any
+    particles: Any
+    comparison: dict | None
+    atoms: dict
+
+    @property
+    def config_text(self) -> str:
+        return str(self.attrs.get("config", ""))
+
+    @property
+    def status(self) -> str:
+        return str(self.attrs.get("status", ""))
+
+
+def load(path: str | Path) -> RunArchive:
+    """Read a whole archive into objects: ``Model``, ``PDEResult``, ``ParticleResult``, comparison."""
+    with _open(path) as f:
+        try:
+            model = read_model(f)
+            pde = _read_pde(f["pde"], model) if "pde" in f and "t" in f["pde"] else None
+            particles = None
+            if "particles" in f and "t" in f["particles"]:
+                from .particles_archive import read_particles
+                particles = read_particles(f["particles"], model)
+            comparison = None
+            if "comparison" in f:
+                comparison = {k: v[()] for k, v in f["comparison"].items() if isinstance(v, h5py.Dataset)}
+                comparison.update({f"attr:{k}": v for k, v in f["comparison"].attrs.items()})
+            atoms = {}
+            if "atoms" in f:
+                for k, g in f["atoms"].items():
+                    atoms[k] = (g["positions"][()], g["masses"][()])
+            attrs = {k: (v.item() if isinstance(v, np.generic) else v) for k, v in f.attrs.items()}
+        except (KeyError, ValueError, OSError) as e:
+            raise ArchiveError(f"{path}: damaged archive ({e})") from None
+    return RunArchive(path=Path(path), attrs=attrs, model=model, pde=pde, particles=particles,
+                      comparison=comparison, atoms=atoms)

@@ -1,0 +1,74 @@
+"""Plain-text description of an archive: what the run was, how it ended, its key numbers."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from .archive import load
+
+__all__ = ["describe"]
+
+
+def _vec(v) -> str:
+    return "(" + ", ".join(f"{x:+.4f}" for x in np.asarray(v).ravel()) + ")"
+
+
+def _atoms_lines(positions, masses, limit: int = 8) -> list[str]:
+    lines = []
+    for p, m in list(zip(positions, masses))[:limit]:
+        lines.append(f"      mass {m:.4f} at {_vec(p)}")
+    if len(masses) > limit:
+        lines.append(f"      ... {len(masses) - limit} more (total mass {np.sum(masses):.4f})")
+    return lines
+
+
+def describe(path: str | Path) -> str:
+    run = load(path)
+    a = run.attrs
+    m = run.model
+    out = [f"archive {run.path}  ({a.get('format')} v{a.get('format_version')}, attnpde {a.get('software_version')})",
+           f"  name: {a.get('name', '')}   status: {run.status}   created {a.get('created')}   updated {a.get('updated')}",
+           f"  command: {a.get('command', '')}"]
+    if int(a.get("resumed", 0)):
+        out.append(f"  resumed {int(a['resumed'])} time(s)")
+    p = m.perceptron
+    out.append(f"model: S^{m.d - 1} (d = {m.d}), beta = {m.beta:g}, {m.flow}, attention {m.attention}, "
+               f"strength {m.strength:g}, noise {m.noise:g}")
+    out.append("  perceptron: none" if p is None else
+               f"  perceptron: {p.units} units, {p.activation}, {'gradient' if p.is_gradient else 'general'} form")
+    if run.pde is not None:
+        r = run.pde
+        out.append("pde:")
+        out.append(f"  initial: {r.initial}")
+        if run.status == "running" and not r.stop_reason or r.stop_reason == "killed":
+            out.append(f"  no end recorded (killed, or still running): last snapshot at t = {r.t[-1]:.6g}")
+        else:
+            out.append(f"  ended: {r.stop_reason} at t = {r.t_stop:.6g} — {r.message}")
+        out.append(f"  {len(r.t)} snapshots (t = {r.t[0]:.4g} .. {r.t[-1]:.4g}), {r.nsteps} steps "
+                   f"({r.nrejected} rejected), resolution {int(r.degree[0])} -> {int(r.degree[-1])}, "
+                   f"{len(r.refinements)} refinement(s), wall {r.wall_time:.1f} s")
+        out.append(f"  energy {r.energy[0]:.10g} -> {r.energy[-1]:.10g}; max |mass - 1| = "
+                   f"{np.max(np.abs(r.mass - 1)):.2e}; min rho (last) {r.min_density[-1]:.3g}; "
+                   f"spectral tail (last) {r.tail[-1]:.2e}")
+        if "pde" in run.atoms:
+            pos, mass = run.atoms["pde"]
+            heavy = int(np.sum(mass >= 0.01))
+            out.append(f"  atoms: {len(mass)} (mass >= 0.01: {heavy}), total mass {np.sum(mass):.4f}")
+            out += _atoms_lines(pos, mass)
+    if run.particles is not None:
+        r = run.particles
+        out.append("particles:")
+        out.append(f"  N = {r.x.shape[1]}, {len(r.t)} snapshots (t = {r.t[0]:.4g} .. {r.t[-1]:.4g})")
+        if not getattr(r, "stop_reason", "") or r.stop_reason == "killed":
+            out.append(f"  no end recorded (killed, or still running): last snapshot at t = {r.t[-1]:.6g}")
+        else:
+            out.append(f"  ended: {r.stop_reason} at t = {r.t_stop:.6g} — {getattr(r, 'message', '')}")
+        if "particles" in run.atoms:
+            pos, mass = run.atoms["particles"]
+            out.append(f"  clusters: {len(mass)} (mass >= 0.01: {int(np.sum(mass >= 0.01))})")
+            out += _atoms_lines(pos, mass)
+    if run.comparison:
+        from .comparison import describe_comparison
+        out += describe_comparison(run)
+    return "\n".join(out)

@@ -1,0 +1,207 @@
+"""PNG figures of an archived run (matplotlib, non-interactive).
+
+S^1: the density as a space-time image (angle against time, log colour scale) with particle
+trajectories over it; the final density against the particles' histogram with atoms and clusters
+marked; energy (and the solver's diagnostics) against time.
+S^2: maps of the density in the Mollweide (equal-area) projection at several times, with particles
+on top and atoms marked; energy against time.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from .archive import load
+
+__all__ = ["plot_archive"]
+
+
+def _plt():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def _angle(x: np.ndarray) -> np.ndarray:
+    return np.arctan2(x[..., 1], x[..., 0])
+
+
+def _title(run) -> str:
+    m = run.model
+    p = m.perceptron
+    perc = "no perceptron" if p is None else f"{p.activation} perceptron ({p.units} units)"
+    att = {"unnormalized": "USA", "normalized": "SA", "none": "no attention"}[m.attention]
+    return f"{run.attrs.get('name', '')}: S^{m.d - 1}, {att}, beta={m.beta:g}, {m.flow}, nu={m.noise:g}, {perc}"
+
+
+def _nearest(t_all: np.ndarray, t: float) -> int:
+    return int(np.argmin(np.abs(np.asarray(t_all) - t)))
+
+
+def plot_archive(path: str | Path, out_dir: str | Path | None = None) -> list[Path]:
+    """Write the figures of the archive at ``path`` into ``out_dir``; return their paths."""
+    run = load(path)
+    out = Path(out_dir) if out_dir else Path(path).with_suffix("").with_name(Path(path).stem + "_plots")
+    out.mkdir(parents=True, exist_ok=True)
+    files = []
+    if run.model.d == 2:
+        files += _circle_figures(run, out)
+    elif run.model.d == 3:
+        files += _sphere_figures(run, out)
+    files.append(_energy_figure(run, out))
+    if run.comparison:
+        from .comparison import plot_comparison
+        files += plot_comparison(run, out)
+    return files
+
+
+# --- S^1 ------------------------------------------------------------------------------------------------
+def _circle_figures(run, out: Path) -> list[Path]:
+    plt = _plt()
+    from matplotlib.colors import LogNorm
+    files = []
+    pde, part = run.pde, run.particles
+    if pde is not None:
+        th = _angle(pde.grid)
+        order = np.argsort(th)
+        fig, ax = plt.subplots(figsize=(9, 6))
+        dens = np.clip(pde.density[:, order], 1e-3, None)
+        T = pde.t
+        if len(T) > 1:
+            mesh = ax.pcolormesh(th[order], T, dens, shading="nearest", cmap="magma",
+                                 norm=LogNorm(vmin=max(1e-2, dens.min()), vmax=max(dens.max(), 1.1)))
+            fig.colorbar(mesh, ax=ax, label="rho (uniform = 1)")
+        if part is not None:
+            sel = np.linspace(0, part.x.shape[1] - 1, min(120, part.x.shape[1])).astype(int)
+            ang = _angle(part.x[:, sel, :])
+            tt = part.t
+            keep = tt <= T[-1] * 1.0000001 if len(T) > 1 else np.ones_like(tt, bool)
+            for j in range(len(sel)):
+                a = ang[keep, j]
+                jumps = np.abs(np.diff(a)) > np.pi   # break the line where it wraps around
+                tj = tt[keep].astype(float)
+                a_plot = np.insert(a, np.nonzero(jumps)[0] + 1, np.nan)
+                t_plot = np.insert(tj, np.nonzero(jumps)[0] + 1, np.nan)
+                ax.plot(a_plot, t_plot, color="cyan", lw=0.4, alpha=0.6)
+        if "pde" in run.atoms:
+            for pos, mass in zip(*run.atoms["pde"]):
+                ax.plot(_angle(pos), T[-1], marker="v", color="lime", ms=4 + 20 * mass, mec="k")
+        ax.set_xlim(-np.pi, np.pi)
+        ax.set_xlabel("angle theta")
+        ax.set_ylabel("time t")
+        ax.set_title("density over time" + (" with particle trajectories (cyan)" if part is not None else ""), fontsize=10)
+        fig.suptitle(_title(run), fontsize=10)
+        files.append(_save(fig, out / "spacetime.png"))
+
+    fig, ax = plt.subplots(figsize=(9, 5))
+    if pde is not None:
+        th = _angle(pde.grid)
+        order = np.argsort(th)
+        ax.semilogy(th[order], np.clip(pde.density[-1, order], 1e-4, None), color="C0",
+                    label=f"PDE rho at t = {pde.t[-1]:.4g}")
+        if "pde" in run.atoms:
+            for k, (pos, mass) in enumerate(zip(*run.atoms["pde"])):
+                ax.axvline(_angle(pos), color="C0", ls=":", lw=1)
+                ax.annotate(f"{mass:.3f}", (_angle(pos), 1.5), color="C0", fontsize=8, rotation=90)
+    if part is not None:
+        i = _nearest(part.t, pde.t[-1]) if pde is not None else -1
+        ang = _angle(part.x[i])
+        bins = np.linspace(-np.pi, np.pi, 201)
+        h, _ = np.histogram(ang, bins=bins, weights=part.w)
+        dens = h / np.diff(bins) * 2 * np.pi      # density w.r.t. the uniform probability measure
+        ax.stairs(np.clip(dens, 1e-4, None), bins, color="C1", label=f"particles (N = {part.x.shape[1]}) at t = {part.t[i]:.4g}")
+        if "particles" in run.atoms:
+            for pos, mass in zip(*run.atoms["particles"]):
+                ax.plot(_angle(pos), 0.5, marker="^", color="C1", ms=5 + 25 * mass, mec="k", ls="none")
+    ax.set_xlim(-np.pi, np.pi)
+    ax.set_ylim(1e-3, None)
+    ax.set_xlabel("angle theta")
+    ax.set_ylabel("density (uniform = 1)")
+    ax.legend(fontsize=8)
+    ax.set_title("final state: atoms (dotted, PDE masses) and clusters (triangles, size ~ mass)", fontsize=10)
+    fig.suptitle(_title(run), fontsize=10)
+    files.append(_save(fig, out / "final.png"))
+    return files
+
+
+# --- S^2 ------------------------------------------------------------------------------------------------
+def _lonlat(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    lon = np.arctan2(x[..., 1], x[..., 0])
+    lat = np.arcsin(np.clip(x[..., 2], -1, 1))
+    return lon, lat
+
+
+def _sphere_figures(run, out: Path) -> list[Path]:
+    plt = _plt()
+    from matplotlib.colors import LogNorm
+    pde, part = run.pde, run.particles
+    if pde is not None:
+        times = pde.t
+    else:
+        times = part.t
+    idx = np.unique(np.linspace(0, len(times) - 1, min(4, len(times))).astype(int))
+    fig = plt.figure(figsize=(5.2 * len(idx), 3.6))
+    for j, i in enumerate(idx):
+        ax = fig.add_subplot(1, len(idx), j + 1, projection="mollweide")
+        t = times[i]
+        if pde is not None:
+            lon, lat = _lonlat(pde.grid)
+            dens = np.clip(pde.density[i], 1e-2, None)
+            # the output grid is equiangular in (colatitude, longitude); pcolormesh wants sorted longitude
+            order = np.argsort(lon[0])
+            mesh = ax.pcolormesh(lon[:, order], lat[:, order], dens[:, order], shading="auto", cmap="magma",
+                                 norm=LogNorm(vmin=max(1e-2, dens.min()), vmax=max(dens.max(), 1.1)))
+            fig.colorbar(mesh, ax=ax, orientation="horizontal", fraction=0.05, pad=0.04)
+        if part is not None:
+            k = _nearest(part.t, t)
+            plon, plat = _lonlat(part.x[k])
+            ax.scatter(plon, plat, s=2, c="cyan", alpha=0.5, lw=0)
+        if i == idx[-1]:
+            for which, mk, col in (("pde", "v", "lime"), ("particles", "^", "white")):
+                if which in run.atoms:
+                    alon, alat = _lonlat(run.atoms[which][0])
+                    ax.scatter(alon, alat, marker=mk, s=30 + 300 * run.atoms[which][1], c=col, edgecolors="k")
+        ax.set_title(f"t = {t:.4g}", fontsize=9)
+        ax.grid(True, alpha=0.3)
+        ax.set_xticklabels([])
+    fig.suptitle(_title(run) + "\ndensity (Mollweide, log scale), particles (cyan), atoms (lime) and clusters (white)",
+                 fontsize=9)
+    return [_save(fig, out / "maps.png")]
+
+
+# --- energy -----------------------------------------------------------------------------------------------
+def _energy_figure(run, out: Path) -> Path:
+    plt = _plt()
+    pde, part = run.pde, run.particles
+    n = 2 if pde is not None else 1
+    fig, axes = plt.subplots(1, n, figsize=(6 * n, 4), squeeze=False)
+    ax = axes[0, 0]
+    if pde is not None:
+        ax.plot(pde.t, pde.energy, "o-", ms=3, label="PDE")
+    if part is not None and getattr(part, "energy", None) is not None:
+        ax.plot(part.t, part.energy, "-", label=f"particles (N = {part.x.shape[1]})")
+    ax.set_xlabel("time t")
+    ax.set_ylabel("energy E")
+    ax.legend(fontsize=8)
+    ax.set_title("energy", fontsize=10)
+    if pde is not None:
+        ax = axes[0, 1]
+        ax.semilogy(pde.t, np.maximum(pde.tail, 1e-17), "o-", ms=3, label="spectral tail")
+        ax.semilogy(pde.t, pde.density.reshape(len(pde.t), -1).max(axis=1), "s-", ms=3, label="max rho")
+        ax.semilogy(pde.t, pde.degree, "^-", ms=3, label="resolution")
+        ax.axhline(pde.options.get("tail_max", 1e-3), color="gray", ls=":", lw=1)
+        ax.set_xlabel("time t")
+        ax.set_title(f"PDE diagnostics — stop: {pde.stop_reason} at t = {pde.t_stop:.4g}", fontsize=10)
+        ax.legend(fontsize=8)
+    fig.suptitle(_title(run), fontsize=10)
+    return _save(fig, out / "energy.png")
+
+
+def _save(fig, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    import matplotlib.pyplot as plt
+    plt.close(fig)
+    return path

@@ -1,0 +1,250 @@
+"""Running a configuration end to end into one archive: PDE, particles, comparison.
+
+:func:`run_config` is what ``attnpde run`` does. Stages run in order (PDE, particles, comparison);
+each appends its snapshots to the archive as it goes. Ctrl-C ends the current stage cleanly
+(``stop_reason="interrupted"``, archive status "interrupted"); ``resume=True`` continues a killed or
+interrupted run from the last snapshot of each unfinished stage and ends at the same numbers as an
+uninterrupted run.
+"""
+from __future__ import annotations
+
+import contextlib
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from .archive import ArchiveError, ArchiveWriter, open_archive
+from .config import ConfigError, RunConfig, parse_config
+
+__all__ = ["run_config", "RunOutcome", "RunRefused", "Progress"]
+
+
+class RunRefused(RuntimeError):
+    """The run cannot start as asked (existing archive, nothing to resume, different configuration)."""
+
+
+@dataclass
+class RunOutcome:
+    path: Path
+    status: str                       # "finished" or "interrupted"
+    pde: object | None = None
+    particles: object | None = None
+    comparison: object | None = None
+    skipped: list = field(default_factory=list)
+
+
+class Progress:
+    """Progress of a stage: a tqdm bar on a terminal, plain periodic lines otherwise.
+
+    Called with the dict a solver's ``progress`` hook receives (t, t_final, dt, degree or n, ...).
+    """
+
+    def __init__(self, stage: str, t_final: float, t0: float = 0.0, *, stream=None, tty: bool | None = None,
+                 every: float = 5.0) -> None:
+        self.stage, self.t_final, self.stream = stage, t_final, stream or sys.stderr
+        self.tty = self.stream.isatty() if tty is None else tty
+        self.every = every
+        self.start = time.perf_counter()
+        self.t_start = t0
+        self.last = -1e9
+        self.bar = None
+        if self.tty:
+            from tqdm.auto import tqdm
+            self.bar = tqdm(total=t_final, initial=t0, desc=stage, unit="t", file=self.stream,
+                            bar_format="{desc}: {percentage:3.0f}%|{bar}| t={n:.4g}/{total:.4g} "
+                                       "[{elapsed}<{remaining}] {postfix}")
+
+    def __call__(self, info: dict) -> None:
+        t = float(info["t"])
+        extra = " ".join(f"{k}={_fmt(info[k])}" for k in ("dt", "degree", "nsteps", "n_clusters") if k in info)
+        if self.bar is not None:
+            self.bar.n = min(t, self.t_final)
+            self.bar.set_postfix_str(extra, refresh=False)
+            self.bar.update(0)
+            return
+        now = time.perf_counter()
+        if now - self.last < self.every and t < self.t_final:
+            return
+        self.last = now
+        elapsed = now - self.start
+        frac = (t - self.t_start) / max(self.t_final - self.t_start, 1e-300)
+        eta = elapsed * (1 - frac) / frac if frac > 0 else float("nan")
+        print(f"[{self.stage}] t={t:.6g}/{self.t_final:g} ({100 * t / self.t_final:.1f}%) {extra} "
+              f"elapsed {elapsed:.0f}s eta {eta:.0f}s", file=self.stream, flush=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _fmt(v) -> str:
+    return f"{v:.3g}" if isinstance(v, float) else str(v)
+
+
+@contextlib.contextmanager
+def deferred_interrupt():
+    """Hold Ctrl-C until the block ends (so an archive write is never cut in half); then raise it."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    hit = []
+    old = signal.signal(signal.SIGINT, lambda *a: hit.append(a))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)
+        if hit:
+            raise KeyboardInterrupt
+
+
+def _differences(a: dict, b: dict, path: str = "") -> list[str]:
+    out = []
+    for k in sorted(set(a) | set(b)):
+        p = f"{path}.{k}" if path else k
+        if k not in a or k not in b:
+            out.append(f"{p} ({'absent' if k not in a else repr(a[k])} vs {'absent' if k not in b else repr(b[k])})")
+        elif isinstance(a[k], dict) and isinstance(b[k], dict):
+            out += _differences(a[k], b[k], p)
+        elif a[k] != b[k]:
+            out.append(f"{p} ({a[k]!r} in the archive vs {b[k]!r})")
+    return out
+
+
+def check_resumable(path: Path, config: RunConfig) -> None:
+    """Refuse (RunRefused/ArchiveError) unless ``path`` is an unfinished run of the same configuration."""
+    with open_archive(path) as f:
+        status = str(f.attrs.get("status", ""))
+        text = str(f.attrs.get("config", ""))
+    if status == "finished":
+        raise RunRefused(f"{path}: the run is already finished; nothing to resume "
+                         "(use --force to start it again from scratch)")
+    try:
+        archived = parse_config(text, str(path))
+    except ConfigError as e:
+        raise ArchiveError(f"{path}: damaged archive: its configuration does not parse ({e})") from None
+    diff = _differences(archived.raw, config.raw)
+    if diff:
+        raise RunRefused(f"{path}: was made with a different configuration; differences: " + "; ".join(diff[:5]))
+
+
+def run_config(config: RunConfig, out: str | Path, *, resume: bool = False, force: bool = False,
+               command: str = "", progress: bool | None = None, log: Callable[[str], None] | None = None
+               ) -> RunOutcome:
+    """Run every stage of ``config`` into the archive ``out`` (see the module docstring).
+
+    Raises RunRefused / ArchiveError before doing any work when the archive situation is wrong.
+    """
+    out = Path(out)
+    log = log or (lambda s: print(s, file=sys.stderr, flush=True))
+    if resume:
+        if not out.exists():
+            raise RunRefused(f"{out}: no archive to resume (run without --resume to start)")
+        check_resumable(out, config)
+        writer = ArchiveWriter(out, "resume", command=command)
+    else:
+        if out.exists() and not force:
+            raise RunRefused(f"{out} exists; use --force to overwrite it or --resume to continue it")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        writer = ArchiveWriter(out, "create", config_text=config.text, name=config.name, command=command,
+                               model=config.model)
+    outcome = RunOutcome(path=out, status="running")
+    try:
+        stages = []
+        if config.pde is not None:
+            stages.append(("pde", _run_pde))
+        if config.particles is not None:
+            stages.append(("particles", _run_particles))
+        for name, stage in stages:
+            done = writer.f.get(name) is not None and bool(writer.f[name].attrs.get("complete", False))
+            if done:
+                outcome.skipped.append(name)
+                log(f"[{name}] already complete in the archive: skipped")
+                continue
+            result = stage(config, writer, resume, progress, log)
+            setattr(outcome, name, result)
+            if result.stop_reason == "interrupted":
+                writer.set_status("interrupted")
+                outcome.status = "interrupted"
+                return outcome
+        if config.compare is not None:
+            from .comparison import compare_into_archive
+            outcome.comparison = compare_into_archive(writer, config)
+        writer.set_status("finished")
+        outcome.status = "finished"
+        return outcome
+    except KeyboardInterrupt:
+        writer.set_status("interrupted")
+        outcome.status = "interrupted"
+        return outcome
+    finally:
+        writer.close()
+
+
+def _run_pde(config: RunConfig, writer: ArchiveWriter, resume: bool, progress, log):
+    from .pde import PDEOptions, solve_pde, space_for
+
+    kw = config.pde_kwargs()
+    degree, t_final = kw.pop("degree"), kw.pop("t_final")
+    save_every = kw.pop("save_every", None)
+    initial = kw.pop("initial")
+    restart = writer.truncate_to_restart("pde") if resume else None
+    if restart is None:
+        space = space_for(config.model.d)[1]
+        opts = PDEOptions.from_kwargs(kw)
+        grid = space.output_grid(opts.output_points or space.default_output_points)
+        writer.pde_begin(grid, opts.to_dict(), "uniform" if initial == "uniform" else
+                         f"[initial] {config.initial}")
+        log(f"[pde] S^{config.model.d - 1}, degree {degree}, t_final {t_final}, save_every {save_every}")
+    else:
+        log(f"[pde] resuming from the snapshot at t = {restart['t']:.6g} (degree {restart['degree']})")
+    bar = Progress("pde", t_final, float(restart["t"]) if restart else 0.0, tty=progress)
+
+    def snapshot(snap):
+        with deferred_interrupt():
+            writer.pde_snapshot(snap)
+
+    try:
+        result = solve_pde(config.model, t_final, degree, initial=initial, save_every=save_every,
+                           progress=bar, callback=snapshot, restart=restart, **kw)
+    finally:
+        bar.close()
+    with deferred_interrupt():
+        writer.pde_finish(result)
+    log(f"[pde] {result.stop_reason} at t = {result.t_stop:.6g}: {result.message} "
+        f"({result.nsteps} steps, {result.wall_time:.1f} s)")
+    return result
+
+
+def _run_particles(config: RunConfig, writer: ArchiveWriter, resume: bool, progress, log):
+    from .particles import simulate_particles
+
+    kw = config.particle_kwargs()
+    t_final = kw["t_final"]
+    restart = writer.truncate_to_restart("particles") if resume else None
+    if restart is None:
+        log(f"[particles] N = {kw['n']} on S^{config.model.d - 1}, t_final {t_final}")
+    else:
+        log(f"[particles] resuming from the snapshot at t = {float(restart['t']):.6g}")
+    bar = Progress("particles", t_final, float(restart["t"]) if restart else 0.0, tty=progress)
+    state = {"begun": restart is not None}
+
+    def snapshot(snap):
+        with deferred_interrupt():
+            if not state["begun"]:
+                writer.particles_begin(snap["w"], snap.get("options", {}), str(config.initial))
+                state["begun"] = True
+            writer.particles_snapshot(snap)
+
+    try:
+        result = simulate_particles(config.model, progress=bar, callback=snapshot, restart=restart, **kw)
+    finally:
+        bar.close()
+    with deferred_interrupt():
+        scale = (config.particles.get("stop") or {}).get("scale", 0.5)
+        writer.particles_finish(result, cluster_scale=scale)
+    log(f"[particles] {result.stop_reason} at t = {result.t_stop:.6g}: {getattr(result, 'message', '')}")
+    return result

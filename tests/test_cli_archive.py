@@ -1,0 +1,227 @@
+"""Configurations, the attnpde command and HDF5 archives: bad input, round trips, kill -9, Ctrl-C, resume."""
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+
+from solvers import Model, Perceptron, solve_pde
+from solvers.archive import ArchiveError, load
+from solvers.config import ConfigError, load_config, parse_config
+
+ROOT = Path(__file__).resolve().parents[1]
+
+PDE_CFG = """
+[run]
+name = "t"
+[model]
+d = 2
+beta = 1.0
+flow = "ascent"
+[model.perceptron]
+units = 2
+activation = "relu"
+seed = 111
+[pde]
+degree = 64
+t_final = {t_final}
+save_every = {save_every}
+max_degree = {max_degree}
+tail_max = 1e-2
+"""
+
+
+def cli(*args, cwd=ROOT, timeout=300):
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return subprocess.run([sys.executable, "-m", "solvers.cli", *map(str, args)], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def write(tmp_path, text, name="c.toml"):
+    p = tmp_path / name
+    p.write_text(text)
+    return p
+
+
+# --- configuration validation ------------------------------------------------------------------------
+BASE = '[model]\nd = 2\nbeta = 1.0\nflow = "ascent"\n'
+PDE = '[pde]\ndegree = 32\nt_final = 1.0\n'
+
+
+@pytest.mark.parametrize("text, path, what", [
+    (BASE + PDE + "[extra]\nx = 1\n", "extra", "unknown key"),
+    (BASE + "betta = 2\n" + PDE, "model.betta", "unknown key"),
+    (BASE + PDE + "tolerance = 1e-3\n", "pde.tolerance", "unknown key"),
+    ('[model]\nd = 2\nbeta = "one"\nflow = "ascent"\n' + PDE, "model.beta", "must be a number"),
+    ('[model]\nd = 2\nbeta = -1.0\nflow = "ascent"\n' + PDE, "model.beta", ">= 0"),
+    ('[model]\nd = 2.0\nbeta = 1.0\nflow = "ascent"\n' + PDE, "model.d", "must be an integer"),
+    ('[model]\nd = 1\nbeta = 1.0\nflow = "ascent"\n' + PDE, "model.d", ">= 2"),
+    ('[model]\nd = 2\nbeta = 1.0\nflow = "up"\n' + PDE, "model.flow", "'ascent', 'descent'"),
+    ('[model]\nd = 2\nbeta = 1.0\n' + PDE, "model.flow", "is required"),
+    (BASE + 'attention = "normalized"\nstrength = 2.0\n' + PDE, "model.strength", "plays no role"),
+    (BASE + "noise = -0.1\n" + PDE, "model.noise", ">= 0"),
+    ('[model]\nd = 5\nbeta = 1.0\nflow = "ascent"\n' + PDE, "pde", "circle (d = 2) and the sphere (d = 3)"),
+    (BASE + "[pde]\ndegree = 64\nt_final = 1.0\nmax_degree = 32\n", "pde.max_degree", ">= pde.degree"),
+    (BASE + "[pde]\ndegree = 64\nt_final = 1.0\nsave_every = 2.0\n", "pde.save_every", "<= pde.t_final"),
+    (BASE + "[pde]\ndegree = 64\nt_final = 1.0\ntail_tol = 1e-2\ntail_max = 1e-3\n", "pde", "tail_max"),
+    (BASE + "[pde]\ndegree = 2\nt_final = 1.0\n", "pde.degree", ">= 4"),
+    (BASE + '[pde]\ndegree = 64\nt_final = 1.0\nmethod = "RK45"\n', "pde.method", "'DP54', 'BS32'"),
+    (BASE + "[pde]\ndegree = 64\nt_final = 0\n", "pde.t_final", "> 0"),
+    (BASE + "[pde]\ndegree = 64\n", "pde.t_final", "is required"),
+    (BASE + "[model.perceptron]\nunits = 2\nactivation = \"softplus\"\n" + PDE, "model.perceptron.activation", "'relu'"),
+    (BASE + "[model.perceptron]\na = [[1.0, 0.0, 0.0]]\nc = [1.0]\n" + PDE, "model.perceptron.a", "d = 2 entries"),
+    (BASE + "[model.perceptron]\na = [[0.0, 0.0]]\nc = [1.0]\n" + PDE, "model.perceptron", "direction a_0 is zero"),
+    (BASE + "[model.perceptron]\na = [[1.0, 0.0]]\n" + PDE, "model.perceptron", "exactly one of c"),
+    (BASE + "[model.perceptron]\nunits = 2\na = [[1.0, 0.0]]\nc = [1.0]\n" + PDE, "model.perceptron", "not both"),
+    (BASE + '[initial]\nkind = "von_mises"\nmu = [1.0, 0.0, 0.0]\nkappa = 2.0\n' + PDE, "initial.mu", "d = 2 entries"),
+    (BASE + '[initial]\nkind = "von_mises"\nmu = [1.0, 0.0]\n' + PDE, "initial.kappa", "is required"),
+    (BASE + '[initial]\nkind = "zonal_harmonic"\ndegree = 2\namplitude = 1.5\n' + PDE, "initial.amplitude", "<= 1"),
+    (BASE + PDE + "[compare]\nmoments = 4\n", "compare", "needs both"),
+    (BASE, "", "nothing to run"),
+    (BASE + PDE + "[pde\n", "", "not valid TOML"),
+])
+def test_bad_configuration_is_refused(tmp_path, text, path, what):
+    with pytest.raises(ConfigError) as e:
+        parse_config(text)
+    assert e.value.path == path and what in str(e.value), str(e.value)
+    # the command line: exit status 2, one clear line naming the key path, no traceback, no file
+    cfg = write(tmp_path, text)
+    r = cli("run", cfg)
+    assert r.returncode == 2, r.stderr
+    assert "Traceback" not in r.stderr and (path or "attnpde: error") in r.stderr and what in r.stderr
+    assert not cfg.with_suffix(".h5").exists()
+
+
+def test_example_configurations_are_valid():
+    configs = sorted((ROOT / "runs").glob("*.toml"))
+    assert configs
+    for p in configs:
+        load_config(p)
+
+
+# --- run, archive, load ------------------------------------------------------------------------------------
+def test_round_trip_run_archive_load(tmp_path):
+    cfg = write(tmp_path, PDE_CFG.format(t_final=1.0, save_every=0.25, max_degree=512))
+    r = cli("run", cfg, "--quiet")
+    assert r.returncode == 0, r.stderr
+    run = load(cfg.with_suffix(".h5"))
+    # the same run in memory
+    model = Model(2, 1.0, "ascent", perceptron=Perceptron.random(2, 2, "relu", 1.0, seed=111))
+    ref = solve_pde(model, 1.0, 64, save_every=0.25, max_degree=512, tail_max=1e-2)
+    pde = run.pde
+    assert run.status == "finished" and pde.stop_reason == ref.stop_reason
+    assert np.array_equal(pde.t, ref.t) and np.array_equal(pde.degree, ref.degree)
+    assert np.array_equal(pde.coeffs, ref.coeffs) and np.array_equal(pde.density, ref.density)
+    for k in ("energy", "mass", "min_density", "tail", "dissipation"):
+        assert np.array_equal(getattr(pde, k), getattr(ref, k)), k
+    assert np.array_equal(pde.steps["dt"], ref.steps["dt"]) and pde.refinements == [tuple(map(float, r)) for r in ref.refinements]
+    assert np.array_equal(run.model.perceptron.a, model.perceptron.a)
+    assert np.allclose(run.atoms["pde"][1], ref.atoms().masses)
+    with h5py.File(cfg.with_suffix(".h5")) as f:
+        assert f.attrs["format"] == "attnpde-run" and "beta = 1.0" in f.attrs["config"]
+        assert f["pde/energy"].dims[0][0] == f["pde/t"]          # time axis attached as a dimension scale
+        assert f["pde/density"].compression == "gzip" and f["pde/density"].chunks[0] == 1
+    info = cli("info", cfg.with_suffix(".h5"))
+    assert info.returncode == 0 and "ended: resolution" in info.stdout or "ended: t_final" in info.stdout
+    assert "atoms:" in info.stdout
+    plot = cli("plot", cfg.with_suffix(".h5"), "--out", tmp_path / "png")
+    assert plot.returncode == 0, plot.stderr
+    pngs = sorted((tmp_path / "png").glob("*.png"))
+    assert {p.name for p in pngs} >= {"spacetime.png", "final.png", "energy.png"}
+    assert all(p.stat().st_size > 10_000 for p in pngs)
+
+
+def test_existing_archive_is_not_overwritten(tmp_path):
+    cfg = write(tmp_path, PDE_CFG.format(t_final=0.2, save_every=0.1, max_degree=256))
+    assert cli("run", cfg, "--quiet").returncode == 0
+    out = cfg.with_suffix(".h5")
+    before = out.read_bytes()
+    r = cli("run", cfg, "--quiet")
+    assert r.returncode == 2 and "exists; use --force" in r.stderr and out.read_bytes() == before
+    assert cli("run", cfg, "--quiet", "--force").returncode == 0
+    r = cli("run", cfg, "--resume")
+    assert r.returncode == 2 and "already finished" in r.stderr
+
+
+def _start_and_wait(cfg, out, min_snapshots=3):
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.Popen([sys.executable, "-m", "solvers.cli", "run", str(cfg), "--out", str(out), "--quiet"],
+                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    while time.time() < deadline and not out.exists():
+        time.sleep(0.05)
+    time.sleep(1.2)
+    return proc
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT])
+def test_killed_or_interrupted_run_resumes_to_the_same_numbers(tmp_path, sig):
+    text = PDE_CFG.format(t_final=2.5, save_every=0.02, max_degree=2048)
+    cfg = write(tmp_path, text)
+    full = tmp_path / "full.h5"
+    assert cli("run", cfg, "--out", full, "--quiet").returncode == 0
+    cut = tmp_path / "cut.h5"
+    proc = _start_and_wait(cfg, cut)
+    proc.send_signal(sig)
+    proc.wait(timeout=60)
+    if sig == signal.SIGINT:
+        assert proc.returncode == 130, proc.stderr.read()
+    run = load(cut)                                       # readable after the kill / interrupt
+    assert run.status == ("interrupted" if sig == signal.SIGINT else "running")
+    n_cut = len(run.pde.t)
+    ref = load(full).pde
+    assert 2 <= n_cut < len(ref.t), "the run was not cut in the middle"
+    assert np.array_equal(run.pde.t, ref.t[:n_cut])
+    r = cli("run", cfg, "--out", cut, "--resume", "--quiet")
+    assert r.returncode == 0, r.stderr
+    done = load(cut)
+    assert done.status == "finished" and done.pde.stop_reason == ref.stop_reason
+    assert np.array_equal(done.pde.t, ref.t)
+    assert np.abs(done.pde.coeffs - ref.coeffs).max() <= 1e-12
+    assert np.abs(done.pde.energy - ref.energy).max() <= 1e-12
+    assert done.pde.nsteps == ref.nsteps and np.array_equal(done.pde.steps["dt"], ref.steps["dt"])
+
+
+def test_resume_refuses_other_configuration_and_bad_files(tmp_path):
+    cfg = write(tmp_path, PDE_CFG.format(t_final=2.5, save_every=0.02, max_degree=2048))
+    out = tmp_path / "a.h5"
+    proc = _start_and_wait(cfg, out)
+    proc.send_signal(signal.SIGINT)
+    proc.wait(timeout=60)
+    other = write(tmp_path, PDE_CFG.format(t_final=2.5, save_every=0.02, max_degree=2048).replace("beta = 1.0", "beta = 2.0"),
+                  "other.toml")
+    r = cli("run", other, "--out", out, "--resume")
+    assert r.returncode == 2 and "different configuration" in r.stderr and "model.beta" in r.stderr
+    # foreign and damaged files
+    foreign = tmp_path / "foreign.h5"
+    with h5py.File(foreign, "w") as f:
+        f["x"] = 1
+    text = tmp_path / "text.h5"
+    text.write_text("not hdf5")
+    damaged = tmp_path / "damaged.h5"
+    damaged.write_bytes(out.read_bytes()[:2000])
+    for bad, what in ((foreign, "not an attnpde archive"), (text, "not a readable HDF5 file"),
+                      (damaged, "not a readable HDF5 file"), (tmp_path / "missing.h5", "no such file")):
+        for args in (("info", bad), ("plot", bad), ("run", cfg, "--out", bad, "--resume")):
+            r = cli(*args)
+            expected = "no archive to resume" if bad.name == "missing.h5" and args[0] == "run" else what
+            assert r.returncode == 2 and expected in r.stderr and "Traceback" not in r.stderr, (args, r.stderr)
+        with pytest.raises(ArchiveError):
+            load(bad)
+
+
+def test_sweep_writes_one_archive_per_beta(tmp_path):
+    cfg = write(tmp_path, PDE_CFG.format(t_final=0.5, save_every=0.25, max_degree=256), "sw.toml")
+    r = cli("sweep", cfg, "--beta", "0.5,2", "--workers", "2", "--out", tmp_path / "sw")
+    assert r.returncode == 0, r.stderr
+    assert sorted(p.name for p in (tmp_path / "sw").glob("*.h5")) == ["t_beta0.5.h5", "t_beta2.h5"]
+    assert load(tmp_path / "sw" / "t_beta2.h5").model.beta == 2.0
+    assert (tmp_path / "sw" / "clusters_vs_sqrt_beta.png").exists()
+    assert "sqrt(beta)" in r.stdout
+    bad = cli("sweep", cfg, "--beta", "1,x")
+    assert bad.returncode == 2 and "'x' is not a number" in bad.stderr
