@@ -2,6 +2,8 @@
 
 A configuration has these tables (either solver may be absent, not both)::
 
+    [run]                   name, description; archive: compression ("density" | "all" | "none"),
+                            flush_interval (seconds between archive writes, 0 = every snapshot)
     [model]                 d, beta, flow, attention, strength, noise
     [model.perceptron]      random: units, activation, scale, seed, form, bias_scale
                             or explicit: a, c | w, b, activation
@@ -194,7 +196,8 @@ COMPARE = Table({
     "moments": Int(min=1), "mmd_beta": NONNEG, "atom_tol": POS, "atom_threshold": POS, "cluster_scale": POS,
 })
 
-RUN = Table({"name": Str(), "description": Str()})
+RUN = Table({"name": Str(), "description": Str(), "compression": Choice(("density", "all", "none")),
+             "flush_interval": NONNEG})
 
 SCHEMA = Table({"run": RUN, "model": MODEL, "initial": INITIAL, "pde": PDE, "particles": PARTICLES,
                 "compare": COMPARE}, required=("model",))

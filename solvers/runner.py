@@ -144,13 +144,16 @@ def run_config(config: RunConfig, out: str | Path, *, resume: bool = False, forc
         if not out.exists():
             raise RunRefused(f"{out}: no archive to resume (run without --resume to start)")
         check_resumable(out, config)
-        writer = ArchiveWriter(out, "resume", command=command)
+        writer = ArchiveWriter(out, "resume", command=command,
+                               flush_interval=config.raw.get("run", {}).get("flush_interval", 1.0))
     else:
         if out.exists() and not force:
             raise RunRefused(f"{out} exists; use --force to overwrite it or --resume to continue it")
         out.parent.mkdir(parents=True, exist_ok=True)
+        run = config.raw.get("run", {})
         writer = ArchiveWriter(out, "create", config_text=config.text, name=config.name, command=command,
-                               model=config.model)
+                               model=config.model, compression=run.get("compression", "density"),
+                               flush_interval=run.get("flush_interval", 1.0))
     outcome = RunOutcome(path=out, status="running")
     try:
         stages = []

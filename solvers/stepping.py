@@ -97,21 +97,37 @@ class IFRungeKutta:
         self.rhs = rhs
         self.tableau = tableau
         self.lin = None if lin is None or not np.any(lin) else np.asarray(lin, dtype=float)
-        self._factors: dict[float, np.ndarray] = {}
+        tab = tableau
+        # (j, weight, tau) with the factor e^{tau h L} applied to k_j, for every stage and the outputs
+        self._stages = [[(j, a, tab.c[i] - tab.c[j]) for j, a in enumerate(tab.A[i]) if a != 0.0]
+                        for i in range(tab.stages)]
+        self._final = [(j, b, 1.0 - tab.c[j]) for j, b in enumerate(tab.b) if b != 0.0]
+        self._error = [(j, e, 1.0 - tab.c[j]) for j, e in enumerate(tab.e) if e != 0.0] if tab.e else []
+        taus = {t for plan in self._stages + [self._final, self._error] for (_, _, t) in plan}
+        taus |= set(tab.c) | {1.0}
+        self._taus = sorted(t for t in taus if t != 0.0)
         self._h = None
+        self._F: dict[float, np.ndarray] = {}
 
-    def _factor(self, tau: float, h: float) -> np.ndarray | float:
-        """e^{tau h L} (cached for the current step size)."""
-        if self.lin is None or tau == 0.0:
-            return 1.0
+    def _factors(self, h: float) -> dict:
+        """e^{tau h L} for every tau the tableau needs (computed once per step size)."""
         if h != self._h:
-            self._factors.clear()
+            hl = h * self.lin
+            self._F = {t: np.exp(t * hl) for t in self._taus}
             self._h = h
-        f = self._factors.get(tau)
-        if f is None:
-            f = np.exp((tau * h) * self.lin)
-            self._factors[tau] = f
-        return f
+        return self._F
+
+    def _combine(self, u, base: float, plan, k, h, F) -> np.ndarray:
+        # e^{base h L} u + h sum_j w_j e^{tau_j h L} k_j
+        if F is None:
+            out = u.copy()
+            for j, w, _ in plan:
+                out += (h * w) * k[j]
+            return out
+        out = u * F[base] if base != 0.0 else u.copy()
+        for j, w, tau in plan:
+            out += (h * w) * (k[j] * F[tau]) if tau != 0.0 else (h * w) * k[j]
+        return out
 
     def step(self, t: float, u: np.ndarray, h: float, f0: np.ndarray | None = None
              ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
@@ -125,36 +141,23 @@ class IFRungeKutta:
         """
         tab = self.tableau
         s = tab.stages
+        F = self._factors(h) if self.lin is not None else None
         k: list = [None] * s
-
-        def combine(base_tau: float, weights, taus) -> np.ndarray:
-            # e^{base_tau h L} u + h sum_j w_j e^{(base_tau - c_j) h L} k_j
-            out = u * self._factor(base_tau, h) if self.lin is not None else u.copy()
-            for j, wj in enumerate(weights):
-                if wj != 0.0:
-                    term = k[j] if self.lin is None else k[j] * self._factor(base_tau - taus[j], h)
-                    out += (h * wj) * term
-            return out
-
         k[0] = self.rhs(t, u, s == 1 and tab.fsal) if f0 is None else f0
         u_new = None
         for i in range(1, s):
-            U = combine(tab.c[i], tab.A[i], tab.c)
-            if tab.fsal and i == s - 1:
-                # the last FSAL stage is evaluated exactly at u_new
-                u_new = U
-                k[i] = self.rhs(t + tab.c[i] * h, U, True)
-            else:
-                k[i] = self.rhs(t + tab.c[i] * h, U, False)
+            U = self._combine(u, tab.c[i], self._stages[i], k, h, F)
+            last = tab.fsal and i == s - 1
+            if last:
+                u_new = U          # the last FSAL stage is evaluated exactly at u_new
+            k[i] = self.rhs(t + tab.c[i] * h, U, last)
         if u_new is None:
-            u_new = combine(1.0, tab.b, tab.c)
+            u_new = self._combine(u, 1.0, self._final, k, h, F)
         err = None
-        if tab.e is not None:
+        if self._error:
             err = np.zeros_like(u_new)
-            for j, ej in enumerate(tab.e):
-                if ej != 0.0:
-                    term = k[j] if self.lin is None else k[j] * self._factor(1.0 - tab.c[j], h)
-                    err += (h * ej) * term
+            for j, e, tau in self._error:
+                err += (h * e) * (k[j] * F[tau] if F is not None and tau != 0.0 else k[j])
         return u_new, (k[-1] if tab.fsal else None), err
 
 

@@ -155,7 +155,7 @@ def _start_and_wait(cfg, out, min_snapshots=3):
     deadline = time.time() + 60
     while time.time() < deadline and not out.exists():
         time.sleep(0.05)
-    time.sleep(1.2)
+    time.sleep(1.8)     # snapshots reach the file at least once a second (flush_interval)
     return proc
 
 
