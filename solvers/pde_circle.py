@@ -122,6 +122,55 @@ class CircleSpace:
         """Wavenumber of each canonical coefficient."""
         return np.arange(degree, dtype=float)
 
+    # --- comparison with particles -----------------------------------------------------------------
+    sigma_factor = 1.0   # ∫ f g dsigma = sigma_factor * sum_k mult_k Re(f_k conj g_k)
+
+    @staticmethod
+    def multiplicity(degree: int) -> np.ndarray:
+        """How often each canonical coefficient counts in sums over all modes (k and -k)."""
+        m = np.full(degree, 2.0)
+        m[0] = 1.0
+        return m
+
+    @staticmethod
+    def harmonic_degree(degree: int) -> np.ndarray:
+        return np.arange(degree)
+
+    @staticmethod
+    def particle_coefficients(x: np.ndarray, w: np.ndarray, degree: int) -> np.ndarray:
+        """Canonical coefficients of mu = sum_i w_i delta_{x_i}: c_k = sum_i w_i exp(-i k theta_i)."""
+        theta = np.arctan2(x[:, 1], x[:, 0])
+        z = np.exp(-1j * theta)
+        out = np.empty(degree, dtype=complex)
+        p = np.asarray(w, dtype=complex).copy()
+        for k in range(degree):          # O(N K) by the recurrence z^k, no (N, K) array
+            out[k] = p.sum()
+            p *= z
+        return out
+
+    @staticmethod
+    def quadrature(c: np.ndarray, npoints: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(points (n, 2), weights (n,), rho (n,)) on an equispaced grid fine enough for c (n >= 4K)."""
+        n = npoints or max(4 * np.shape(c)[-1], 1024)
+        return CircleSpace.output_grid(n), np.full(n, 1.0 / n), fourier.interpolate(c, n)
+
+    @staticmethod
+    def cdf(c: np.ndarray, theta: np.ndarray) -> np.ndarray:
+        """F(theta) = ∫_{-pi}^{theta} rho dsigma for theta in [-pi, pi] (exact, from the coefficients)."""
+        c = np.asarray(c)
+        theta = np.asarray(theta, dtype=float)
+        k = np.arange(1, c.shape[-1])
+        out = c[0].real * (theta + np.pi) / (2 * np.pi)
+        block = max(1, (1 << 22) // max(k.size, 1))
+        flat = theta.ravel()
+        res = np.empty(flat.size)
+        ck = c[1:] / (1j * k) / np.pi          # 2 Re[...] / (2 pi)
+        base = np.exp(-1j * k * np.pi)
+        for s in range(0, flat.size, block):
+            e = np.exp(1j * np.outer(flat[s:s + block], k)) - base
+            res[s:s + block] = (e @ ck).real
+        return out + res.reshape(theta.shape)
+
 
 class CircleDiscretization:
     """Right-hand side and diagnostics of the PDE on S^1 with K modes.
