@@ -52,6 +52,14 @@ def test_grid_is_dealiased_and_weights_are_a_probability(L):
     assert X.shape == (b.nlat, b.nphi, 3) and np.allclose(np.linalg.norm(X, axis=-1), 1, atol=1e-15)
 
 
+def test_timed_initialisation_gives_the_same_transforms():
+    """effort != FFTW_ESTIMATE lets SHTns time its variants (sht_gauss); same grid, same results."""
+    a, b = SphereBasis(12), SphereBasis(12, effort="FFTW_MEASURE")
+    assert (a.nlat, a.nphi) == (b.nlat, b.nphi) and np.array_equal(a.cos_theta, b.cos_theta)
+    c = b.from_canonical(random_real_coefficients(12))
+    assert np.abs(a.synth(c) - b.synth(c)).max() < 1e-13
+
+
 def test_quadrature_integrates_polynomials_exactly():
     b = SphereBasis(12)
     x, y, z = np.moveaxis(b.points, -1, 0)
