@@ -422,3 +422,18 @@ def test_bad_input_is_refused(call, match):
 def test_discretization_needs_d3():
     with pytest.raises(ValueError, match="needs d = 3"):
         SphereDiscretization(Model(2, 1.0, "ascent"), 16)
+
+
+def test_benchmark_script_returns_records():
+    import importlib.util
+    import pathlib
+    path = pathlib.Path(__file__).resolve().parents[1] / "scripts" / "bench_sphere_rhs.py"
+    spec = importlib.util.spec_from_file_location("bench_sphere_rhs", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    recs = mod.run(degrees=(15,), repeats=1)
+    assert len(recs) == 2
+    for r in recs:
+        assert {"case", "seconds", "floor_seconds", "ratio", "target", "met"} <= set(r)
+        assert r["seconds"] > 0 and r["floor_seconds"] > 0 and r["ratio"] == r["seconds"] / r["floor_seconds"]
+        assert r["met"] == (r["ratio"] <= r["target"])
