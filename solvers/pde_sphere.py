@@ -1,0 +1,323 @@
+"""The mean-field PDE on the sphere S^2, discretised in spherical harmonics over SHTns (SPEC §1–§4).
+
+State: the coefficients of rho in SHTns's native (m-major) layout, orthonormal harmonics for the
+area measure (``spectral.sphere`` conventions: the uniform probability density has c_00 = sqrt(4 pi)).
+Right-hand side, evaluated pseudo-spectrally on the dealiased Gauss grid (nlat >= 3(L+1)/2,
+nphi >= 3(L+1)):
+
+    rho = synth(c)
+    Phi_lm = (lambda_l / beta) c_lm,  G = grad Phi            (gradient synthesis; exact multipliers)
+    Psi_lm = lambda_l c_lm                                    (SA only; scalar synthesis)
+    v = Model.velocity(G, Psi, drift)   on (e_theta, e_phi)   (drift sampled on the grid)
+    (S, T) = vector analysis of rho v,   d c_lm / dt = l(l+1) S_lm - nu l(l+1) c_lm
+
+(-div(rho v) = l(l+1) S; the last term is treated exactly by the integrating-factor stepper.)
+The kernel fields only carry the degrees whose multipliers exceed 1e-17 of the largest; when that
+bandwidth La is below L they are synthesised by a second SHTns object of degree La on the same
+grid, which costs a fraction of a degree-L transform. The l = 0 coefficient is untouched by the
+divergence: mass is conserved to round-off.
+"""
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+
+import numpy as np
+
+from spectral import sphere
+from spectral.multipliers import kernel_bandwidth
+from spectral.sphere import SphereBasis
+from .atoms import Atoms, atoms_from_graph
+from .model import Model
+
+__all__ = ["SphereDiscretization", "SphereSpace"]
+
+# Multipliers below this fraction of the largest one are dropped: the kernel fields they would add
+# are below double-precision round-off of the fields themselves.
+_KERNEL_TOL = 1e-17
+_SQRT_4PI = math.sqrt(4.0 * math.pi)
+
+
+@lru_cache(maxsize=8)
+def _basis(L: int, nlat: int | None = None, nphi: int | None = None) -> SphereBasis:
+    """Single-threaded bases for the coefficient-space operations (projection, atoms), kept for reuse."""
+    return SphereBasis(L, nlat, nphi, threads=1)
+
+
+class SphereSpace:
+    """Operations on canonical coefficients of S^2 (no solver state): evaluation, grids, atoms.
+
+    Canonical layout: orthonormal-harmonic coefficients c_lm (area normalisation, c_00 = sqrt(4 pi)
+    for the uniform probability density), l-major index l(l+1)/2 + m, m >= 0; a representation of
+    lower degree is a prefix. ``degree`` is the maximal harmonic degree L.
+    """
+
+    d = 3
+    default_max_degree = 511
+    default_output_points = 96
+    min_degree = 4
+    mass_coefficient = _SQRT_4PI     # c_00 of the uniform probability density
+
+    @staticmethod
+    def ncoef(degree: int) -> int:
+        """(L+1)(L+2)/2 coefficients of degree <= L."""
+        return sphere.ncoef(degree)
+
+    @staticmethod
+    def output_grid(npoints: int) -> np.ndarray:
+        """Equiangular grid of unit vectors (n, 2n, 3): theta_i = pi (i + 1/2) / n, phi_j = pi j / n."""
+        return sphere.equiangular_grid(npoints)
+
+    @staticmethod
+    def evaluate(c: np.ndarray, x: np.ndarray) -> np.ndarray:
+        """rho at unit vectors x (n, 3) from canonical coefficients (direct summation, exact)."""
+        return sphere.evaluate(c, x)
+
+    @staticmethod
+    def on_output_grid(c: np.ndarray, npoints: int) -> np.ndarray:
+        """rho on :meth:`output_grid` (npoints, 2 npoints)."""
+        return sphere.evaluate_equiangular(c, npoints)
+
+    @staticmethod
+    def atoms(c: np.ndarray, threshold: float = 10.0, method: str = "basin", min_mass: float = 0.0) -> Atoms:
+        """Atoms of rho from its coefficients, on the computational Gauss grid of its degree with the
+        grid's quadrature weights (see ``solvers.atoms``); positions are unit vectors.
+
+        The graph joins neighbours along each ring (periodic) and between rings, and adds the two
+        poles as nodes of weight 0 (rho there evaluated exactly) joined to the first / last ring, so
+        that a peak sitting on a pole is one atom.
+        """
+        c = np.asarray(c)
+        L = max(sphere.degree_of(c.size), 1)
+        c = sphere.resize(c, L)
+        b = _basis(L)
+        rho = b.synth(b.from_canonical(c))
+        poles = np.array([[0.0, 0.0, 1.0], [0.0, 0.0, -1.0]])
+        pts = np.concatenate([b.points.reshape(-1, 3), poles])
+        vals = np.concatenate([rho.ravel(), sphere.evaluate(c, poles)])
+        w = np.concatenate([b.weights.ravel(), np.zeros(2)])
+        return atoms_from_graph(pts, vals, w, sphere.grid_neighbours(b.nlat, b.nphi, pole_nodes=True),
+                                threshold=threshold, method=method, min_mass=min_mass)
+
+    @staticmethod
+    def project(f, L: int) -> np.ndarray:
+        """Canonical coefficients of degree <= L of a density given as a callable on unit vectors (n, 3).
+
+        Sampled on a Gauss grid of about 2(L+1) x 4(L+1) nodes: the coefficients kept are exact up
+        to the aliasing of degrees >= 3L.
+        """
+        L = int(L)
+        nlat = max(2 * (L + 1), 32)
+        nphi = sphere._fast_even(4 * (L + 1))
+        b = _basis(L, nlat, nphi)
+        vals = np.asarray(f(b.points.reshape(-1, 3)), dtype=float)
+        if vals.size != nlat * nphi or vals.ndim > 2:
+            raise ValueError(f"initial density callable must return one value per point ({nlat * nphi}), "
+                             f"got shape {np.shape(vals)}")
+        vals = vals.reshape(b.shape)
+        if not np.all(np.isfinite(vals)):
+            raise ValueError("initial density callable returned non-finite values")
+        if vals.min() < 0:
+            raise ValueError(f"initial density must be >= 0, got a minimum of {vals.min():.3g}")
+        return b.to_canonical(b.analys(vals))
+
+    @staticmethod
+    def tail(c: np.ndarray, fraction: float = 1.0 / 3.0) -> float:
+        """Relative L^2 size of the top third of the degrees (m > 0 counted twice)."""
+        return sphere.spectral_tail(c, fraction)
+
+    @staticmethod
+    def l2_norm(c: np.ndarray) -> float:
+        """||rho||_{L^2(sigma)}, sigma the uniform probability measure."""
+        return sphere.l2_norm(c)
+
+    @staticmethod
+    def mass(c: np.ndarray) -> float:
+        """∫ rho dsigma = c_00 / sqrt(4 pi)."""
+        return float(np.real(np.asarray(c)[0]) / _SQRT_4PI)
+
+    @staticmethod
+    def resize(c: np.ndarray, degree: int) -> np.ndarray:
+        return sphere.resize(c, degree)
+
+    @staticmethod
+    def to_state(c: np.ndarray, degree: int) -> np.ndarray:
+        """Solver state (native SHTns layout) from canonical coefficients of degree <= L."""
+        perm = sphere.native_to_canonical_index(int(degree))
+        return np.ascontiguousarray(np.asarray(c, dtype=complex)[perm])
+
+    @staticmethod
+    def to_canonical(u: np.ndarray, degree: int) -> np.ndarray:
+        out = np.empty(sphere.ncoef(degree), dtype=complex)
+        out[sphere.native_to_canonical_index(int(degree))] = u
+        return out
+
+    @staticmethod
+    def degrees(degree: int) -> np.ndarray:
+        """Degree l of each canonical coefficient."""
+        return sphere.canonical_degrees(int(degree))[0].astype(float)
+
+
+class SphereDiscretization:
+    """Right-hand side and diagnostics of the PDE on S^2 at maximal degree L.
+
+    Parameters
+    ----------
+    model : Model with d = 3
+    L : maximal harmonic degree
+    threads : OpenMP threads of the SHTns transforms
+    effort : "FFTW_ESTIMATE" (deterministic SHTns initialisation, the default) or a higher planner
+        effort (SHTns times its algorithm variants)
+    """
+
+    space = SphereSpace
+
+    def __init__(self, model: Model, L: int, *, threads: int = 1, effort: str = "FFTW_ESTIMATE") -> None:
+        if model.d != 3:
+            raise ValueError(f"the sphere solver needs d = 3, got d = {model.d}")
+        self.model = model
+        self.L = self.degree = int(L)
+        self.basis = b = SphereBasis(self.L, threads=threads, effort=effort)
+        self.threads, self.effort = int(threads), effort
+        self.spacing = b.spacing
+        self.l = b.l
+        ll1 = (b.l * (b.l + 1)).astype(float)
+        self._ll1 = ll1                                      # -div = l(l+1) S
+        self.lin = -model.noise * ll1 if model.noise > 0 else None
+        self._g = model.energy_multipliers(self.L)
+        lam = model.kernel_multipliers(self.L)
+        self._power_weight = np.where(b.m > 0, 2.0, 1.0) / (4.0 * math.pi)   # Parseval for sigma
+
+        # kernel fields: only the degrees the kernel resolves above round-off
+        self.La = 0 if model.attention == "none" else min(self.L, kernel_bandwidth(model.beta, 3, _KERNEL_TOL))
+        self.kbasis = None
+        if self.La:
+            if self.La < self.L:
+                kb = SphereBasis(self.La, b.nlat, b.nphi, threads=threads, effort=effort)
+                # positions in the degree-L native state of the degree-La native coefficients
+                self._kidx = kb.m * (2 * self.L + 3 - kb.m) // 2 + (kb.l - kb.m)
+            else:
+                kb = b
+                self._kidx = None
+            self.kbasis = kb
+            self._mult_G = self._g[kb.l].astype(complex)
+            self._mult_psi = lam[kb.l].astype(complex)
+            self._psi_bound = np.sqrt((2 * np.arange(self.La + 1) + 1) / (4.0 * math.pi)) * lam[: self.La + 1]
+            self._kl, self._km2 = kb.l, np.where(kb.m > 0, 2.0, 1.0)
+            self._kspec = np.empty(kb.nlm, dtype=complex)
+
+        # perceptron drift sampled on the grid, on (e_theta, e_phi) — never expanded in harmonics
+        pts = b.points.reshape(-1, 3)
+        drift = model.drift(pts)
+        if drift is None:
+            self.drift = None
+        else:
+            drift = drift.reshape(b.nlat, b.nphi, 3)
+            self.drift = np.ascontiguousarray(np.stack([np.einsum("ijk,ijk->ij", drift, b.e_theta),
+                                                        np.einsum("ijk,ijk->ij", drift, b.e_phi)]))
+        pot = model.perceptron is not None and model.perceptron.is_gradient
+        self.V = model.potential(pts).reshape(b.shape) if pot else None
+        self.w = b.weights
+
+        # transform buffers (C-contiguous float64 (nlat, nphi) rows, as SHTns requires)
+        self._rho = b.spat_array()
+        self._G = b.spat_array(2)
+        self._psi = b.spat_array() if (self.La and model.normalized) else None
+        self._flux = b.spat_array(2)
+        self._S = b.spec_array()
+        self._T = b.spec_array()
+        self._zero = b.spat_array(2) if not self.La else None       # G without attention
+        self._keep = self.drift if self.drift is not None else self._G
+        self.last: dict = {}
+
+    # --- right-hand side ------------------------------------------------------------------------
+    def fields(self, u: np.ndarray) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
+        """rho, G = (G_theta, G_phi) and Psi (SA) on the grid (views into buffers: valid until the next call)."""
+        b = self.basis
+        u = b._spec_in(u)
+        b.sht.SH_to_spat(u, self._rho)
+        if not self.La:
+            return self._rho, None, None
+        kb = self.kbasis
+        spec = self._kspec
+        src = u if self._kidx is None else u[self._kidx]
+        np.multiply(src, self._mult_G, out=spec)
+        kb.sht.SHsph_to_spat(spec, self._G[0], self._G[1])
+        psi = None
+        if self._psi is not None:
+            np.multiply(src, self._mult_psi, out=spec)
+            kb.sht.SH_to_spat(spec, self._psi)
+            psi = self._psi
+        return self._rho, self._G, psi
+
+    def velocity(self, u: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """rho, v = (v_theta, v_phi) (2, nlat, nphi) and Psi (SA only) on the grid."""
+        rho, G, psi = self.fields(u)
+        return rho, self.model.velocity(self._zero if G is None else G, psi, self.drift), psi
+
+    def rhs(self, t: float, u: np.ndarray, last: bool = False) -> np.ndarray:
+        """-div(rho v) in native coefficients (the nonlinear part of the PDE)."""
+        rho, v, psi = self.velocity(u)
+        flux = self._flux
+        np.multiply(v, rho, out=flux)
+        if last:
+            # |v|^2 in v's own storage when v is a fresh array (it is no longer needed), never in the
+            # drift's, which the next call reuses
+            v2 = np.square(v, out=None if np.shares_memory(v, self._keep) else v)
+            self.last = {"min_density": float(rho.min()), "max_density": float(rho.max()),
+                         "vmax": float(math.sqrt((v2[0] + v2[1]).max()))}
+            if psi is not None:
+                self.last["psi_ratio"] = self._psi_ratio(u, psi)
+        self.basis.sht.spat_to_SHsphtor(flux[0], flux[1], self._S, self._T)
+        return self._S * self._ll1
+
+    def _psi_ratio(self, u: np.ndarray, psi: np.ndarray) -> float:
+        """min Psi / (absolute sum of its series).
+
+        Psi's round-off is eps times the sup of its terms: for degree l, |sum_m c_lm Y_lm(x)| <=
+        sqrt((2l+1)/4pi) ||c_l|| by the addition theorem (attained by a zonal field at its pole), so
+        the absolute sum is sum_l lambda_l sqrt((2l+1)/4pi) ||c_l||. log Psi (hence the SA velocity)
+        is only as accurate as psi / that sum allows (SPEC §4)."""
+        src = u if self._kidx is None else u[self._kidx]
+        p2 = np.bincount(self._kl, weights=self._km2 * np.abs(src) ** 2, minlength=self.La + 1)
+        return float(psi.min() / float(np.einsum("i,i->", self._psi_bound, np.sqrt(p2))))
+
+    # --- diagnostics ------------------------------------------------------------------------------
+    def norm(self, u: np.ndarray) -> float:
+        """||rho||_{L^2(sigma)} (Parseval, m > 0 twice, over 4 pi)."""
+        # einsum rather than a BLAS dot: threaded BLAS wake-ups cost more than the sum itself
+        return float(math.sqrt(np.einsum("i,i->", self._power_weight, u.real ** 2 + u.imag ** 2)))
+
+    def tail(self, u: np.ndarray) -> float:
+        return self.space.tail(self.space.to_canonical(u, self.L))
+
+    def energy(self, u: np.ndarray) -> float:
+        """E[rho] from the exact multipliers and grid quadrature of V rho.
+
+        Pair term A = ∬ g(<x,y>) rho(x) rho(y) dsigma dsigma = ∫ rho (g * rho) dsigma with
+        (g * rho)_lm = g_l c_lm (Funk–Hecke for sigma); the harmonics are orthonormal for the area
+        measure 4 pi sigma, so A = sum_l g_l (|c_l0|^2 + 2 sum_{m>0} |c_lm|^2) / (4 pi).
+        """
+        pair = float(np.einsum("i,i->", self._power_weight * self._g[self.l], u.real ** 2 + u.imag ** 2))
+        pot = 0.0
+        if self.V is not None:
+            rho = self.basis.synth(u)
+            pot = float(np.sum(self.w * self.V * rho))
+        return self.model.energy(pair, pot)
+
+    def dissipation(self, u: np.ndarray) -> float:
+        """s ∫ rho |v|^2 dsigma by Gauss quadrature: the energy rate of the noiseless USA gradient flow."""
+        rho, v, _ = self.velocity(u)
+        return float(self.model.sign * np.sum(self.w * rho * (v[0] ** 2 + v[1] ** 2)))
+
+    def diagnostics(self, u: np.ndarray) -> dict:
+        """min/max density, max |v| and (SA) the Psi ratio of the state u, computed afresh."""
+        self.rhs(0.0, u, True)
+        return dict(self.last)
+
+    def filter_multipliers(self, filt) -> np.ndarray:
+        """The explicit filter's multipliers sigma(l / L), native layout."""
+        return filt.multipliers(self.l, self.L)
+
+    def refined(self, L: int) -> "SphereDiscretization":
+        return SphereDiscretization(self.model, L, threads=self.threads, effort=self.effort)
