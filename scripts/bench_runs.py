@@ -107,7 +107,6 @@ def archive_overhead(K: int = 1024, repeats: int = 3) -> list[dict]:
 def records() -> list[dict]:
     out = [whole_run(2, 1024)]
     try:
-        import shtns  # noqa: F401
         sys.path.insert(0, str(Path(__file__).resolve().parent))
         import bench_sphere_rhs  # noqa: F401
         from solvers.pde_sphere import SphereDiscretization  # noqa: F401

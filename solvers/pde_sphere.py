@@ -152,6 +152,33 @@ class SphereSpace:
         out[sphere.native_to_canonical_index(int(degree))] = u
         return out
 
+    # --- comparison with particles -----------------------------------------------------------------
+    sigma_factor = 1.0 / (4.0 * math.pi)   # ∫ f g dsigma = sigma_factor * sum_lm mult Re(f_lm conj g_lm)
+
+    @staticmethod
+    def multiplicity(degree: int) -> np.ndarray:
+        """How often each canonical coefficient counts in sums over all orders (m and -m)."""
+        _, m = sphere.canonical_degrees(degree)
+        return np.where(m > 0, 2.0, 1.0)
+
+    @staticmethod
+    def harmonic_degree(degree: int) -> np.ndarray:
+        return sphere.canonical_degrees(degree)[0]
+
+    @staticmethod
+    def particle_coefficients(x: np.ndarray, w: np.ndarray, degree: int) -> np.ndarray:
+        """Canonical coefficients of mu = sum_i w_i delta_{x_i} normalised like those of a density
+        w.r.t. sigma: c_lm = 4 pi sum_i w_i conj(Y_lm(x_i)) (so c_00 = sqrt(4 pi) for mass 1)."""
+        return 4.0 * math.pi * sphere.point_coefficients(x, w, degree)
+
+    @staticmethod
+    def quadrature(c: np.ndarray, npoints: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(points (n, 3), weights (n,), rho (n,)) on the Gauss grid of the coefficients' degree."""
+        L = sphere.degree_of(np.shape(c)[-1])
+        b = _basis(L)
+        rho = b.synth(b.from_canonical(np.asarray(c, dtype=complex)))
+        return b.points.reshape(-1, 3), b.weights.reshape(-1), np.asarray(rho).reshape(-1)
+
     @staticmethod
     def degrees(degree: int) -> np.ndarray:
         """Degree l of each canonical coefficient."""

@@ -39,7 +39,30 @@ from functools import lru_cache
 
 import numpy as np
 import scipy.fft
-import shtns
+
+
+def _import_shtns_quietly():
+    """Import shtns without its start-up banner on standard output (printed from C at import time,
+    it would corrupt the output of command-line tools): fd 1 points to /dev/null meanwhile."""
+    import ctypes
+    import os
+    import sys
+
+    sys.stdout.flush()
+    saved = os.dup(1)
+    null = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(null, 1)
+        import shtns as module
+        ctypes.CDLL(None).fflush(None)        # flush C stdio while it still points to /dev/null
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+        os.close(null)
+    return module
+
+
+shtns = _import_shtns_quietly()
 
 __all__ = [
     "SphereBasis", "ncoef", "degree_of", "canonical_degrees", "native_to_canonical_index",
@@ -395,24 +418,20 @@ def _check_coefficients(c) -> tuple[np.ndarray, int]:
     return c.astype(complex, copy=False), degree_of(c.size)
 
 
-def _order_sums(c: np.ndarray, L: int, cos_t: np.ndarray, sin_t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """A_m(x) = sum_l c_lm Pbar_l^m(x) for m = 0..L at the colatitudes given, as (real, imag) (L+1, n).
+def _legendre_rows(L: int, cos_t: np.ndarray, sin_t: np.ndarray):
+    """Yield (l, P) for l = 0..L with P[m] = Pbar_l^m at the given colatitudes, m = 0..l (a view, valid
+    until the next step), orthonormal for the area measure with the Condon–Shortley phase.
 
     The three-term recurrence in l runs for every order m at once (L Python iterations, O(L^2 n)
     work). Its sectoral start sin^m(theta) underflows only where every Pbar_l^m, l <= L, is below
     1e-300, which holds for L up to about 1900."""
     a, b, sect = _recurrence(L)
     n = cos_t.size
-    cr = np.ascontiguousarray(c.real)
-    ci = np.ascontiguousarray(c.imag)
     P2 = np.zeros((L + 1, n))            # Pbar_{l-2}^m
     P1 = np.zeros((L + 1, n))            # Pbar_{l-1}^m
     P = np.zeros((L + 1, n))
-    Ar = np.zeros((L + 1, n))
-    Ai = np.zeros((L + 1, n))
     P[0] = 1.0 / _SQRT_4PI
-    Ar[0] = cr[0] * P[0]
-    Ai[0] = ci[0] * P[0]
+    yield 0, P[:1]
     for l in range(1, L + 1):
         P2, P1, P = P1, P, P2
         # orders m < l by the three-term recurrence (b_{l,l-1} = 0: the first step from the sectoral term)
@@ -421,10 +440,48 @@ def _order_sums(c: np.ndarray, L: int, cos_t: np.ndarray, sin_t: np.ndarray) -> 
         P[:l] -= b[l, :l, None] * P2[:l]
         np.multiply(P1[l - 1], sin_t, out=P[l])
         P[l] *= sect[l]
+        yield l, P[: l + 1]
+
+
+def _order_sums(c: np.ndarray, L: int, cos_t: np.ndarray, sin_t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A_m(x) = sum_l c_lm Pbar_l^m(x) for m = 0..L at the colatitudes given, as (real, imag) (L+1, n)."""
+    n = cos_t.size
+    cr = np.ascontiguousarray(c.real)
+    ci = np.ascontiguousarray(c.imag)
+    Ar = np.zeros((L + 1, n))
+    Ai = np.zeros((L + 1, n))
+    for l, P in _legendre_rows(L, cos_t, sin_t):
         k = l * (l + 1) // 2
-        Ar[: l + 1] += cr[k: k + l + 1, None] * P[: l + 1]
-        Ai[: l + 1] += ci[k: k + l + 1, None] * P[: l + 1]
+        Ar[: l + 1] += cr[k: k + l + 1, None] * P
+        Ai[: l + 1] += ci[k: k + l + 1, None] * P
     return Ar, Ai
+
+
+def point_coefficients(x: np.ndarray, w: np.ndarray, L: int) -> np.ndarray:
+    """Canonical coefficients sum_i w_i conj(Y_lm(x_i)), l <= L, of the weighted point set (x_i, w_i).
+
+    The adjoint of :func:`evaluate`: for a measure mu = sum_i w_i delta_{x_i} these are ∫ conj(Y_lm) dmu
+    (Y_lm orthonormal for the area measure). Cost O(L^2 n), in memory-bounded blocks of points.
+    """
+    x = np.asarray(x, dtype=float)
+    w = np.asarray(w, dtype=float)
+    if x.ndim != 2 or x.shape[1] != 3 or w.shape != (x.shape[0],):
+        raise ValueError(f"points must have shape (n, 3) and weights (n,), got {x.shape} and {w.shape}")
+    r = np.linalg.norm(x, axis=1)
+    r = np.where(r > 0, r, 1.0)
+    cos_t = np.clip(x[:, 2] / r, -1.0, 1.0)
+    sin_t = np.hypot(x[:, 0], x[:, 1]) / r
+    phi = np.arctan2(x[:, 1], x[:, 0])
+    out = np.zeros(ncoef(L), dtype=complex)
+    mm = np.arange(L + 1)[:, None]
+    blk = _block(L)
+    for s in range(0, x.shape[0], blk):
+        sl = slice(s, s + blk)
+        Ew = w[None, sl] * np.exp(-1j * mm * phi[None, sl])          # w_i e^{-i m phi_i}
+        for l, P in _legendre_rows(L, cos_t[sl], sin_t[sl]):
+            k = l * (l + 1) // 2
+            out[k: k + l + 1] += np.einsum("mi,mi->m", P, Ew[: l + 1])
+    return out
 
 
 def _block(L: int) -> int:
