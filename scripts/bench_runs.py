@@ -59,7 +59,7 @@ def _rhs_floor(d: int, degree: int) -> float:
         inv, fwd = disc._inv, disc._fwd
         return b.best_time(lambda: (inv.execute(), fwd.execute()))
     import bench_sphere_rhs as bs
-    return bs.floor_seconds(_model(3), degree)
+    return bs.measure(_model(3), degree, repeats=7)["floor"]
 
 
 def whole_run(d: int, degree: int) -> dict:
