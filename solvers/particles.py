@@ -392,7 +392,12 @@ class ParticleResult:
     options : :class:`ParticleOptions` as a dict; sum_method : the interaction sums used
     initial : description of the initial particles
     steps : "adaptive" only: dict of arrays "t", "dt", "error", "accepted" of every attempted step
-    restart : restart state of the last snapshot (resume exactly with ``simulate_particles(restart=...)``)
+    restart : restart state of the last snapshot (resume exactly with ``simulate_particles(restart=...)``):
+        a dict of plain values and arrays — "t", "x" (N, d), "w" (N,), "nsteps", "nrejected",
+        "save_index" (next snapshot k, at k * save_every), "dt" (current step of "adaptive"), "facold"
+        (step-size controller, "adaptive"), "rng_state" (the noise generator's PCG64 state dict),
+        "stop_counts" (cluster counts of the stopping-rule window), "initial", and "settings" (model
+        parameters, integrator, dt, save_every, stop rule — checked on resume).
     """
 
     model: Model
@@ -501,8 +506,8 @@ def simulate_particles(model: Model, n: int | None = None, x0: np.ndarray | None
         Step of "euler" / "rk4" (default 0.1, the reference experiments'); first step of "adaptive".
     save_every : float, optional
         Snapshot interval in time units (steps are shortened to land on snapshot times). Default:
-        10 dt with a stopping rule (one snapshot every 10 steps, as the reference), else only t = 0 and
-        the final time.
+        10 dt with a stopping rule (one snapshot every 10 steps, as the reference; 1.0 for "adaptive"
+        without dt), else only t = 0 and the final time.
     stop : None, True, dict or StopRule
         The stopping rule (True: window 5, drift_tol 5e-4, scale 0.5), checked at every snapshot.
     progress : bool or callable
@@ -606,8 +611,9 @@ class _ParticleRun:
         self.N = x.shape[0]
         self.sums = None
         if model.attention != "none":
+            # blas_threads=None: run() limits the threads of the whole run
             self.sums = InteractionSums(model.d, model.beta, opts.sum, tol=opts.sum_tol,
-                                        block_bytes=opts.block_bytes, blas_threads=None)     # the whole run is limited (run())
+                                        block_bytes=opts.block_bytes, blas_threads=None)
         self.sum_method = "none" if self.sums is None else self.sums.method_for(self.N)
         self.scale = rule.scale if rule is not None else 0.5
         self.radius = cluster_radius(model.beta, model.d, self.scale)
@@ -627,6 +633,7 @@ class _ParticleRun:
             self.counts: list[int] = []
             self.fresh = True
         else:
+            self._check_settings(restart.get("settings"))
             self.x, self.t = x, float(restart["t"])
             self.nsteps, self.nrejected = int(restart["nsteps"]), int(restart["nrejected"])
             self.save_index = int(restart["save_index"])
@@ -636,6 +643,23 @@ class _ParticleRun:
             if self.controller is not None and "facold" in restart:
                 self.controller.restore(restart)
             self.fresh = False
+
+    def _settings(self) -> dict:
+        """What a restart must share with the run it continues (else it would not be that run)."""
+        m = self.model
+        return {"d": m.d, "beta": m.beta, "flow": m.flow, "attention": m.attention, "strength": m.strength,
+                "noise": m.noise, "integrator": self.integrator, "dt": self.dt0, "save_every": self.save_every,
+                "stop": None if self.rule is None else (self.rule.window, self.rule.drift_tol, self.rule.scale)}
+
+    def _check_settings(self, saved: dict | None) -> None:
+        if saved is None:
+            return
+        now = self._settings()
+        diff = [f"{k}: {saved.get(k)!r} -> {now[k]!r}" for k in now
+                if (tuple(saved.get(k)) if isinstance(saved.get(k), list) else saved.get(k)) != now[k]]
+        if diff:
+            raise ValueError("restart state belongs to a run with other settings (" + "; ".join(diff)
+                             + "); pass the same model, integrator, dt, save_every and stop")
 
     # --- the field ------------------------------------------------------------------------------
     def velocity(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
@@ -662,7 +686,7 @@ class _ParticleRun:
                 "nrejected": self.nrejected, "save_index": self.save_index,
                 "dt": float(self.dt) if self.dt is not None else float("nan"),
                 "rng_state": self.rng.bit_generator.state, "stop_counts": list(self.counts),
-                "initial": self.initial, "integrator": self.integrator,
+                "initial": self.initial, "settings": self._settings(),
                 **(self.controller.state() if self.controller is not None else {})}
 
     def _snapshot(self) -> tuple[int, float]:

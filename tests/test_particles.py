@@ -230,6 +230,8 @@ def test_restart_reproduces_the_uninterrupted_run(integrator, noise, stop):
     assert np.array_equal(rest.x[-1], full.x[-1])
     assert np.array_equal(rest.energy, full.energy[4:])
     assert rest.nsteps == full.nsteps
+    with pytest.raises(ValueError, match="other settings"):
+        simulate_particles(m, restart=mid, **{**kw, "dt": 0.05})
 
 
 def test_interrupt_non_finite_and_max_steps():
