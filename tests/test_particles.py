@@ -212,6 +212,33 @@ def test_clusters_of_a_known_configuration():
     assert cluster_radius(0.0, 3) == pytest.approx(math.pi / 6) and cluster_radius(100.0, 3, 1.0) == 0.1
 
 
+# --- the scripts ------------------------------------------------------------------------------------------
+def _script(name):
+    import importlib.util
+    from pathlib import Path
+    path = Path(__file__).resolve().parents[1] / "scripts" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_benchmark_naive_reference_is_the_velocity():
+    bench = _script("bench_particles")
+    for d, beta in ((2, 25.0), (3, 4.0), (3, 0.0)):
+        m = Model(d, beta, "ascent", perceptron=Perceptron.random(d, d, "relu", 1.0, seed=111))
+        x, _, _ = initial_particles(d, 300, seed=1)
+        w = np.full(300, 1 / 300)
+        assert np.allclose(bench.naive_velocity(m, x, w), m.velocity_direct(x, x, w), rtol=0, atol=1e-14)
+
+
+def test_reference_experiment_script_smoke():
+    ref = _script("reference_experiments")
+    rec = ref.run_one(2, "ascent", 5.0, n=100)
+    assert rec["stop_reason"] == "converged" and rec["max_drift"] <= 5e-4
+    assert sum(rec["masses"]) == pytest.approx(1.0) and rec["clusters"] == len(rec["masses"])
+
+
 # --- restart, stop reasons ----------------------------------------------------------------------------
 @pytest.mark.parametrize("integrator, noise, stop", [("euler", 0.0, True), ("euler", 0.1, None),
                                                      ("adaptive", 0.0, None), ("rk4", 0.1, None)])
