@@ -122,23 +122,95 @@ def atoms_from_graph(points: np.ndarray, rho: np.ndarray, weights: np.ndarray, e
     return atoms.heavy(min_mass) if min_mass > 0 else atoms
 
 
+def _linkage_labels(x: np.ndarray, chord: float) -> np.ndarray:
+    """Connected components of the graph {|x_i - x_j| <= chord} (Euclidean), without listing its edges.
+
+    Points are binned into cubes of side chord / sqrt(d): a cube's diameter is chord, so each cube is
+    a clique and only cube-to-cube links remain. Two occupied cubes can be linked only if their
+    centres are within 2 chord; for those candidates the closest pair decides (all pairs for small
+    cubes, a k-d tree for large ones). Cost and memory scale with the occupied cubes and their
+    neighbours, not with the number of close pairs, which is O(N^2) for collapsed clusters.
+    """
+    from scipy.spatial import cKDTree
+
+    n, d = x.shape
+    h = chord / np.sqrt(d) * (1.0 - 1e-12)
+    idx = np.floor(x / h).astype(np.int64)
+    lo = idx.min(axis=0)
+    span = idx.max(axis=0) - lo + 1
+    if float(np.prod(span.astype(float))) < 2.0 ** 62:
+        # one integer key per cube: a 1-D unique is much faster than unique(axis=0)
+        key = np.ravel_multi_index((idx - lo).T, tuple(int(v) for v in span))
+        ukey, inv = np.unique(key, return_inverse=True)
+        cells = np.stack(np.unravel_index(ukey, tuple(int(v) for v in span)), axis=1) + lo
+    else:
+        cells, inv = np.unique(idx, axis=0, return_inverse=True)
+    inv = inv.reshape(-1)
+    C = cells.shape[0]
+    order = np.argsort(inv, kind="stable")
+    counts = np.bincount(inv, minlength=C)
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    xs = x[order]
+    cand = cKDTree((cells + 0.5) * h).query_pairs(2.0 * chord * (1 + 1e-9), output_type="ndarray")
+    r2 = chord * chord
+    linked = np.zeros(len(cand), dtype=bool)
+    if len(cand):
+        a, b = cand[:, 0], cand[:, 1]
+        prod = counts[a] * counts[b]
+        small = np.nonzero(prod <= 4096)[0]
+        # all point pairs of the small candidates, in chunks of ~4M pairs
+        csum = np.cumsum(prod[small])
+        lo = 0
+        while lo < len(small):
+            base = csum[lo - 1] if lo else 0
+            hi = int(np.searchsorted(csum, base + 4_000_000, side="right"))
+            hi = max(hi, lo + 1)
+            sel = small[lo:hi]
+            p = prod[sel]
+            pid = np.repeat(np.arange(len(sel)), p)
+            k = np.arange(p.sum()) - np.repeat(np.cumsum(p) - p, p)
+            nb = counts[b[sel]][pid]
+            i = starts[a[sel]][pid] + k // nb
+            j = starts[b[sel]][pid] + k % nb
+            close = np.einsum("nd,nd->n", xs[i] - xs[j], xs[i] - xs[j]) <= r2
+            linked[sel] = np.logical_or.reduceat(close, np.concatenate([[0], np.cumsum(p)[:-1]]))
+            lo = hi
+        trees: dict[int, cKDTree] = {}
+        for q in np.nonzero(prod > 4096)[0]:
+            ca, cb = int(a[q]), int(b[q])
+            if counts[ca] < counts[cb]:
+                ca, cb = cb, ca                 # query the smaller cube against the larger one's tree
+            if ca not in trees:
+                trees[ca] = cKDTree(xs[starts[ca]:starts[ca] + counts[ca]])
+            dist, _ = trees[ca].query(xs[starts[cb]:starts[cb] + counts[cb]], k=1, distance_upper_bound=chord)
+            linked[q] = bool(np.any(dist <= chord))
+    e = cand[linked]
+    g = coo_matrix((np.ones(len(e)), (e[:, 0], e[:, 1])), shape=(C, C))
+    _, comp = connected_components(g, directed=False)
+    return comp[inv]
+
+
 def single_linkage_clusters(x: np.ndarray, w: np.ndarray, radius: float
                             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Single-linkage clusters of weighted unit vectors at geodesic distance <= radius.
 
     Returns (centres (k, d), masses (k,), labels (N,)), heaviest cluster first; a centre is the
-    normalised weighted mean of its members. Uses a k-d tree on chord distance 2 sin(radius/2),
-    so memory stays O(N + pairs within radius).
+    normalised weighted mean of its members. Links are chord distances <= 2 sin(radius/2) (the same
+    relation as geodesic <= radius on the sphere); components are found on a grid of cubes that
+    are cliques of the link graph, so memory stays O(N) even when clusters have collapsed (where the
+    number of linked pairs is O(N^2)).
     """
-    from scipy.spatial import cKDTree
-
     x = np.asarray(x, dtype=float)
     w = np.asarray(w, dtype=float)
     n = x.shape[0]
-    chord = 2.0 * np.sin(min(radius, np.pi) / 2.0)
-    pairs = cKDTree(x).query_pairs(chord * (1 + 1e-12), output_type="ndarray")
-    g = coo_matrix((np.ones(len(pairs)), (pairs[:, 0], pairs[:, 1])), shape=(n, n))
-    k, labels = connected_components(g, directed=False)
+    chord = 2.0 * np.sin(min(radius, np.pi) / 2.0) * (1 + 1e-12)
+    labels = _linkage_labels(x, chord) if n else np.zeros(0, dtype=int)
+    # number the components by first appearance, so the order of equal-mass clusters is that of the points
+    _, first, labels = np.unique(labels, return_index=True, return_inverse=True)
+    relabel_first = np.empty(len(first), dtype=int)
+    relabel_first[np.argsort(first, kind="stable")] = np.arange(len(first))
+    labels = relabel_first[labels.reshape(-1)]
+    k = len(first)
     masses = np.bincount(labels, weights=w, minlength=k)
     sums = np.zeros((k, x.shape[1]))
     np.add.at(sums, labels, w[:, None] * x)

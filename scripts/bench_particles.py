@@ -1,0 +1,204 @@
+#!/usr/bin/env python
+"""Benchmark of one particle velocity evaluation: fast vs direct vs a naive O(N^2) numpy reference.
+
+Cases (all in the same run, USA ascent with a ReLU perceptron of d units, i.i.d. uniform particles):
+  S^1, beta = 25, N in {1e3, 1e4, 1e5, 1e6};   S^2, beta = 4, N in {1e3, 1e4, 1e5}.
+
+"One velocity evaluation" is what the particle solver does per stage: Psi and G at the N particles
+(self-interaction included), the perceptron drift, and ``Model.velocity``. Timings are the best of a
+few repetitions (wall clock, one BLAS thread for fast/direct as the solver runs them; the naive
+reference keeps the BLAS default). Naive / direct are skipped where they would need more than
+``naive_max_bytes`` of memory or an estimated ``max_seconds`` of time (the table says so).
+
+Targets (the project's brief): S^1 N = 1e6 fast < 0.5 s; S^2 N = 1e5 fast < 2 s; S^1 N = 2e4 fast
+>= 100x the naive reference; peak memory of the N = 1e6 circle case < 2 GiB (measured in a fresh
+process running ``simulate_particles`` for two RK4 steps, which includes snapshots, energy, clusters).
+
+Importable: :func:`benchmark_records` returns records {case, seconds, floor_seconds, ratio, target, met}
+(plus "note"), with one convention for every record: ``ratio = floor_seconds / seconds`` and
+``met = ratio >= target``. For a time budget, floor_seconds is the budget and target is 1; for a
+speed-up, floor_seconds is the naive reference's time and target is the required factor; for the
+memory case, "seconds" holds the peak in GiB and floor_seconds the limit (2 GiB).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("OMP_NUM_THREADS", "2")
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import numpy as np  # noqa: E402
+
+from solvers import Model, Perceptron  # noqa: E402
+from solvers._blas import blas_threads  # noqa: E402
+from solvers.interaction import InteractionSums  # noqa: E402
+
+GIB = 2.0 ** 30
+
+
+def naive_velocity(model: Model, x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """The textbook O(N^2) evaluation: full N x N matrices of cosines and kernel values."""
+    T = x @ x.T
+    K = np.exp(model.beta * (T - 1.0)) * w[None, :]
+    psi = K.sum(axis=1)
+    H = K @ x
+    G = H - np.sum(H * x, axis=1)[:, None] * x
+    return model.velocity(G, psi[:, None], model.drift(x))
+
+
+def _points(N: int, d: int, seed: int) -> np.ndarray:
+    x = np.random.default_rng(seed).standard_normal((N, d))
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+def _best(f, reps: int) -> float:
+    best = float("inf")
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        f()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def _velocity_fn(model: Model, sums: InteractionSums, method: str, x: np.ndarray, w: np.ndarray):
+    def run():
+        with blas_threads(1):
+            if method == "fast":
+                psi, G = sums.fast.fields(x, w)
+            else:
+                from solvers.interaction import direct_fields
+                psi, G = direct_fields(x, x, w, model.beta, block_bytes=sums.block_bytes)
+            return model.velocity(G, psi[:, None], model.drift(x))
+    return run
+
+
+def peak_memory_circle(N: int = 10 ** 6, beta: float = 25.0) -> float:
+    """Peak resident memory (GiB) of a fresh process running two RK4 steps of N particles on S^1."""
+    # VmHWM (peak resident set of this address space) rather than ru_maxrss: Linux carries the
+    # parent's high-water mark through fork + exec into ru_maxrss
+    code = f"""
+import numpy as np
+from solvers import Model, Perceptron
+from solvers.particles import simulate_particles
+m = Model(2, {beta}, "ascent", perceptron=Perceptron.random(2, 2, "relu", 1.0, seed=111))
+r = simulate_particles(m, n={N}, t_final=0.02, dt=0.01, integrator="rk4", sum="fast")
+assert r.stop_reason == "t_final", r.message
+print([l.split()[1] for l in open("/proc/self/status") if l.startswith("VmHWM")][0])
+"""
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    return int(out.stdout.strip().splitlines()[-1]) * 1024 / GIB      # VmHWM is in kB
+
+
+def benchmark_records(quick: bool = False, naive_max_bytes: float = 8 * GIB, max_seconds: float = 60.0,
+                      verbose: bool = True) -> list[dict]:
+    """Run the benchmark; return the records described in the module docstring.
+
+    ``quick`` keeps N <= 1e4 and skips the memory measurement (seconds, no target records).
+    """
+    rows, records = [], []
+    peak = None
+    if not quick:
+        peak = peak_memory_circle()
+        if verbose:
+            print(f"peak memory, S^1 N=1e6 (two RK4 steps in a fresh process): {peak:.3f} GiB", flush=True)
+    plan = [(2, 25.0, [10 ** 3, 10 ** 4, 2 * 10 ** 4, 10 ** 5, 10 ** 6]), (3, 4.0, [10 ** 3, 10 ** 4, 10 ** 5])]
+    per_pair = {}          # measured direct / naive seconds per pair, to estimate skipped sizes
+    results = {}
+    for d, beta, sizes in plan:
+        if quick:
+            sizes = [n for n in sizes if n <= 10 ** 4]
+        model = Model(d, beta, "ascent", perceptron=Perceptron.random(d, d, "relu", 1.0, seed=111))
+        sums = InteractionSums(d, beta, "fast")
+        for N in sizes:
+            x = _points(N, d, seed=N)
+            w = np.full(N, 1.0 / N)
+            reps = 3 if N >= 10 ** 5 else 5
+            row = {"d": d, "beta": beta, "N": N}
+            row["fast"] = _best(_velocity_fn(model, sums, "fast", x, w), reps)
+            for name in ("direct", "naive"):
+                est = per_pair.get((d, name), None)
+                est_s = None if est is None else est * N * N
+                mem = (2 if name == "naive" else 0) * 8.0 * N * N
+                if name == "naive" and mem > naive_max_bytes:
+                    row[name] = f"skipped (needs {mem / GIB:.0f} GiB)"
+                elif est_s is not None and est_s > max_seconds:
+                    row[name] = f"skipped (est. {est_s:.0f} s)"
+                else:
+                    if name == "direct":
+                        f = _velocity_fn(model, sums, "direct", x, w)
+                    else:
+                        def f(x=x, w=w):
+                            return naive_velocity(model, x, w)
+                    t = _best(f, 1 if N >= 10 ** 4 else 3)
+                    row[name] = t
+                    per_pair[(d, name)] = t / (N * N)
+            results[(d, N)] = row
+            rows.append(row)
+            if verbose:
+                print(_fmt(row), flush=True)
+    # target records
+    def rec(case, seconds, floor, target, note=""):
+        ratio = None if (seconds is None or floor is None) else floor / seconds
+        met = None if (ratio is None or target is None) else bool(ratio >= target)
+        records.append({"case": case, "seconds": seconds, "floor_seconds": floor, "ratio": ratio,
+                        "target": target, "met": met, "note": note})
+
+    for d, N, budget in ((2, 10 ** 6, 0.5), (3, 10 ** 5, 2.0)):
+        if (d, N) in results:
+            rec(f"S^{d - 1} velocity, fast, N={N:.0e}, beta={results[(d, N)]['beta']:g}",
+                results[(d, N)]["fast"], budget, 1.0, f"budget {budget} s")
+    r = results.get((2, 2 * 10 ** 4))
+    if r is not None and isinstance(r["naive"], float):
+        rec("S^1 velocity, fast vs naive O(N^2), N=2e4, beta=25", r["fast"], r["naive"], 100.0,
+            "floor_seconds = naive reference time; ratio = speed-up")
+    for row in rows:
+        for name in ("direct", "naive"):
+            if isinstance(row[name], float):
+                rec(f"S^{row['d'] - 1} velocity, {name}, N={row['N']:.0e}", row[name], None, None)
+        rec(f"S^{row['d'] - 1} velocity, fast, N={row['N']:.0e}", row["fast"], None, None)
+    if peak is not None:
+        rec("S^1 N=1e6 two RK4 steps: peak RSS (GiB in 'seconds')", peak, 2.0, 1.0,
+            f"peak resident memory {peak:.3f} GiB, limit 2 GiB")
+    return records
+
+
+def _fmt(row) -> str:
+    def cell(v):
+        return f"{v:10.4g} s" if isinstance(v, float) else f"{v:>12}"
+    sp = ""
+    if isinstance(row["naive"], float):
+        sp = f"  fast/naive speed-up {row['naive'] / row['fast']:8.1f}x"
+    if isinstance(row["direct"], float):
+        sp += f"  fast/direct {row['direct'] / row['fast']:8.1f}x"
+    return (f"S^{row['d'] - 1} beta={row['beta']:<4g} N={row['N']:<8d} fast {cell(row['fast'])}  "
+            f"direct {cell(row['direct'])}  naive {cell(row['naive'])}{sp}")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="N <= 1e4 only, no memory case (no target records)")
+    ap.add_argument("--json", type=Path, help="also write the records to this file")
+    args = ap.parse_args(argv)
+    print(f"threads: OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}; cores {os.cpu_count()}")
+    records = benchmark_records(quick=args.quick)
+    print("\ntargets:")
+    for r in records:
+        if r["target"] is not None:
+            print(f"  {r['case']}: {r['seconds']:.4g} vs {r['floor_seconds']:.4g} -> ratio {r['ratio']:.3g} "
+                  f"(target >= {r['target']:g}) {'MET' if r['met'] else 'NOT MET'}  [{r['note']}]")
+    if args.json:
+        args.json.write_text(json.dumps(records, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

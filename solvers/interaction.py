@@ -1,0 +1,408 @@
+"""Interaction sums of the attention kernel over a weighted point set on S^{d-1}.
+
+For sources y_j with weights w_j (any real numbers; the particle solver uses w_j > 0, sum 1) and
+evaluation points x (unit vectors), the two fields every velocity is built from (SPEC §1,
+``Model.velocity``) are
+
+    Psi(x) = sum_j w_j exp(beta(<x, y_j> - 1)),
+    G(x)   = sum_j w_j exp(beta(<x, y_j> - 1)) P_x y_j,      P_x y = y - <x, y> x.
+
+Both are dimensionless (the kernel is <= 1; G is a tangent vector at x). Three ways to compute them:
+
+``direct``  (any d) — the sums as written, in blocks of evaluation points so that at most
+    ``block_bytes`` of kernel values exist at once (never an N x N array for large N). O(N M d).
+
+``fast`` on S^1 (d = 2) — the Bessel (Jacobi–Anger) expansion of the kernel,
+    exp(beta(cos t - 1)) = sum_k ive(k, beta) e^{ikt},
+  so with c_k = sum_j w_j conj(z_j)^k (z = x_1 + i x_2, a unit complex number)
+    Psi(x) = sum_{|k|<=K} lambda_k c_k z^k,
+    G(x)   = G_theta(x) e_theta(x),  G_theta = dPsi/dtheta / beta = sum_k i k g_k c_k z^k,
+  with lambda_k = ive(k, beta), g_k = lambda_k / beta (g_1 = 1/2, g_k = 0 for k >= 2 at beta = 0:
+  the exact limits, never a division by beta = 0). Powers z^k come from products of unit complex
+  numbers (no trigonometric calls); both passes are BLAS products on blocks. O((N + M) K).
+
+``fast`` on S^2 (d = 3) — the addition theorem for the orthonormal real harmonics,
+    exp(beta(<x,y> - 1)) = 4 pi sum_l lambda_l sum_{m>=0} eps_m Re[Pbar_lm(x) e^{im phi_x} Pbar_lm(y) e^{-im phi_y}],
+  eps_0 = 1, eps_m = 2, lambda_l = sqrt(pi/(2 beta)) ive(l + 1/2, beta) (Funk–Hecke, SPEC §2), Pbar the
+  fully normalised associated Legendre functions (∫ Pbar_lm^2 sin(theta) dtheta = 1/(2 pi)) from their
+  standard three-term recurrence, vectorised over points and orders. G is obtained without derivatives
+  of harmonics as G = P_x H with H(x) = sum_j w_j exp(beta(<x,y_j> - 1)) y_j: four kernel sums (weights
+  w and w y^(a)) share one set of harmonic values. O((N + M) L^2 / 2), L ~ 9 sqrt(beta).
+
+The degree K (L) is the smallest for which every dropped multiplier (and, on S^1, k g_k) is below
+``tol`` (1e-17) times lambda_0. Since max Psi >= mean Psi = lambda_0 ∫ d(w-measure), the truncation
+error is ~tol relative to max Psi; round-off is ~1e-15 relative to max Psi; G inherits the same
+absolute error. "Relative" accuracy below means relative to max_x Psi(x) (the scale of both fields:
+|G| <= Psi pointwise); the tests also check it relative to max |G|.
+
+:class:`InteractionSums` picks the method (``method="auto"``) from d, beta and the sizes.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from spectral.multipliers import kernel_bandwidth, potential_multipliers, zonal_multipliers
+from ._blas import blas_threads
+
+__all__ = ["InteractionSums", "direct_fields", "CircleSums", "SphereSums", "interaction_fields",
+           "circle_bandwidth", "SUM_METHODS", "DEFAULT_BLOCK_BYTES"]
+
+SUM_METHODS = ("auto", "direct", "fast")
+
+#: kernel values held at once by the direct sums (bytes)
+DEFAULT_BLOCK_BYTES = 32 * 2 ** 20
+#: multipliers below this fraction of lambda_0 are dropped by the fast sums
+DEFAULT_TOL = 1e-17
+#: the fast S^2 sums are offered up to this degree (beyond, about beta > 400, direct sums are cheaper
+#: for every N one can afford, and the Legendre recurrence gets long)
+SPHERE_MAX_DEGREE = 200
+
+# Cost model of ``method="auto"`` (seconds, measured on the 2-core development machine with one
+# OpenBLAS thread): direct ~ pairs * (d + 6) * _C_DIRECT; fast S^1 ~ points * (K + 1) * _C_CIRCLE per
+# pass + _C_CALL; fast S^2 ~ points * (number of (l, m) pairs) * _C_SPHERE per pass + _C_CALL * L
+# (the Legendre recurrence is a Python loop over degrees).
+_C_DIRECT = 1.0e-9
+_C_CIRCLE = 2.0e-9
+_C_SPHERE = 1.2e-8
+_C_CALL = 3.0e-5
+
+
+def _as_points(name: str, a, d: int | None = None) -> np.ndarray:
+    a = np.asarray(a, dtype=float)
+    if a.ndim != 2 or (d is not None and a.shape[1] != d):
+        want = f"(n, {d})" if d is not None else "(n, d)"
+        raise ValueError(f"{name} must have shape {want}, got {a.shape}")
+    return a
+
+
+def _tangent(x: np.ndarray, H: np.ndarray) -> np.ndarray:
+    return H - np.einsum("nd,nd->n", x, H)[:, None] * x
+
+
+# ----------------------------------------------------------------------------------------------
+# direct sums
+# ----------------------------------------------------------------------------------------------
+def direct_fields(x: np.ndarray, y: np.ndarray, w: np.ndarray, beta: float, *,
+                  block_bytes: int = DEFAULT_BLOCK_BYTES) -> tuple[np.ndarray, np.ndarray]:
+    """Psi and G at x (M, d) of the sources y (N, d) with weights w (N,), by direct summation.
+
+    Evaluation points are taken in blocks of ``max(1, block_bytes // (8 N))`` rows, so at most
+    ``block_bytes`` of kernel values exist at once. Cost O(M N d).
+
+    Returns
+    -------
+    psi : (M,) ndarray
+    G : (M, d) ndarray, tangent at x
+    """
+    x = _as_points("x", x)
+    y = _as_points("y", y, x.shape[1])
+    w = np.asarray(w, dtype=float).reshape(-1)
+    if w.shape != (y.shape[0],):
+        raise ValueError(f"w must have one weight per source ({y.shape[0]}), got shape {w.shape}")
+    M, N = x.shape[0], y.shape[0]
+    psi = np.empty(M)
+    H = np.empty_like(x)
+    rows = max(1, int(block_bytes) // (8 * max(N, 1)))
+    for s in range(0, M, rows):
+        e = min(s + rows, M)
+        T = x[s:e] @ y.T
+        # in place: one block-sized array at a time
+        T -= 1.0
+        T *= beta
+        np.exp(T, out=T)
+        T *= w
+        psi[s:e] = T.sum(axis=1)
+        np.matmul(T, y, out=H[s:e])
+    return psi, _tangent(x, H)
+
+
+# ----------------------------------------------------------------------------------------------
+# S^1
+# ----------------------------------------------------------------------------------------------
+def circle_bandwidth(beta: float, tol: float = DEFAULT_TOL) -> int:
+    """Smallest K >= 1 with lambda_k <= tol lambda_0 and k g_k <= tol lambda_0 for all k > K (d = 2).
+
+    lambda_k = ive(k, beta) are the kernel's Fourier multipliers and k g_k = k lambda_k / beta those of
+    the angular component of G; both decrease (eventually) like exp(-k^2 / (2 beta)).
+    """
+    if beta == 0.0:
+        return 1
+    K = kernel_bandwidth(beta, 2, tol)
+    while True:
+        n = 2 * K + 16
+        lam = zonal_multipliers(beta, 2, n)
+        kg = np.arange(n + 1) * potential_multipliers(beta, 2, n)
+        big = np.nonzero((lam > tol * lam[0]) | (kg > tol * lam[0]))[0]
+        last = int(big[-1]) if big.size else 1
+        if last < n - 4:
+            return max(last, 1)
+        K = n
+
+
+def _powers(zc: np.ndarray, K: int, out: np.ndarray) -> np.ndarray:
+    """out[k] = zc^k, k = 0..K, by doubling (log2 K broadcast products; |zc| = 1 keeps it stable)."""
+    out[0] = 1.0
+    if K >= 1:
+        out[1] = zc
+    p = 1
+    while p < K:
+        q = min(p, K - p)
+        np.multiply(out[1:1 + q], out[p], out=out[p + 1:p + 1 + q])
+        p += q
+    return out
+
+
+class CircleSums:
+    """Fast interaction sums on S^1 through the kernel's Fourier (Bessel) series.
+
+    Parameters
+    ----------
+    beta : float
+        Inverse temperature >= 0.
+    tol : float
+        Multipliers below tol * lambda_0 are dropped (sets K, see :func:`circle_bandwidth`).
+    block : int
+        Points per block (the power table of a block is (K+1) x block complex numbers). Tables are
+        recomputed in the second pass: measured cheaper than keeping them (memory traffic).
+    """
+
+    d = 2
+
+    def __init__(self, beta: float, tol: float = DEFAULT_TOL, block: int = 4096) -> None:
+        self.beta = float(beta)
+        self.K = circle_bandwidth(self.beta, tol)
+        K = self.K
+        self.lam = zonal_multipliers(self.beta, 2, K)
+        self.g = potential_multipliers(self.beta, 2, K)
+        self.block = int(block)
+        self._buf = np.empty((K + 1, self.block), dtype=complex)
+        self._out = np.empty((2, self.block), dtype=complex)
+
+    def cost(self, n_src: int, n_eval: int) -> float:
+        """Estimated seconds of one :meth:`fields` call."""
+        return _C_CIRCLE * (self.K + 1) * (n_src + n_eval) + _C_CALL
+
+    def _blocks(self, x: np.ndarray):
+        zc = x[:, 0] - 1j * x[:, 1]
+        for s in range(0, x.shape[0], self.block):
+            e = min(s + self.block, x.shape[0])
+            yield s, e, _powers(zc[s:e], self.K, self._buf[:, : e - s])
+
+    def fields(self, y: np.ndarray, w: np.ndarray, x: np.ndarray | None = None
+               ) -> tuple[np.ndarray, np.ndarray]:
+        """Psi (M,) and G (M, 2) at x (default: at the sources y)."""
+        y = _as_points("y", y, 2)
+        w = np.asarray(w, dtype=float).reshape(-1)
+        x = y if x is None else _as_points("x", x, 2)
+        K = self.K
+        c = np.zeros(K + 1, dtype=complex)
+        for s, e, P in self._blocks(y):
+            c += P @ w[s:e]
+        k = np.arange(K + 1)
+        a = self.lam * c
+        a[1:] *= 2.0
+        b = (2j * k * self.g) * c
+        # Re(A z^k) = Re(conj(A) conj(z)^k): the tables hold powers of conj(z)
+        A = np.conj(np.stack([a, b]))
+        out = np.empty((2, x.shape[0]))
+        for s, e, P in self._blocks(x):
+            np.matmul(A, P, out=self._out[:, : e - s])
+            out[:, s:e] = self._out[:, : e - s].real
+        psi, gth = out
+        G = np.empty_like(x)
+        np.multiply(gth, -x[:, 1], out=G[:, 0])
+        np.multiply(gth, x[:, 0], out=G[:, 1])
+        return psi, G
+
+
+# ----------------------------------------------------------------------------------------------
+# S^2
+# ----------------------------------------------------------------------------------------------
+class SphereSums:
+    """Fast interaction sums on S^2 through the addition theorem of spherical harmonics.
+
+    Parameters
+    ----------
+    beta : float
+        Inverse temperature >= 0.
+    tol : float
+        Degrees with lambda_l <= tol * lambda_0 are dropped (sets L).
+    block : int or None
+        Points per block; default so that a block's harmonic table is about 8 MiB. Tables are
+        recomputed in the second pass (measured cheaper than keeping them).
+    """
+
+    d = 3
+
+    def __init__(self, beta: float, tol: float = DEFAULT_TOL, block: int | None = None) -> None:
+        self.beta = float(beta)
+        L = 0 if self.beta == 0.0 else kernel_bandwidth(self.beta, 3, tol)
+        if L > SPHERE_MAX_DEGREE:
+            raise ValueError(f"fast sums on S^2 need degree L = {L} at beta = {self.beta:g}, above the "
+                             f"supported {SPHERE_MAX_DEGREE}; use method='direct'")
+        self.L = L
+        lam = zonal_multipliers(self.beta, 3, L)
+        self.nlm = (L + 1) * (L + 2) // 2
+        ls = np.concatenate([np.full(l + 1, l) for l in range(L + 1)])
+        ms = np.concatenate([np.arange(l + 1) for l in range(L + 1)])
+        self.D = 4.0 * np.pi * lam[ls] * np.where(ms > 0, 2.0, 1.0)
+        self._a = [None] * (L + 1)
+        self._b = [None] * (L + 1)
+        for l in range(2, L + 1):
+            m = np.arange(l - 1, dtype=float)
+            self._a[l] = np.sqrt((4.0 * l * l - 1.0) / (l * l - m * m))[:, None]
+            self._b[l] = np.sqrt(((l - 1.0) ** 2 - m * m) / (4.0 * (l - 1.0) ** 2 - 1.0))[:, None]
+        self.block = int(block) if block else max(256, (8 * 2 ** 20) // (16 * self.nlm))
+        self._Y = np.empty((self.nlm, self.block), dtype=complex)
+        self._P = np.empty((self.nlm, self.block))
+        self._E = np.empty((L + 1, self.block), dtype=complex)
+
+    def cost(self, n_src: int, n_eval: int) -> float:
+        return _C_SPHERE * self.nlm * (n_src + n_eval) + _C_CALL * (self.L + 1)
+
+    def basis(self, x: np.ndarray, Y: np.ndarray | None = None) -> np.ndarray:
+        """Y[lm, i] = Pbar_lm(cos theta_i) e^{-i m phi_i} for l <= L, m = 0..l (index l(l+1)/2 + m)."""
+        n = x.shape[0]
+        if n > self.block:
+            raise ValueError("basis: more points than the block size")
+        L = self.L
+        P, E = self._P[:, :n], self._E[:, :n]
+        Y = self._Y[:, :n] if Y is None else Y
+        z = x[:, 2]
+        s = np.hypot(x[:, 0], x[:, 1])
+        safe = s > 0
+        e = np.ones(n, dtype=complex)
+        e[safe] = (x[safe, 0] - 1j * x[safe, 1]) / s[safe]     # e^{-i phi}; any phase at the poles
+        P[0] = 1.0 / math.sqrt(4.0 * math.pi)
+        for l in range(1, L + 1):
+            o, o1, o2 = l * (l + 1) // 2, (l - 1) * l // 2, (l - 2) * (l - 1) // 2
+            if l >= 2:
+                t = z * P[o1:o1 + l - 1]
+                t -= self._b[l] * P[o2:o2 + l - 1]
+                t *= self._a[l]
+                P[o:o + l - 1] = t
+            np.multiply(z, P[o1 + l - 1], out=P[o + l - 1])
+            P[o + l - 1] *= math.sqrt(2.0 * l + 1.0)
+            np.multiply(s, P[o1 + l - 1], out=P[o + l])
+            P[o + l] *= math.sqrt((2.0 * l + 1.0) / (2.0 * l))
+        _powers(e, L, E)
+        for l in range(L + 1):
+            o = l * (l + 1) // 2
+            np.multiply(P[o:o + l + 1], E[: l + 1], out=Y[o:o + l + 1])
+        return Y
+
+    def fields(self, y: np.ndarray, w: np.ndarray, x: np.ndarray | None = None
+               ) -> tuple[np.ndarray, np.ndarray]:
+        """Psi (M,) and G (M, 3) at x (default: at the sources y)."""
+        y = _as_points("y", y, 3)
+        w = np.asarray(w, dtype=float).reshape(-1)
+        x = y if x is None else _as_points("x", x, 3)
+        W = np.empty((y.shape[0], 4))
+        W[:, 0] = w
+        np.multiply(w[:, None], y, out=W[:, 1:])
+        C = np.zeros((self.nlm, 4), dtype=complex)
+        B = self.block
+        for s in range(0, y.shape[0], B):
+            e = min(s + B, y.shape[0])
+            C += self.basis(y[s:e]) @ W[s:e]
+        A = self.D[:, None] * np.conj(C)
+        out = np.empty((x.shape[0], 4))
+        for s in range(0, x.shape[0], B):
+            e = min(s + B, x.shape[0])
+            out[s:e] = (self.basis(x[s:e]).T @ A).real
+        return out[:, 0], _tangent(x, out[:, 1:])
+
+
+# ----------------------------------------------------------------------------------------------
+# selection
+# ----------------------------------------------------------------------------------------------
+class InteractionSums:
+    """Psi and G of a weighted point set, by the method that suits d, beta and the sizes.
+
+    Parameters
+    ----------
+    d : int
+        Ambient dimension (points on S^{d-1}).
+    beta : float
+        Inverse temperature >= 0.
+    method : {"auto", "direct", "fast"}
+        "fast" exists for d = 2 (Fourier) and d = 3 (harmonics, beta up to about 400);
+        "auto" takes the cheaper of direct and fast by a measured cost model.
+    tol : float
+        Truncation of the fast sums (relative to lambda_0).
+    block_bytes : int
+        Memory bound of one block of the direct sums.
+    blas_threads : int or None
+        OpenBLAS threads while summing (default 1: the block products are small, and extra threads
+        stall on a busy machine; see ``solvers._blas``); None leaves the library's setting alone.
+    """
+
+    def __init__(self, d: int, beta: float, method: str = "auto", *, tol: float = DEFAULT_TOL,
+                 block_bytes: int = DEFAULT_BLOCK_BYTES, blas_threads: int | None = 1) -> None:
+        if method not in SUM_METHODS:
+            raise ValueError(f"sum method must be one of {SUM_METHODS}, got {method!r}")
+        if isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 2:
+            raise ValueError(f"d must be an integer >= 2, got {d!r}")
+        if not (math.isfinite(beta) and beta >= 0):
+            raise ValueError(f"beta must be finite and >= 0, got {beta!r}")
+        if not (isinstance(block_bytes, (int, np.integer)) and block_bytes >= 8):
+            raise ValueError(f"block_bytes must be an integer >= 8, got {block_bytes!r}")
+        self.d, self.beta, self.method = int(d), float(beta), method
+        self.tol, self.block_bytes = tol, int(block_bytes)
+        self.blas_threads = blas_threads
+        self._fast = None
+        self._fast_error = None
+        if self.d in (2, 3):
+            try:
+                self._fast = (CircleSums if self.d == 2 else SphereSums)(self.beta, tol)
+            except ValueError as err:          # S^2 at very large beta
+                self._fast_error = str(err)
+        if method == "fast" and self._fast is None:
+            why = self._fast_error or f"fast sums exist on S^1 and S^2 only (d = 2, 3), not d = {self.d}"
+            raise ValueError(why)
+
+    @property
+    def fast(self):
+        """The fast-sum object (CircleSums / SphereSums) or None."""
+        return self._fast
+
+    def direct_cost(self, n_src: int, n_eval: int) -> float:
+        return _C_DIRECT * (self.d + 6) * n_src * n_eval
+
+    def method_for(self, n_src: int, n_eval: int | None = None) -> str:
+        """The method ``fields`` uses for these sizes: "direct" or "fast"."""
+        if self.method != "auto":
+            return self.method
+        if self._fast is None:
+            return "direct"
+        n_eval = n_src if n_eval is None else n_eval
+        return "fast" if self._fast.cost(n_src, n_eval) < self.direct_cost(n_src, n_eval) else "direct"
+
+    def fields(self, y: np.ndarray, w: np.ndarray, x: np.ndarray | None = None
+               ) -> tuple[np.ndarray, np.ndarray]:
+        """Psi (M,) and G (M, d) at x, default at the sources y (self-interaction included)."""
+        n_eval = y.shape[0] if x is None else x.shape[0]
+        with blas_threads(self.blas_threads):
+            if self.method_for(y.shape[0], n_eval) == "fast":
+                return self._fast.fields(y, w, x)
+            return direct_fields(y if x is None else x, y, w, self.beta, block_bytes=self.block_bytes)
+
+    def pair(self, y: np.ndarray, w: np.ndarray, psi: np.ndarray | None = None) -> float:
+        """A = sum_ij w_i w_j g(<y_i, y_j>), g(t) = exp(beta(t-1))/beta (t - 1 at beta = 0): the pair
+        term of the energy (``Model.energy``), from Psi at the sources (computed if not given)."""
+        w = np.asarray(w, dtype=float)
+        if self.beta == 0.0:
+            m = w @ np.asarray(y, dtype=float)
+            return float(m @ m - w.sum() ** 2)
+        if psi is None:
+            psi, _ = self.fields(y, w)
+        return float(w @ psi) / self.beta
+
+
+def interaction_fields(y: np.ndarray, w: np.ndarray, beta: float, x: np.ndarray | None = None,
+                       method: str = "auto", **kwargs) -> tuple[np.ndarray, np.ndarray]:
+    """One-off Psi, G at x (default the sources) — see :class:`InteractionSums`."""
+    y = _as_points("y", y)
+    return InteractionSums(y.shape[1], beta, method, **kwargs).fields(y, w, x)

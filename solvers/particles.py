@@ -1,0 +1,858 @@
+"""Particle solver of the model of SPEC §1 on S^{d-1}, any d >= 2.
+
+N weighted particles x_i (w_i > 0, sum w_i = 1) move with the velocity of their empirical measure
+mu_N = sum_j w_j delta_{x_j}:
+
+    dx_i/dt = v[mu_N](x_i),   v = Model.velocity(G, Psi, drift)        (the PDE's definition)
+    Psi(x)  = sum_j w_j exp(beta(<x, x_j> - 1)),   G(x) = sum_j w_j exp(beta(<x, x_j> - 1)) P_x x_j,
+
+self-interaction included. With noise nu > 0: dX = v dt + sqrt(2 nu) dB on the sphere. Time is the
+model's time (layers); positions are unit vectors; the velocity is in radians per unit time.
+
+Interaction sums come from :mod:`solvers.interaction` (direct for any d; fast Fourier / harmonic
+sums on S^1 / S^2). Integrators, all staying on the sphere:
+
+- ``"euler"``: x <- (x + h v(x)) / |x + h v(x)| — the reference experiments' scheme (seed 000, §4);
+- ``"rk4"``: classical Runge–Kutta for the extension F(x) = v(x / |x|) of the field to R^d \\ {0}
+  (its exact flow preserves |x|, so RK4 of F is 4th-order on the sphere), then normalisation;
+- ``"adaptive"``: Dormand–Prince 5(4) of the same F, error control on max_i |err_i| <= atol + rtol
+  (positions are unit vectors, so rtol is an angle), normalisation after each accepted step.
+
+Noise (nu > 0) is added after the deterministic step by a geodesic Euler–Maruyama step
+x <- exp_x(sqrt(2 nu h) P_x xi), xi ~ N(0, I_d) (Lie splitting, weak order 1; the exponential map
+produces the Ito drift -nu (d-1) x dt of Brownian motion on the sphere). Not with "adaptive".
+
+Snapshots record positions, the energy E (``Model.energy``, pair term from the same sums), the largest
+drift max_i |v(x_i)| (the deterministic velocity, as the reference code's stopping rule measures it),
+the dissipation s sum_i w_i |v_i|^2 (= dE/dt for noiseless USA with a gradient perceptron) and the
+cluster count. The stopping rule (:class:`StopRule`) is the reference one: the cluster count is
+unchanged over ``window`` consecutive snapshots (the initial one excluded) and the largest drift is
+<= ``drift_tol``.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, fields
+from typing import Any, Callable
+
+import numpy as np
+
+from ._blas import blas_threads
+from .atoms import single_linkage_clusters
+from .interaction import DEFAULT_BLOCK_BYTES, DEFAULT_TOL, SUM_METHODS, InteractionSums
+from .model import Model
+from .stepping import TABLEAUS, IFRungeKutta, StepController
+
+__all__ = ["simulate_particles", "ParticleResult", "ParticleOptions", "StopRule", "initial_particles",
+           "cluster_radius", "STOP_REASONS", "INTEGRATORS", "INITS"]
+
+STOP_REASONS = ("t_final", "converged", "non-finite", "max_steps", "interrupted")
+INTEGRATORS = ("euler", "rk4", "adaptive")
+INITS = ("random", "quasi-uniform", "quadrature")
+
+#: step of the fixed-step integrators when none is given: the reference experiments' dt
+DEFAULT_DT = 0.1
+
+
+def cluster_radius(beta: float, d: int, scale: float = 0.5) -> float:
+    """Geodesic linkage radius min(scale / sqrt(beta), pi / (2 d)) of SPEC §5 (pi / (2 d) at beta = 0)."""
+    cap = math.pi / (2.0 * d)
+    return cap if beta == 0 else min(scale / math.sqrt(beta), cap)
+
+
+# ----------------------------------------------------------------------------------------------
+# options
+# ----------------------------------------------------------------------------------------------
+def _positive(name: str, v, allow_none: bool = False) -> None:
+    if v is None and allow_none:
+        return
+    if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) \
+            or not math.isfinite(v) or v <= 0:
+        raise ValueError(f"{name} must be a finite number > 0, got {v!r}")
+
+
+@dataclass
+class StopRule:
+    """The reference stopping rule (seed 000 §4, its code's defaults).
+
+    Attributes
+    ----------
+    window : int
+        Number of consecutive snapshots (after t = 0) with the same cluster count.
+    drift_tol : float
+        Largest drift max_i |v(x_i)| allowed at the last of them (radians per unit time).
+    scale : float
+        Cluster linkage radius min(scale / sqrt(beta), pi / (2 d)).
+    """
+
+    window: int = 5
+    drift_tol: float = 5e-4
+    scale: float = 0.5
+
+    def __post_init__(self) -> None:
+        if isinstance(self.window, bool) or not isinstance(self.window, (int, np.integer)) or self.window < 1:
+            raise ValueError(f"stop: window must be an integer >= 1, got {self.window!r}")
+        _positive("stop: drift_tol", self.drift_tol)
+        _positive("stop: scale", self.scale)
+
+    @classmethod
+    def from_arg(cls, stop) -> "StopRule | None":
+        """None/False: no rule; True: the reference rule; a dict of fields; or a StopRule."""
+        if stop is None or stop is False:
+            return None
+        if stop is True:
+            return cls()
+        if isinstance(stop, cls):
+            return stop
+        if isinstance(stop, dict):
+            unknown = sorted(set(stop) - {f.name for f in fields(cls)})
+            if unknown:
+                raise ValueError(f"stop: unknown field(s) {unknown}; allowed: window, drift_tol, scale")
+            return cls(**stop)
+        raise ValueError(f"stop must be None, True, a dict (window, drift_tol, scale) or a StopRule, got {stop!r}")
+
+
+@dataclass
+class ParticleOptions:
+    """Numerical options of :func:`simulate_particles` (recorded with the run).
+
+    Attributes
+    ----------
+    sum : {"auto", "direct", "fast"}
+        Interaction sums (:class:`solvers.interaction.InteractionSums`).
+    sum_tol : float
+        Truncation of the fast sums relative to lambda_0.
+    block_bytes : int
+        Memory bound of a direct-sum block (bytes).
+    rtol, atol : float
+        "adaptive" only: accepted when max_i |err_i| <= atol + rtol (radians).
+    dt_max : float or None
+        "adaptive" only: largest step.
+    max_steps : int
+        Stop with "max_steps" after this many accepted steps.
+    record_clusters : bool
+        Count clusters at every snapshot (always on when a stopping rule is given).
+    blas_threads : int or None
+        OpenBLAS threads during the run (default 1, see ``solvers._blas``; None: leave alone).
+    """
+
+    sum: str = "auto"
+    sum_tol: float = DEFAULT_TOL
+    block_bytes: int = DEFAULT_BLOCK_BYTES
+    rtol: float = 1e-8
+    atol: float = 1e-10
+    dt_max: float | None = None
+    max_steps: int = 1_000_000
+    record_clusters: bool = True
+    blas_threads: int | None = 1
+
+    def __post_init__(self) -> None:
+        if self.sum not in SUM_METHODS:
+            raise ValueError(f"option sum must be one of {SUM_METHODS}, got {self.sum!r}")
+        for name in ("sum_tol", "rtol", "atol"):
+            _positive(f"option {name}", getattr(self, name))
+        _positive("option dt_max", self.dt_max, allow_none=True)
+        for name in ("block_bytes", "max_steps"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+                raise ValueError(f"option {name} must be an integer >= 1, got {v!r}")
+        if self.blas_threads is not None and (isinstance(self.blas_threads, bool) or not isinstance(
+                self.blas_threads, (int, np.integer)) or self.blas_threads < 1):
+            raise ValueError(f"option blas_threads must be an integer >= 1 or None, got {self.blas_threads!r}")
+        if not isinstance(self.record_clusters, bool):
+            raise ValueError(f"option record_clusters must be True or False, got {self.record_clusters!r}")
+
+    @classmethod
+    def from_kwargs(cls, options: dict) -> "ParticleOptions":
+        names = {f.name for f in fields(cls)}
+        unknown = sorted(set(options) - names)
+        if unknown:
+            raise TypeError(f"simulate_particles: unknown option(s) {unknown}; allowed: {sorted(names)}")
+        return cls(**options)
+
+    def to_dict(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+# ----------------------------------------------------------------------------------------------
+# initial particles
+# ----------------------------------------------------------------------------------------------
+
+def _density_values(density: Callable, x: np.ndarray) -> np.ndarray:
+    vals = np.asarray(density(x), dtype=float).reshape(-1)
+    if vals.shape != (x.shape[0],):
+        raise ValueError(f"density must return one value per point ({x.shape[0]}), got shape {np.shape(vals)}")
+    if not np.all(np.isfinite(vals)):
+        raise ValueError("density returned non-finite values")
+    if vals.min() < 0:
+        raise ValueError(f"density must be >= 0, got a minimum of {vals.min():.3g}")
+    return vals
+
+
+def _uniform_sphere(rng: np.random.Generator, n: int, d: int) -> np.ndarray:
+    x = rng.standard_normal((n, d))
+    nrm = np.linalg.norm(x, axis=1)
+    while np.any(nrm == 0):        # probability zero, but never divide by 0
+        bad = nrm == 0
+        x[bad] = rng.standard_normal((int(bad.sum()), d))
+        nrm = np.linalg.norm(x, axis=1)
+    return x / nrm[:, None]
+
+
+def _rejection_sample(rng: np.random.Generator, n: int, d: int, density: Callable) -> tuple[np.ndarray, float]:
+    """n i.i.d. samples of density * sigma by rejection against sigma, with a bound that is raised
+    (and the sampling restarted) whenever a proposal exceeds it, so the samples are exact."""
+    probe = _density_values(density, _uniform_sphere(rng, 1 << 16, d))
+    if probe.max() <= 0:
+        raise ValueError("density vanishes on 65536 uniform probe points; cannot sample it")
+    bound = 1.25 * probe.max()
+    while True:
+        out, have = np.empty((n, d)), 0
+        restart = False
+        while have < n:
+            m = max(1024, int(1.5 * (n - have) * bound / probe.mean()))
+            prop = _uniform_sphere(rng, m, d)
+            vals = _density_values(density, prop)
+            if vals.max() > bound:
+                bound, restart = 2.0 * vals.max(), True
+                break
+            acc = prop[rng.uniform(0.0, bound, m) < vals]
+            take = min(len(acc), n - have)
+            out[have:have + take] = acc[:take]
+            have += take
+        if not restart:
+            return out, bound
+
+
+def _circle_quadrature(n: int, density: Callable | None) -> tuple[np.ndarray, np.ndarray, str]:
+    """Inverse-CDF image of the midpoint grid u_i = (i + 1/2) / n on S^1 (SPEC §3.6), equal weights.
+
+    The CDF F(theta) = ∫_0^theta rho dtheta' / (2 pi) (rho normalised to mass 1) comes from the Fourier
+    series of rho (sampled until its top half is below 1e-15), and F(theta_i) = u_i is solved by
+    safeguarded Newton iterations to round-off.
+    """
+    if density is None:
+        th = 2.0 * np.pi * (np.arange(n) + 0.5) / n
+        return np.stack([np.cos(th), np.sin(th)], axis=1), np.full(n, 1.0 / n), "quadrature (uniform, midpoint)"
+    M = 64
+    while True:
+        th = 2.0 * np.pi * np.arange(M) / M
+        c = np.fft.rfft(_density_values(density, np.stack([np.cos(th), np.sin(th)], axis=1))) / M
+        if not c[0].real > 0:
+            raise ValueError("density has zero mass")
+        if np.max(np.abs(c[M // 4:])) <= 1e-15 * c[0].real:
+            break
+        if M >= 1 << 22:
+            raise ValueError("quadrature init: the density is not resolved by 2^20 Fourier modes (is it smooth?); "
+                             "use init='random'")
+        M *= 2
+    K = M // 4
+    c = c[:K] / c[0].real
+    k = np.arange(1, K)
+    ck = c[1:]
+
+    def F_and_rho(theta):
+        # F = theta/2pi + sum_k Re[c_k (e^{ik theta} - 1) / (i pi k)],  dF/dtheta = rho / (2 pi)
+        Fv = theta / (2.0 * np.pi)
+        dF = np.full_like(theta, 1.0 / (2.0 * np.pi))
+        for s in range(0, theta.size, 8192):
+            e = np.exp(1j * np.outer(theta[s:s + 8192], k))
+            Fv[s:s + 8192] += ((e - 1.0) @ (ck / (1j * np.pi * k))).real
+            dF[s:s + 8192] += (e @ ck).real / np.pi
+        return Fv, dF
+
+    u = (np.arange(n) + 0.5) / n
+    grid = np.linspace(0.0, 2.0 * np.pi, max(4 * K, 256) + 1)
+    Fg, _ = F_and_rho(grid)
+    Fg[0], Fg[-1] = 0.0, 1.0
+    if np.any(np.diff(Fg) < 0):
+        raise ValueError("quadrature init: the CDF of the density is not monotone (density negative somewhere?)")
+    j = np.clip(np.searchsorted(Fg, u, side="right") - 1, 0, len(grid) - 2)
+    lo, hi = grid[j].copy(), grid[j + 1].copy()
+    theta = lo + (hi - lo) * (u - Fg[j]) / np.maximum(Fg[j + 1] - Fg[j], 1e-300)
+    for _ in range(100):
+        Fv, dF = F_and_rho(theta)
+        r = Fv - u
+        if np.max(np.abs(r)) <= 4e-16:
+            break
+        lo = np.where(r < 0, theta, lo)
+        hi = np.where(r > 0, theta, hi)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            new = theta - r / dF
+        bad = ~((new > lo) & (new < hi))
+        theta = np.where(bad, 0.5 * (lo + hi), new)
+    x = np.stack([np.cos(theta), np.sin(theta)], axis=1)
+    return x, np.full(n, 1.0 / n), f"quadrature (inverse CDF of the midpoint grid, {K} Fourier modes of the density)"
+
+
+def _sphere_quadrature(n: int, density: Callable | None) -> tuple[np.ndarray, np.ndarray, str]:
+    """Gauss grid on S^2: nlat Gauss–Legendre nodes in cos(theta) x 2 nlat equispaced longitudes,
+    weights proportional to density x quadrature weight."""
+    nlat = int(round(math.sqrt(n / 2.0)))
+    if nlat < 1 or 2 * nlat * nlat != n:
+        near = sorted({2 * max(nlat - 1, 1) ** 2, 2 * max(nlat, 1) ** 2, 2 * (nlat + 1) ** 2})
+        raise ValueError(f"init='quadrature' on S^2 uses a Gauss grid of nlat x 2 nlat nodes: n must be 2 nlat^2, "
+                         f"got n = {n} (nearest: {near})")
+    z, wz = np.polynomial.legendre.leggauss(nlat)
+    nphi = 2 * nlat
+    phi = 2.0 * np.pi * np.arange(nphi) / nphi
+    s = np.sqrt(1.0 - z * z)
+    x = np.stack([np.outer(s, np.cos(phi)), np.outer(s, np.sin(phi)), np.outer(z, np.ones(nphi))], axis=-1).reshape(-1, 3)
+    q = np.repeat(wz / 2.0, nphi) / nphi            # quadrature weights of the probability measure
+    if density is None:
+        return x, q / q.sum(), f"quadrature (Gauss grid {nlat} x {nphi}, uniform)"
+    vals = _density_values(density, x)
+    if np.any(vals <= 0):
+        raise ValueError("init='quadrature': the density must be > 0 at every Gauss-grid node (particle weights are > 0)")
+    w = vals * q
+    return x, w / w.sum(), f"quadrature (Gauss grid {nlat} x {nphi}, weights density x Gauss weight)"
+
+
+def initial_particles(d: int, n: int, init: str = "random", density: Callable | None = None,
+                      seed: int | np.random.SeedSequence = 0) -> tuple[np.ndarray, np.ndarray, str]:
+    """Initial positions (n, d), weights (n,) (sum 1) and a description.
+
+    Parameters
+    ----------
+    d : int
+        Ambient dimension (>= 2).
+    n : int
+        Number of particles.
+    init : {"random", "quasi-uniform", "quadrature"}
+        "random": i.i.d. samples of density * sigma (uniform without a density; rejection sampling
+        against sigma otherwise), equal weights. "quasi-uniform" (uniform only): equispaced on S^1,
+        Fibonacci lattice on S^2, equal weights. "quadrature" (SPEC §3.6; d = 2, 3): on S^1 the
+        inverse-CDF image of the midpoint grid, equal weights; on S^2 the Gauss grid (n = 2 nlat^2),
+        weights proportional to density x Gauss weight.
+    density : callable, optional
+        Values of a density w.r.t. sigma at unit vectors (m, d) -> (m,), >= 0 (normalisation free).
+    seed : int or SeedSequence
+        For "random".
+    """
+    if init not in INITS:
+        raise ValueError(f"init must be one of {INITS}, got {init!r}")
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+        raise ValueError(f"n must be an integer >= 1, got {n!r}")
+    if density is not None and not callable(density):
+        raise ValueError(f"density must be a callable on unit vectors (m, d) or None, got {type(density).__name__}")
+    n = int(n)
+    if init == "random":
+        rng = np.random.default_rng(seed)
+        if density is None:
+            return _uniform_sphere(rng, n, d), np.full(n, 1.0 / n), "random (uniform, i.i.d.)"
+        x, bound = _rejection_sample(rng, n, d, density)
+        return x, np.full(n, 1.0 / n), f"random (i.i.d. samples of the density by rejection, bound {bound:.6g})"
+    if init == "quasi-uniform":
+        if density is not None:
+            raise ValueError("init='quasi-uniform' places uniform particles only; a density needs "
+                             "init='random' or init='quadrature'")
+        if d == 2:
+            th = 2.0 * np.pi * np.arange(n) / n
+            return np.stack([np.cos(th), np.sin(th)], axis=1), np.full(n, 1.0 / n), "quasi-uniform (equispaced)"
+        if d == 3:
+            i = np.arange(n) + 0.5
+            z = 1.0 - 2.0 * i / n
+            phi = math.pi * (1.0 + math.sqrt(5.0)) * i      # golden-angle increments
+            s = np.sqrt(1.0 - z * z)
+            x = np.stack([s * np.cos(phi), s * np.sin(phi), z], axis=1)
+            return x, np.full(n, 1.0 / n), "quasi-uniform (Fibonacci lattice)"
+        raise ValueError(f"init='quasi-uniform' exists on S^1 and S^2 (d = 2, 3), not d = {d}; use init='random'")
+    if d == 2:
+        return _circle_quadrature(n, density)
+    if d == 3:
+        return _sphere_quadrature(n, density)
+    raise ValueError(f"init='quadrature' exists on S^1 and S^2 (d = 2, 3), not d = {d}; use init='random'")
+
+
+# ----------------------------------------------------------------------------------------------
+# result
+# ----------------------------------------------------------------------------------------------
+@dataclass
+class ParticleResult:
+    """A run of :func:`simulate_particles`.
+
+    Attributes
+    ----------
+    model : Model
+    t : (T,) snapshot times
+    x : (T, N, d) positions (unit vectors) at the snapshots
+    w : (N,) weights (> 0, sum 1)
+    energy : (T,) E of the empirical measure (``Model.energy``; a general-form perceptron contributes 0,
+        as in the PDE solver)
+    max_drift : (T,) max_i |v(x_i)| (radians per unit time; deterministic velocity, noise excluded)
+    dissipation : (T,) s sum_i w_i |v_i|^2 (= dE/dt for noiseless USA, gradient perceptron)
+    cluster_count : (T,) clusters at radius ``cluster_radius(beta, d, scale)`` (scale of the stopping rule,
+        0.5 without one); -1 where not recorded
+    stop_reason : one of STOP_REASONS; message : detail; t_stop : time reached
+    nsteps, nrejected : accepted / rejected steps
+    integrator, dt : the integrator and its (initial) step
+    seed : the seed of the initial sampling and of the noise
+    stop : the stopping rule as a dict, or None
+    options : :class:`ParticleOptions` as a dict; sum_method : the interaction sums used
+    initial : description of the initial particles
+    steps : "adaptive" only: dict of arrays "t", "dt", "error", "accepted" of every attempted step
+    restart : restart state of the last snapshot (resume exactly with ``simulate_particles(restart=...)``):
+        a dict of plain values and arrays — "t", "x" (N, d), "w" (N,), "nsteps", "nrejected",
+        "save_index" (next snapshot k, at k * save_every), "dt" (current step of "adaptive"), "facold"
+        (step-size controller, "adaptive"), "rng_state" (the noise generator's PCG64 state dict),
+        "stop_counts" (cluster counts of the stopping-rule window), "initial", and "settings" (model
+        parameters, integrator, dt, save_every, stop rule — checked on resume).
+    """
+
+    model: Model
+    t: np.ndarray
+    x: np.ndarray
+    w: np.ndarray
+    energy: np.ndarray
+    max_drift: np.ndarray
+    dissipation: np.ndarray
+    cluster_count: np.ndarray
+    stop_reason: str
+    message: str
+    t_stop: float
+    nsteps: int
+    nrejected: int
+    integrator: str
+    dt: float | None
+    seed: Any
+    stop: dict | None
+    options: dict
+    sum_method: str
+    initial: str
+    wall_time: float
+    steps: dict | None = None
+    restart: dict | None = None
+
+    def _index(self, i: int) -> int:
+        T = len(self.t)
+        if not -T <= i < T:
+            raise IndexError(f"snapshot index {i} out of range for {T} snapshots")
+        return i % T
+
+    def clusters(self, i: int = -1, scale: float = 0.5) -> tuple[np.ndarray, np.ndarray]:
+        """Centres (k, d) (normalised weighted means) and masses (k,), heaviest first, of the
+        single-linkage clusters at geodesic radius min(scale / sqrt(beta), pi / (2 d)) at snapshot i."""
+        i = self._index(i)
+        _positive("scale", scale)
+        centres, masses, _ = single_linkage_clusters(self.x[i], self.w,
+                                                     cluster_radius(self.model.beta, self.model.d, scale))
+        return centres, masses
+
+    def summary(self) -> str:
+        m = self.model
+        N = self.w.size
+        lines = [
+            f"particles on S^{m.d - 1}: N={N} beta={m.beta:g} flow={m.flow} attention={m.attention} "
+            f"strength={m.strength:g} noise={m.noise:g} perceptron={m.perceptron!r}",
+            f"  init: {self.initial}; integrator {self.integrator}"
+            + (f" dt={self.dt:g}" if self.dt is not None else "") + f"; sums {self.sum_method}; seed {self.seed}",
+            f"  stop: {self.stop_reason} at t={self.t_stop:.6g} ({self.message})",
+            f"  {self.nsteps} steps" + (f" ({self.nrejected} rejected)" if self.nrejected else "")
+            + f", {len(self.t)} snapshots, wall {self.wall_time:.2f} s",
+        ]
+        if len(self.t):
+            lines.append(f"  energy {self.energy[0]:.10g} -> {self.energy[-1]:.10g}; max drift "
+                         f"{self.max_drift[0]:.3g} -> {self.max_drift[-1]:.3g}")
+            scale = self.stop["scale"] if self.stop else 0.5
+            _, masses = self.clusters(-1, scale)
+            lines.append(f"  clusters (scale {scale:g}, radius {cluster_radius(m.beta, m.d, scale):.4g}): "
+                         f"{len(masses)}, masses " + ", ".join(f"{v:.4f}" for v in masses[:12])
+                         + (" ..." if len(masses) > 12 else ""))
+        return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------------------------
+# the solver
+# ----------------------------------------------------------------------------------------------
+def _check_time(name: str, v, allow_none: bool = True) -> float | None:
+    if v is None and allow_none:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) or not math.isfinite(v) or v <= 0:
+        raise ValueError(f"{name} must be a finite number > 0{' or None' if allow_none else ''}, got {v!r}")
+    return float(v)
+
+
+def simulate_particles(model: Model, n: int | None = None, x0: np.ndarray | None = None,
+                       weights: np.ndarray | None = None, t_final: float | None = None, init: str = "random",
+                       density: Callable | None = None, seed: int = 0, integrator: str = "rk4",
+                       dt: float | None = None, save_every: float | None = None, stop=None, *,
+                       progress: bool | Callable[[dict], None] = False,
+                       callback: Callable[[dict], None] | None = None,
+                       restart: dict | None = None, **options) -> ParticleResult:
+    """Evolve N weighted particles under the velocity of their empirical measure.
+
+    Parameters
+    ----------
+    model : Model
+        Any d >= 2.
+    n : int, optional
+        Number of particles (required unless x0 or restart is given; must match x0).
+    x0 : array (N, d), optional
+        Initial positions (finite, non-zero rows; normalised). Excludes ``init``/``density``.
+    weights : array (N,), optional
+        Particle weights > 0 (normalised to sum 1); default equal. Not with init="quadrature" on S^2,
+        whose weights come from the density.
+    t_final : float, optional
+        Final time; None runs until the stopping rule holds (``stop`` required) or ``max_steps``.
+    init : {"random", "quasi-uniform", "quadrature"}
+        Initial placement when x0 is not given (see :func:`initial_particles`).
+    density : callable, optional
+        Initial density w.r.t. sigma for "random" / "quadrature" (default uniform).
+    seed : int
+        Seeds the initial sampling and the noise (independent streams spawned from one SeedSequence).
+    integrator : {"euler", "rk4", "adaptive"}
+    dt : float, optional
+        Step of "euler" / "rk4" (default 0.1, the reference experiments'); first step of "adaptive".
+    save_every : float, optional
+        Snapshot interval in time units (steps are shortened to land on snapshot times). Default:
+        10 dt with a stopping rule (one snapshot every 10 steps, as the reference; 1.0 for "adaptive"
+        without dt), else only t = 0 and the final time.
+    stop : None, True, dict or StopRule
+        The stopping rule (True: window 5, drift_tol 5e-4, scale 0.5), checked at every snapshot.
+    progress : bool or callable
+        True: a tqdm bar; a callable receives a dict (t, dt, nsteps, ...) after every accepted step.
+    callback : callable, optional
+        Receives every snapshot as a dict (t, x, energy, max_drift, dissipation, cluster_count, restart)
+        as soon as it is taken.
+    restart : dict, optional
+        ``ParticleResult.restart`` (or a callback's) of an earlier run with the same model and settings:
+        the run continues exactly as the uninterrupted run would have (positions, time, RNG state, step
+        count, step-size controller, stopping-rule history).
+    **options
+        See :class:`ParticleOptions` (sum, sum_tol, rtol, atol, dt_max, max_steps, ...).
+
+    Returns
+    -------
+    ParticleResult
+    """
+    if not isinstance(model, Model):
+        raise TypeError(f"model must be a solvers.Model, got {type(model).__name__}")
+    opts = ParticleOptions.from_kwargs(options)
+    if integrator not in INTEGRATORS:
+        raise ValueError(f"integrator must be one of {INTEGRATORS}, got {integrator!r}")
+    if init not in INITS:
+        raise ValueError(f"init must be one of {INITS}, got {init!r}")
+    t_final = _check_time("t_final", t_final)
+    dt = _check_time("dt", dt)
+    save_every = _check_time("save_every", save_every)
+    rule = StopRule.from_arg(stop)
+    if t_final is None and rule is None:
+        raise ValueError("give t_final, or a stopping rule (stop=True) to run until convergence")
+    if model.noise > 0 and integrator == "adaptive":
+        raise ValueError("integrator 'adaptive' controls the error of a deterministic step, which an O(sqrt(dt)) "
+                         "noise increment swamps; with noise > 0 use 'euler' or 'rk4' with a fixed dt")
+    if integrator != "adaptive" and dt is None:
+        dt = DEFAULT_DT
+    if save_every is None and rule is not None:
+        save_every = 10.0 * (dt if dt is not None else DEFAULT_DT)
+    d = model.d
+
+    if restart is not None:
+        if x0 is not None or n is not None or density is not None or weights is not None:
+            raise ValueError("restart carries the particles: do not pass n, x0, weights or density with it")
+        x = np.array(restart["x"], dtype=float)
+        w = np.array(restart["w"], dtype=float)
+        if x.ndim != 2 or x.shape[1] != d or w.shape != (x.shape[0],):
+            raise ValueError(f"restart state does not hold (N, {d}) positions and (N,) weights")
+        desc = str(restart.get("initial", "restart"))
+    else:
+        if x0 is not None:
+            if density is not None:
+                raise ValueError("x0 and density conflict: give initial positions or a density to sample, not both")
+            if init != "random":
+                raise ValueError(f"x0 and init={init!r} conflict: init places particles only when x0 is not given")
+            x = np.array(x0, dtype=float)
+            if x.ndim != 2 or x.shape[1] != d:
+                raise ValueError(f"x0 must have shape (N, {d}) for d = {d}, got {x.shape}")
+            if x.shape[0] < 1:
+                raise ValueError("x0 must hold at least one particle")
+            if n is not None and n != x.shape[0]:
+                raise ValueError(f"n = {n!r} conflicts with x0, which holds {x.shape[0]} particles")
+            if not np.all(np.isfinite(x)):
+                raise ValueError("x0 must be finite")
+            nrm = np.linalg.norm(x, axis=1)
+            if np.any(nrm == 0):
+                raise ValueError(f"x0 row {int(np.nonzero(nrm == 0)[0][0])} is zero; positions must be non-zero "
+                                 "(they are normalised onto the sphere)")
+            x = x / nrm[:, None]
+            w = None
+            desc = "given positions x0"
+        else:
+            if n is None:
+                raise ValueError("give the number of particles n, initial positions x0, or a restart state")
+            if weights is not None and init == "quadrature":
+                raise ValueError("weights conflict with init='quadrature', which sets the weights itself")
+            init_seq = np.random.SeedSequence(seed).spawn(2)[0]
+            x, w, desc = initial_particles(d, n, init, density, init_seq)
+        if weights is not None:
+            wv = np.array(weights, dtype=float).reshape(-1) if np.ndim(weights) else None
+            if wv is None or wv.shape != (x.shape[0],):
+                raise ValueError(f"weights must hold one value per particle ({x.shape[0]}), got shape {np.shape(weights)}")
+            if not np.all(np.isfinite(wv)) or np.any(wv <= 0):
+                raise ValueError("weights must be finite and > 0")
+            w = wv
+        if w is None:
+            w = np.full(x.shape[0], 1.0 / x.shape[0])
+        w = w / w.sum()
+    return _ParticleRun(model, x, w, desc, t_final, integrator, dt, save_every, rule, seed, opts,
+                        progress, callback, restart).run()
+
+
+class _ParticleRun:
+    """One integration: state, stepping, snapshots, stopping rule."""
+
+    def __init__(self, model, x, w, desc, t_final, integrator, dt, save_every, rule, seed, opts,
+                 progress, callback, restart) -> None:
+        self.model, self.w, self.initial = model, w, desc
+        self.t_final = math.inf if t_final is None else t_final
+        self.integrator, self.dt0, self.save_every, self.rule = integrator, dt, save_every, rule
+        self.seed, self.opts, self.progress, self.callback = seed, opts, progress, callback
+        self.N = x.shape[0]
+        self.sums = None
+        if model.attention != "none":
+            # blas_threads=None: run() limits the threads of the whole run
+            self.sums = InteractionSums(model.d, model.beta, opts.sum, tol=opts.sum_tol,
+                                        block_bytes=opts.block_bytes, blas_threads=None)
+        self.sum_method = "none" if self.sums is None else self.sums.method_for(self.N)
+        self.scale = rule.scale if rule is not None else 0.5
+        self.radius = cluster_radius(model.beta, model.d, self.scale)
+        self.record_clusters = opts.record_clusters or rule is not None
+        self.tableau = {"euler": TABLEAUS["Euler"], "rk4": TABLEAUS["RK4"], "adaptive": TABLEAUS["DP54"]}[integrator]
+        self.controller = StepController(self.tableau.error_order) if integrator == "adaptive" else None
+        self.rows: list[dict] = []
+        self.steps = {"t": [], "dt": [], "error": [], "accepted": []} if integrator == "adaptive" else None
+        noise_seq = np.random.SeedSequence(seed).spawn(2)[1]
+        self.rng = np.random.Generator(np.random.PCG64(noise_seq))
+        self.f = None                      # velocity at the current state, when known
+        if restart is None:
+            self.x, self.t = x, 0.0
+            self.nsteps = self.nrejected = 0
+            self.save_index = 1
+            self.dt = dt
+            self.counts: list[int] = []
+            self.fresh = True
+        else:
+            self._check_settings(restart.get("settings"))
+            self.x, self.t = x, float(restart["t"])
+            self.nsteps, self.nrejected = int(restart["nsteps"]), int(restart["nrejected"])
+            self.save_index = int(restart["save_index"])
+            self.dt = None if restart.get("dt") is None or not math.isfinite(restart["dt"]) else float(restart["dt"])
+            self.counts = [int(c) for c in restart.get("stop_counts", [])]
+            self.rng.bit_generator.state = restart["rng_state"]
+            if self.controller is not None and "facold" in restart:
+                self.controller.restore(restart)
+            self.fresh = False
+
+    def _settings(self) -> dict:
+        """What a restart must share with the run it continues (else it would not be that run)."""
+        m = self.model
+        return {"d": m.d, "beta": m.beta, "flow": m.flow, "attention": m.attention, "strength": m.strength,
+                "noise": m.noise, "integrator": self.integrator, "dt": self.dt0, "save_every": self.save_every,
+                "stop": None if self.rule is None else (self.rule.window, self.rule.drift_tol, self.rule.scale)}
+
+    def _check_settings(self, saved: dict | None) -> None:
+        if saved is None:
+            return
+        now = self._settings()
+        diff = [f"{k}: {saved.get(k)!r} -> {now[k]!r}" for k in now
+                if (tuple(saved.get(k)) if isinstance(saved.get(k), list) else saved.get(k)) != now[k]]
+        if diff:
+            raise ValueError("restart state belongs to a run with other settings (" + "; ".join(diff)
+                             + "); pass the same model, integrator, dt, save_every and stop")
+
+    # --- the field ------------------------------------------------------------------------------
+    def velocity(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+        """v at the unit vectors x (the particles themselves) and Psi there (None without attention)."""
+        m = self.model
+        drift = m.drift(x)
+        if self.sums is None:
+            return m.velocity(np.zeros_like(x), None, drift), None
+        psi, G = self.sums.fields(x, self.w)
+        return m.velocity(G, psi[:, None], drift), psi
+
+    def rhs(self, t: float, u: np.ndarray, last: bool = False) -> np.ndarray:
+        """F(u) = v(u / |u|): the field extended off the sphere (stage values of the Runge–Kutta methods)."""
+        return self.velocity(u / np.linalg.norm(u, axis=1, keepdims=True))[0]
+
+    # --- snapshots ------------------------------------------------------------------------------
+    def _save_time(self, k: int) -> float:
+        if self.save_every is None:
+            return self.t_final
+        return min(k * self.save_every, self.t_final)
+
+    def _restart_state(self) -> dict:
+        return {"t": self.t, "x": self.x.copy(), "w": self.w.copy(), "nsteps": self.nsteps,
+                "nrejected": self.nrejected, "save_index": self.save_index,
+                "dt": float(self.dt) if self.dt is not None else float("nan"),
+                "rng_state": self.rng.bit_generator.state, "stop_counts": list(self.counts),
+                "initial": self.initial, "settings": self._settings(),
+                **(self.controller.state() if self.controller is not None else {})}
+
+    def _snapshot(self) -> tuple[int, float]:
+        """Record the current state; returns (cluster count, max drift)."""
+        m = self.model
+        v, psi = self.velocity(self.x)
+        # the velocity at the state is the first stage of the next step (bitwise what a restart computes)
+        self.f = v
+        pair = 0.0
+        if self.sums is not None:
+            pair = self.sums.pair(self.x, self.w, psi)
+        pot = float(self.w @ m.potential(self.x)) if m.perceptron is not None and m.perceptron.is_gradient else 0.0
+        speed2 = np.einsum("nd,nd->n", v, v)
+        max_drift = float(np.sqrt(speed2.max()))
+        count = -1
+        if self.record_clusters and np.all(np.isfinite(self.x)):
+            count = len(single_linkage_clusters(self.x, self.w, self.radius)[1])
+        row = {"t": self.t, "x": self.x.copy(), "energy": m.energy(pair, pot), "max_drift": max_drift,
+               "dissipation": float(m.sign * (self.w @ speed2)), "cluster_count": count}
+        self.rows.append(row)
+        self.last_restart = None
+        return count, max_drift
+
+    def _after_snapshot(self, count: int, max_drift: float, scheduled: bool) -> tuple[str, str] | None:
+        """Stopping-rule bookkeeping, restart state and callback of the snapshot just taken."""
+        verdict = None
+        if not math.isfinite(max_drift):
+            verdict = ("non-finite", "non-finite velocity at a snapshot")
+        elif self.rule is not None and scheduled:
+            self.counts.append(count)
+            self.counts = self.counts[-self.rule.window:]
+            if (len(self.counts) == self.rule.window and len(set(self.counts)) == 1
+                    and max_drift <= self.rule.drift_tol):
+                verdict = ("converged", f"{count} clusters over {self.rule.window} snapshots and max drift "
+                                        f"{max_drift:.3g} <= {self.rule.drift_tol:g}")
+        self.last_restart = self._restart_state()
+        if self.callback is not None:
+            self.callback({**self.rows[-1], "restart": self.last_restart})
+        return verdict
+
+    # --- steps ----------------------------------------------------------------------------------
+    def _noise(self, x: np.ndarray, h: float) -> np.ndarray:
+        """Geodesic Euler–Maruyama increment: exp_x(sqrt(2 nu h) P_x xi)."""
+        xi = self.rng.standard_normal(x.shape)
+        eta = math.sqrt(2.0 * self.model.noise * h) * (xi - np.einsum("nd,nd->n", x, xi)[:, None] * x)
+        r = np.linalg.norm(eta, axis=1, keepdims=True)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            sinc = np.where(r > 0, np.sin(r) / r, 1.0)
+        y = np.cos(r) * x + sinc * eta
+        return y / np.linalg.norm(y, axis=1, keepdims=True)
+
+    def run(self) -> ParticleResult:
+        with blas_threads(self.opts.blas_threads):
+            return self._run()
+
+    def _run(self) -> ParticleResult:
+        opts = self.opts
+        wall0 = time.perf_counter()
+        stop, message = None, ""
+        bar = None
+        stepper = IFRungeKutta(self.rhs, self.tableau, None)
+        try:
+            if self.fresh:
+                count, drift = self._snapshot()
+                verdict = self._after_snapshot(count, drift, scheduled=False)
+                if verdict:
+                    stop, message = verdict
+            if self.f is None:
+                self.f = self.velocity(self.x)[0]
+            if self.integrator == "adaptive" and (self.dt is None or not math.isfinite(self.dt)):
+                vmax = float(np.sqrt(np.einsum("nd,nd->n", self.f, self.f).max()))
+                self.dt = self.dt0 or (0.01 / vmax if vmax > 0 else self._save_time(self.save_index) - self.t)
+            if self.progress is True:
+                from tqdm.auto import tqdm
+                if math.isfinite(self.t_final):
+                    bar = tqdm(total=self.t_final, initial=self.t, unit="t", bar_format=
+                               "{l_bar}{bar}| t={n:.4g}/{total:.4g} [{elapsed}<{remaining}] {postfix}")
+                else:
+                    bar = tqdm(total=opts.max_steps, initial=self.nsteps, unit="step")
+            while stop is None:
+                if self.t >= self.t_final:
+                    stop, message = "t_final", "reached t_final"
+                    break
+                if self.nsteps >= opts.max_steps:
+                    stop, message = "max_steps", f"{opts.max_steps} accepted steps"
+                    break
+                t_save = self._save_time(self.save_index)
+                if self.integrator == "adaptive":
+                    h = min(self.dt, t_save - self.t, opts.dt_max or math.inf)
+                    lands = h >= t_save - self.t
+                    with np.errstate(all="ignore"):
+                        u, f_new, err = stepper.step(self.t, self.x, h, self.f)
+                        errn = float(np.sqrt(np.einsum("nd,nd->n", err, err).max())) / (opts.atol + opts.rtol)
+                    ok, dt_new = self.controller.propose(h, errn if math.isfinite(errn) else math.inf)
+                    for key, val in (("t", self.t), ("dt", h), ("error", errn), ("accepted", ok)):
+                        self.steps[key].append(val)
+                    self.dt = dt_new
+                    if not ok:
+                        self.nrejected += 1
+                        if dt_new < 1e-14 * max(1.0, abs(self.t)) or not math.isfinite(dt_new):
+                            stop, message = "non-finite", ("step size underflow" if math.isfinite(errn)
+                                                           else "non-finite velocity")
+                        continue
+                    x_new = u / np.linalg.norm(u, axis=1, keepdims=True)
+                    self.f = f_new                # F(u) = v(u/|u|): the velocity at the new state
+                else:
+                    # steps land on snapshot times (the last one shortened); a 1e-9 relative slack keeps
+                    # float round-off in t from adding a spurious tiny step
+                    lands = t_save - self.t <= self.dt * (1.0 + 1e-9)
+                    h = t_save - self.t if lands else self.dt
+                    if self.f is None:
+                        self.f = self.velocity(self.x)[0]
+                    with np.errstate(all="ignore"):
+                        u, _, _ = stepper.step(self.t, self.x, h, self.f)
+                        x_new = u / np.linalg.norm(u, axis=1, keepdims=True)
+                    self.f = None
+                if self.model.noise > 0:
+                    with np.errstate(all="ignore"):
+                        x_new = self._noise(x_new, h)
+                    self.f = None
+                if not np.all(np.isfinite(x_new)):
+                    stop, message = "non-finite", f"non-finite positions after the step from t = {self.t:.6g}"
+                    break
+                self.x = x_new
+                self.t = t_save if lands else self.t + h
+                self.nsteps += 1
+                if lands:
+                    self.save_index += 1
+                    count, drift = self._snapshot()
+                    verdict = self._after_snapshot(count, drift, scheduled=True)
+                    if verdict:
+                        stop, message = verdict
+                        break
+                if bar is not None:
+                    bar.n = self.t if math.isfinite(self.t_final) else self.nsteps
+                    bar.set_postfix_str(f"dt={h:.2e}", refresh=False)
+                    bar.update(0)
+                elif callable(self.progress):
+                    self.progress({"t": self.t, "t_final": self.t_final, "dt": h, "nsteps": self.nsteps})
+            if stop in ("t_final", "max_steps") and (not self.rows or self.rows[-1]["t"] != self.t):
+                count, drift = self._snapshot()
+                self._after_snapshot(count, drift, scheduled=False)
+        except KeyboardInterrupt:
+            stop, message = "interrupted", "interrupted by the user (KeyboardInterrupt)"
+        finally:
+            if bar is not None:
+                bar.close()
+        return self._result(stop, message, time.perf_counter() - wall0)
+
+    def _result(self, stop: str, message: str, wall: float) -> ParticleResult:
+        rows = self.rows
+        d = self.model.d
+
+        def col(key, dtype=float):
+            return np.array([r[key] for r in rows], dtype=dtype)
+
+        steps = None
+        if self.steps is not None:
+            steps = {"t": np.array(self.steps["t"]), "dt": np.array(self.steps["dt"]),
+                     "error": np.array(self.steps["error"]), "accepted": np.array(self.steps["accepted"], dtype=bool)}
+        return ParticleResult(
+            model=self.model, t=col("t"),
+            x=np.array([r["x"] for r in rows]) if rows else np.zeros((0, self.N, d)),
+            w=self.w, energy=col("energy"), max_drift=col("max_drift"), dissipation=col("dissipation"),
+            cluster_count=col("cluster_count", int), stop_reason=stop, message=message, t_stop=self.t,
+            nsteps=self.nsteps, nrejected=self.nrejected, integrator=self.integrator, dt=self.dt0, seed=self.seed,
+            stop=None if self.rule is None else {f.name: getattr(self.rule, f.name) for f in fields(self.rule)},
+            options=self.opts.to_dict(), sum_method=self.sum_method, initial=self.initial, wall_time=wall,
+            steps=steps, restart=getattr(self, "last_restart", None))

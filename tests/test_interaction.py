@@ -1,0 +1,161 @@
+"""Interaction sums Psi, G: direct (any d) against the definition and finite differences; fast sums
+(Fourier on S^1, harmonics on S^2) against direct; memory bound of the direct sums; method choice."""
+import math
+import tracemalloc
+
+import numpy as np
+import pytest
+
+from solvers import Model
+from solvers.interaction import (CircleSums, InteractionSums, SphereSums, circle_bandwidth, direct_fields,
+                                 interaction_fields)
+
+
+def sphere_points(n, d, seed, clustered=False):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, d))
+    if clustered:      # half the mass in a tight cap: fields with strong variation and large dynamic range
+        x[: n // 2] = x[0] + 0.05 * rng.standard_normal((n // 2, d))
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+def weights(n, seed):
+    w = np.random.default_rng(seed).uniform(0.2, 1.0, n)
+    return w / w.sum()
+
+
+def rel_errors(psi_f, G_f, psi_d, G_d):
+    scale = np.max(np.abs(psi_d))
+    return (np.max(np.abs(psi_f - psi_d)) / scale, np.max(np.abs(G_f - G_d)) / scale,
+            np.max(np.abs(G_f - G_d)) / np.max(np.abs(G_d)))
+
+
+# --- direct sums against the definition -------------------------------------------------------
+@pytest.mark.parametrize("d", [2, 3, 5])
+def test_direct_fields_match_the_pairwise_definition(d):
+    x, y = sphere_points(6, d, 1), sphere_points(9, d, 2)
+    w = weights(9, 3)
+    beta = 2.5
+    psi, G = direct_fields(x, y, w, beta)
+    for i in range(len(x)):
+        k = [wj * math.exp(beta * (x[i] @ yj - 1.0)) for yj, wj in zip(y, w)]
+        assert psi[i] == pytest.approx(sum(k), rel=1e-14)
+        g = sum(kj * (yj - (x[i] @ yj) * x[i]) for kj, yj in zip(k, y))
+        assert np.allclose(G[i], g, rtol=0, atol=1e-15)
+
+
+@pytest.mark.parametrize("d, beta", [(2, 3.0), (4, 1.5), (7, 6.0)])
+def test_G_is_the_spherical_gradient_of_Psi_over_beta(d, beta):
+    """beta <G(x), u> = d/ds Psi(exp_x(s u)) at s = 0 for tangent unit u (central differences)."""
+    y = sphere_points(40, d, 4)
+    w = weights(40, 5)
+    x = sphere_points(5, d, 6)
+    rng = np.random.default_rng(7)
+    u = rng.standard_normal(x.shape)
+    u -= np.sum(u * x, axis=1)[:, None] * x
+    u /= np.linalg.norm(u, axis=1, keepdims=True)
+    _, G = direct_fields(x, y, w, beta)
+    h = 1e-4
+    plus, _ = direct_fields(np.cos(h) * x + np.sin(h) * u, y, w, beta)
+    minus, _ = direct_fields(np.cos(h) * x - np.sin(h) * u, y, w, beta)
+    fd = (plus - minus) / (2 * h)
+    # central differences: truncation O(h^2) = 1e-8 on values of size 0.1
+    assert np.allclose(beta * np.sum(G * u, axis=1), fd, rtol=0, atol=3e-8)
+
+
+def test_direct_sums_are_memory_bounded():
+    """With block_bytes = 1 MiB, N = 4000 self-interaction never holds the N x N = 128 MB matrix."""
+    y = sphere_points(4000, 3, 8)
+    w = weights(4000, 9)
+    ref_psi, _ = direct_fields(y[:50], y, w, 2.0)
+    tracemalloc.start()
+    psi, _ = direct_fields(y, y, w, 2.0, block_bytes=2 ** 20)
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert peak < 4 * 2 ** 20, peak               # one block plus O(N) outputs
+    assert np.allclose(psi[:50], ref_psi, rtol=1e-14)
+    # the default bound: blocks of 32 MiB, so for N > 2e4 never an N x N array
+    S = InteractionSums(4, 1.0)
+    assert S.block_bytes // (8 * 20001) < 20001
+
+
+# --- fast sums against direct -------------------------------------------------------------------
+@pytest.mark.parametrize("beta", [0.0, 0.01, 1.0, 5.0, 25.0, 50.0])
+def test_circle_fast_sums_match_direct(beta):
+    y = sphere_points(2000, 2, 10, clustered=True)
+    w = weights(2000, 11)
+    S = CircleSums(beta)
+    for x in (None, sphere_points(300, 2, 12)):
+        psi_f, G_f = S.fields(y, w, x)
+        psi_d, G_d = direct_fields(y if x is None else x, y, w, beta)
+        e_psi, e_G, e_G_own = rel_errors(psi_f, G_f, psi_d, G_d)
+        assert max(e_psi, e_G, e_G_own) <= 1e-10, (beta, e_psi, e_G, e_G_own)
+
+
+@pytest.mark.parametrize("beta", [0.0, 0.5, 4.0, 10.0, 40.0])
+def test_sphere_fast_sums_match_direct(beta):
+    y = sphere_points(1500, 3, 13, clustered=True)
+    w = weights(1500, 14)
+    S = SphereSums(beta)
+    for x in (None, sphere_points(200, 3, 15)):
+        psi_f, G_f = S.fields(y, w, x)
+        psi_d, G_d = direct_fields(y if x is None else x, y, w, beta)
+        e_psi, e_G, e_G_own = rel_errors(psi_f, G_f, psi_d, G_d)
+        assert max(e_psi, e_G, e_G_own) <= 1e-10, (beta, e_psi, e_G, e_G_own)
+
+
+def test_sphere_basis_is_orthonormal_on_a_gauss_grid():
+    """The harmonic table of the recurrence: ∫ Y_lm conj(Y_l'm') dA = delta (exact Gauss quadrature)."""
+    S = SphereSums(10.0)
+    L = S.L
+    nlat, nphi = L + 2, 2 * L + 4
+    z, wz = np.polynomial.legendre.leggauss(nlat)
+    phi = 2 * np.pi * np.arange(nphi) / nphi
+    s = np.sqrt(1 - z * z)
+    x = np.stack([np.outer(s, np.cos(phi)), np.outer(s, np.sin(phi)), np.outer(z, np.ones(nphi))], -1).reshape(-1, 3)
+    q = np.repeat(wz, nphi) * (2 * np.pi / nphi)         # area weights, sum 4 pi
+    Y = np.concatenate([S.basis(x[i:i + S.block]).copy() for i in range(0, len(x), S.block)], axis=1)
+    gram = (Y * q) @ Y.conj().T
+    assert np.max(np.abs(gram - np.eye(S.nlm))) < 1e-12
+
+
+def test_circle_bandwidth_resolves_the_kernel():
+    """The truncated Bessel series reproduces exp(beta(cos t - 1)) to round-off (the truncation is
+    1e-17 lambda_0; summing O(1) terms costs a few 1e-16, and the reference exp(beta(cos t - 1))
+    itself carries beta times the rounding of cos t)."""
+    from scipy.special import ive
+    t = np.linspace(0, np.pi, 501)
+    for beta in (0.3, 7.0, 60.0):
+        K = circle_bandwidth(beta)
+        k = np.arange(1, K + 1)
+        series = ive(0, beta) + 2 * (ive(k, beta)[None, :] * np.cos(np.outer(t, k))).sum(axis=1)
+        assert np.max(np.abs(series - np.exp(beta * (np.cos(t) - 1)))) <= 1e-15 + 1e-16 * beta
+        assert K <= 8 * math.sqrt(beta) + 12
+
+
+# --- selection and energy ------------------------------------------------------------------------
+def test_method_selection_and_refusals():
+    assert InteractionSums(4, 3.0).method_for(10 ** 6) == "direct"       # no fast sums for d >= 4
+    assert InteractionSums(2, 25.0).method_for(10 ** 5) == "fast"
+    assert InteractionSums(3, 4.0).method_for(10 ** 5) == "fast"
+    assert InteractionSums(2, 25.0).method_for(3) == "direct"
+    assert InteractionSums(3, 4.0, "direct").method_for(10 ** 6) == "direct"
+    with pytest.raises(ValueError, match="S\\^1 and S\\^2"):
+        InteractionSums(4, 1.0, "fast")
+    with pytest.raises(ValueError, match="use method='direct'"):
+        InteractionSums(3, 1e5, "fast")
+    assert InteractionSums(3, 1e5).method_for(10 ** 6) == "direct"        # auto falls back
+    with pytest.raises(ValueError, match="sum method"):
+        InteractionSums(2, 1.0, "nufft")
+    with pytest.raises(ValueError, match="shape"):
+        interaction_fields(np.ones((3, 2)), np.ones(3), 1.0, x=np.ones((2, 3)))
+
+
+@pytest.mark.parametrize("d, beta", [(2, 0.0), (2, 8.0), (3, 0.0), (3, 3.0), (5, 2.0)])
+def test_pair_term_matches_model_energy_direct(d, beta):
+    """InteractionSums.pair (from Psi) against the independent double sum of Model.energy_direct."""
+    y = sphere_points(500, d, 16, clustered=True)
+    w = weights(500, 17)
+    m = Model(d, beta, "ascent")
+    S = InteractionSums(d, beta)
+    assert m.energy(S.pair(y, w), 0.0) == pytest.approx(m.energy_direct(y, w), rel=1e-12, abs=1e-14)
