@@ -4,6 +4,7 @@
     attnpde info ARCHIVE
     attnpde plot ARCHIVE [--out DIR]
     attnpde sweep CONFIG --beta LIST [--workers N] [--out DIR] [--resume] [--force]
+    attnpde validate CONFIG --n LIST [--seeds M] [--workers N] [--at T] [--out PATH] [--force]
 
 Exit status: 0 done, 2 bad input (configuration, arguments, archive), 130 interrupted.
 """
@@ -100,6 +101,43 @@ def cmd_sweep(args) -> int:
     return rc
 
 
+def cmd_validate(args) -> int:
+    from .archive import ArchiveError
+    from .config import ConfigError, load_config
+    from .runner import RunRefused
+    from .sweep import parse_list
+    from .validate import plot_validation, validate
+
+    try:
+        config = load_config(args.config)
+        ns = parse_list(args.n, "--n")
+    except ConfigError as e:
+        return _err(f"{args.config}: {e}")
+    except ValueError as e:
+        return _err(str(e))
+    if any(v != int(v) or v < 1 for v in ns):
+        return _err("--n: particle counts must be integers >= 1")
+    if args.seeds < 1 or args.workers < 1:
+        return _err("--seeds and --workers must be >= 1")
+    if config.pde is None or config.particles is None:
+        return _err(f"{args.config}: validate needs both a [pde] and a [particles] table")
+    if config.particles.get("stop") is not None:
+        return _err(f"{args.config}: particles.stop: validate compares every N at the same times; "
+                    "remove the stopping rule")
+    out = Path(args.out) if args.out else Path(args.config).with_name(Path(args.config).stem + "_validation.h5")
+    command = "attnpde " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv else "attnpde validate"
+    try:
+        res = validate(config, [int(v) for v in ns], args.seeds, out, workers=args.workers, force=args.force,
+                       at=args.at, command=command)
+    except (RunRefused, ArchiveError, ValueError) as e:
+        return _err(str(e))
+    print(res.table)
+    png = plot_validation(res, out.with_suffix(".png"),
+                          f"{config.name}: S^{config.model.d - 1}, beta = {config.model.beta:g}, {config.model.flow}")
+    print(f"archive: {out}; figure: {png}")
+    return EXIT_OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="attnpde", description="Mean-field attention PDE and particle runs")
     sub = ap.add_subparsers(dest="command", required=True)
@@ -125,6 +163,15 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--resume", action="store_true")
     s.add_argument("--force", action="store_true")
     s.set_defaults(func=cmd_sweep)
+    v = sub.add_parser("validate", help="particles -> PDE: distances against N (log-log, fitted slope)")
+    v.add_argument("config", help="TOML configuration with [pde] and [particles] (its n is replaced)")
+    v.add_argument("--n", required=True, help="comma-separated particle counts, e.g. 100,1000,10000")
+    v.add_argument("--seeds", type=int, default=1, help="seeds per N (particles.seed, +1, ...)")
+    v.add_argument("--workers", type=int, default=2)
+    v.add_argument("--at", type=float, help="time of the fit (default: the last common snapshot)")
+    v.add_argument("--out", help="archive path (default: CONFIG's stem + _validation.h5)")
+    v.add_argument("--force", action="store_true", help="overwrite an existing archive")
+    v.set_defaults(func=cmd_validate)
     return ap
 
 

@@ -12,8 +12,20 @@
 - ``cdf_drift`` (S^1 only): max_i |F_t(theta_i(t)) - F_0(theta_i(0))| — the exact flow keeps each
   particle's CDF value, so this measures how far the particles are from characteristics of the PDE;
 - ``energy_gap``: |E[rho_t] - E[mu_t]|;
-- ``matched_atoms``: at the last common time, PDE atoms and particle clusters paired one to one
-  (Hungarian assignment on geodesic distance), with position error and mass difference.
+- ``matched_atoms``: at the last common time, the atoms of both measures found by one and the same
+  procedure (:func:`common_atoms`), paired one to one (Hungarian assignment on geodesic distance),
+  with position error and the masses both measures put within ``atom_radius`` of their own atom.
+
+Atoms of the two measures are defined identically, so that they can be compared while the PDE is
+still partly diffuse (it stops at its resolution limit long before the particles have collapsed):
+both measures are smoothed by the heat kernel at angular scale ``smoothing`` (multipliers
+exp(-mu_l h^2 / 2), mu_l = k^2 on S^1, l(l+1) on S^2; the particles' coefficients are exact sums
+over the particles); an atom is a connected component of {smoothed density >= atom_threshold}
+(uniform = 1), its position the density-weighted mean direction of the component; its mass is that
+of the *unsmoothed* measure within geodesic distance ``atom_radius`` of that position (for the PDE
+exact: the CDF on S^1, Funk–Hecke cap multipliers on S^2; for the particles, the sum of their weights).
+Single-linkage clusters (SPEC §5) are not used here: on a partly collapsed cloud they chain through
+the diffuse part (they are what the archive's /atoms/particles and the stopping rule use).
 
 :func:`concentration` measures, per snapshot and per solver, the mass within r of the final atoms,
 the effective support (measure of the smallest union of cells of a fixed partition carrying 1 - eps
@@ -28,7 +40,8 @@ import numpy as np
 
 from spectral.multipliers import kernel_bandwidth, zonal_multipliers
 
-__all__ = ["Comparison", "compare", "circle_w1", "concentration", "compare_into_archive", "describe_comparison"]
+__all__ = ["Comparison", "compare", "circle_w1", "concentration", "compare_into_archive", "describe_comparison",
+           "cap_mass", "common_atoms", "smoothed"]
 
 
 @dataclass
@@ -58,12 +71,13 @@ class Comparison:
         if self.cdf_drift is not None:
             parts.append(f"CDF drift {self.cdf_drift[i]:.3e}")
         lines = ["  ".join(parts)]
+        r = self.options.get("atom_radius", float("nan"))
         for p in self.matched_atoms:
-            lines.append(f"  atom {p['pde_mass']:.4f} <-> cluster {p['particle_mass']:.4f}: position error "
-                         f"{p['position_error']:.3e} rad, mass difference {p['mass_difference']:+.4f}")
+            lines.append(f"  atom: mass within {r:.3g} rad PDE {p['pde_mass']:.4f}, particles {p['particle_mass']:.4f} "
+                         f"(difference {p['mass_difference']:+.4f}); position error {p['position_error']:.3e} rad")
         if self.unmatched_pde or self.unmatched_particles:
             lines.append(f"  unmatched: {len(self.unmatched_pde)} PDE atom(s), "
-                         f"{len(self.unmatched_particles)} cluster(s)")
+                         f"{len(self.unmatched_particles)} particle atom(s)")
         return "\n".join(lines)
 
 
@@ -145,17 +159,19 @@ def match_atoms(pde_atoms, clusters, tol: float) -> tuple[list, list, list]:
 
 
 def compare(pde, particles, *, moments: int = 8, mmd_beta: float = 4.0, atom_threshold: float = 10.0,
-            cluster_scale: float = 0.5, atom_tol: float | None = None, min_mass: float = 0.01) -> Comparison:
+            atom_radius: float | None = None, smoothing: float | None = None, min_mass: float = 0.01,
+            cluster_scale: float = 0.5) -> Comparison:
     """Compare a PDEResult and a ParticleResult of the same model at their common snapshot times.
 
     Parameters
     ----------
     moments : largest degree L of the moment gap
     mmd_beta : kappa of the MMD kernel exp(kappa(<x,y> - 1))
-    atom_threshold, cluster_scale : how atoms (PDE) and clusters (particles) are found
-    atom_tol : largest geodesic distance of a matched pair (default: the cluster radius
-        min(scale / sqrt(beta), pi / (2 d)))
-    min_mass : atoms and clusters lighter than this are left out of the matching
+    atom_threshold : density level (uniform = 1) of the smoothed measures that makes an atom
+    atom_radius : radius (rad) of the cap whose mass is an atom's mass, and largest position error of a
+        matched pair; default min(cluster radius min(cluster_scale / sqrt(beta), pi / (2 d)), 0.1)
+    smoothing : heat-kernel scale h (rad) of the atom detection; default atom_radius / 4
+    min_mass : atoms whose cap mass is below this are left out (in either measure)
     """
     from .pde import space_for
 
@@ -200,19 +216,110 @@ def compare(pde, particles, *, moments: int = 8, mmd_beta: float = 4.0, atom_thr
             th = np.arctan2(x[:, 1], x[:, 0])
             w1[n] = circle_w1(c, th, w)
             cdf_drift[n] = float(np.abs(_wrap01(space.cdf(c, th) - F0)).max())
-    radius = min(cluster_scale / math.sqrt(model.beta), math.pi / (2 * model.d)) if model.beta > 0 \
-        else math.pi / (2 * model.d)
-    tol = radius if atom_tol is None else atom_tol
-    pa = pde.atoms(int(ip[-1]), threshold=atom_threshold)
-    pa = pa.heavy(min_mass) if hasattr(pa, "heavy") else pa
-    cent, cm = particles.clusters(int(iq[-1]), scale=cluster_scale)
-    keep = cm >= min_mass
-    pairs, up, uq = match_atoms((pa.positions, pa.masses), (cent[keep], cm[keep]), tol)
+    radius, h = atom_scales(model, atom_radius, smoothing, cluster_scale)
+    pa, qa = common_atoms(space, pde.coefficients(int(ip[-1])), particles.x[iq[-1]], w, threshold=atom_threshold,
+                          radius=radius, smoothing=h, min_mass=min_mass)
+    pairs, up, uq = match_atoms((pa.positions, pa.masses), (qa.positions, qa.masses), radius)
     return Comparison(t=np.asarray(pde.t)[ip], w1=w1, mmd=mmd, moment_gap=mgap, energy_gap=egap,
                       cdf_drift=cdf_drift, matched_atoms=pairs, unmatched_pde=up, unmatched_particles=uq,
                       kernel=f"exp(kappa(<x,y> - 1)), kappa = {mmd_beta:g}", moments_degree=moments,
                       options={"moments": moments, "mmd_beta": mmd_beta, "atom_threshold": atom_threshold,
-                               "cluster_scale": cluster_scale, "atom_tol": tol, "min_mass": min_mass})
+                               "atom_radius": radius, "smoothing": h, "min_mass": min_mass,
+                               "cluster_scale": cluster_scale})
+
+
+def atom_scales(model, atom_radius: float | None = None, smoothing: float | None = None,
+                cluster_scale: float = 0.5) -> tuple[float, float]:
+    """The (atom_radius, smoothing) of :func:`compare` with their defaults filled in."""
+    from .particles import cluster_radius
+
+    radius = min(cluster_radius(model.beta, model.d, cluster_scale), 0.1) if atom_radius is None else float(atom_radius)
+    h = radius / 4.0 if smoothing is None else float(smoothing)
+    if not (radius > 0 and math.isfinite(radius)) or not (h > 0 and math.isfinite(h)):
+        raise ValueError(f"atom_radius and smoothing must be finite and > 0, got {radius!r}, {h!r}")
+    return radius, h
+
+
+def smoothed(space, c: np.ndarray, h: float) -> np.ndarray:
+    """Coefficients of the heat-kernel smoothing of a measure at angular scale h: c * exp(-mu h^2 / 2),
+    mu = k^2 on S^1 and l(l+1) on S^2 (the Laplace–Beltrami eigenvalues; the kernel is the heat kernel
+    at time h^2 / 2, whose angular spread is about h)."""
+    deg = space.harmonic_degree(_degree_param(space, c.size)).astype(float)
+    mu = deg * deg if space.d == 2 else deg * (deg + 1.0)
+    return c * np.exp(-0.5 * mu * h * h)
+
+
+def _degree_param(space, ncoef: int) -> int:
+    from spectral import sphere
+    return ncoef if space.d == 2 else sphere.degree_of(ncoef)
+
+
+def cap_mass(space, c: np.ndarray, p: np.ndarray, r: float) -> np.ndarray:
+    """Mass of the density with coefficients c within geodesic distance r of each unit vector p (k, d).
+
+    Exact for the truncated series: on S^1 from the CDF; on S^2 by Funk–Hecke, the cap indicator having
+    multipliers lambda_l = (1/2) ∫_{cos r}^1 P_l(t) dt = (P_{l-1}(cos r) - P_{l+1}(cos r)) / (2 (2l + 1))
+    (lambda_0 = (1 - cos r) / 2, the cap's share of sigma), so the cap mass is sum_lm lambda_l c_lm Y_lm(p).
+    """
+    p = np.asarray(p, dtype=float).reshape(-1, space.d)
+    if p.shape[0] == 0:
+        return np.zeros(0)
+    c = np.asarray(c)
+    if space.d == 2:
+        th = np.arctan2(p[:, 1], p[:, 0])
+        total = float(c[0].real)
+
+        def G(a):   # CDF continued periodically: G(a + 2 pi) = G(a) + total
+            n = np.floor((a + np.pi) / (2 * np.pi))
+            return space.cdf(c, a - 2 * np.pi * n) + total * n
+        r = min(float(r), np.pi)
+        return G(th + r) - G(th - r)
+    from scipy.special import eval_legendre
+    from spectral import sphere
+    L = sphere.degree_of(c.size)
+    z = math.cos(min(float(r), np.pi))
+    ell = np.arange(L + 2)
+    P = eval_legendre(ell, z)
+    lam = np.empty(L + 1)
+    lam[0] = 0.5 * (1.0 - z)
+    lam[1:] = (P[:L] - P[2:L + 2]) / (2.0 * (2.0 * ell[1:L + 1] + 1.0))
+    deg = space.harmonic_degree(L)
+    return sphere.evaluate(c * lam[deg], p)
+
+
+def _particle_cap_mass(x: np.ndarray, w: np.ndarray, p: np.ndarray, r: float) -> np.ndarray:
+    cos_r = math.cos(min(r, np.pi))
+    return np.array([float(w[x @ q >= cos_r].sum()) for q in np.asarray(p).reshape(-1, x.shape[1])])
+
+
+def common_atoms(space, c: np.ndarray, x: np.ndarray, w: np.ndarray, *, threshold: float = 10.0,
+                 radius: float = 0.1, smoothing: float = 0.025, min_mass: float = 0.01):
+    """Atoms of the PDE density (coefficients c) and of the particles (x, w), by one procedure.
+
+    Both measures are smoothed at scale ``smoothing`` (:func:`smoothed`; the particles' coefficients
+    are computed up to the degree where the smoothing multiplier falls below e^-32, at most the PDE's),
+    atoms are the super-level components {smoothed density >= threshold} on the PDE's atom grid, and
+    an atom's mass is the mass of the unsmoothed measure within ``radius`` of its position
+    (:func:`cap_mass`). Atoms with mass < ``min_mass`` are dropped. Returns (pde Atoms, particle Atoms).
+    """
+    from .atoms import Atoms
+
+    c = np.asarray(c)
+    D = _degree_param(space, c.size)
+    # exp(-mu h^2 / 2) < e^-32 beyond mu = 64 / h^2: those coefficients do not matter
+    cut = int(math.ceil(8.0 / smoothing)) + 1
+    Ds = min(D, cut)
+    nc = space.ncoef(Ds)
+    cp = smoothed(space, np.array(c[:nc]), smoothing)
+    cq = smoothed(space, space.particle_coefficients(x, w, Ds), smoothing)
+    out = []
+    for cs, mass_of in ((cp, lambda P: cap_mass(space, c, P, radius)),
+                        (cq, lambda P: _particle_cap_mass(x, w, P, radius))):
+        lv = space.atoms(cs, threshold=threshold, method="level")
+        masses = mass_of(lv.positions)
+        keep = masses >= min_mass
+        out.append(Atoms(lv.positions[keep], masses[keep]))
+    return out[0], out[1]
 
 
 def _space_degree(space, D: int) -> int:
@@ -316,8 +423,9 @@ def compare_into_archive(writer, config) -> Comparison:
     run = load(writer.path)
     opts = dict(config.compare or {})
     cmp = compare(run.pde, run.particles, moments=opts.get("moments", 8), mmd_beta=opts.get("mmd_beta", 4.0),
-                  atom_threshold=opts.get("atom_threshold", 10.0), cluster_scale=opts.get("cluster_scale", 0.5),
-                  atom_tol=opts.get("atom_tol"))
+                  atom_threshold=opts.get("atom_threshold", 10.0), atom_radius=opts.get("atom_radius"),
+                  smoothing=opts.get("smoothing"), min_mass=opts.get("min_mass", 0.01),
+                  cluster_scale=opts.get("cluster_scale", 0.5))
     g = writer.f.require_group("comparison")
     _replace(g, "t", cmp.t)
     g["t"].make_scale("t")
@@ -340,7 +448,7 @@ def compare_into_archive(writer, config) -> Comparison:
     for k, v in cmp.options.items():
         g.attrs[f"option_{k}"] = v
     # concentration of both solvers around their own final atoms
-    radius = cmp.options["atom_tol"]
+    radius = cmp.options["atom_radius"]
     for kind, res, atoms in (("pde", run.pde, run.atoms.get("pde")), ("particles", run.particles,
                                                                       run.atoms.get("particles"))):
         if res is None or atoms is None:

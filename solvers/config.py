@@ -9,7 +9,8 @@ A configuration has these tables (either solver may be absent, not both)::
                             or explicit: a, c | w, b, activation
     [initial]               rho_0 of both solvers: kind = "uniform" | "von_mises" | "zonal_harmonic"
     [pde]                   degree, t_final, save_every, and the options of solvers.pde.PDEOptions
-    [particles]             n, init, seed, integrator, dt, t_final, save_every, sum, max_steps
+    [particles]             n, init, seed, integrator, dt, t_final, save_every, sum, sum_tol, max_steps,
+                            rtol, atol, dt_max
     [particles.stop]        the reference stopping rule: window, drift_tol, scale
     [compare]               PDE <-> particle comparison (needs both solvers)
 
@@ -188,12 +189,14 @@ PDE = Table({
 PARTICLES = Table({
     "n": Int(min=1), "init": Choice(("random", "quasi-uniform", "quadrature")), "seed": Int(min=0),
     "integrator": Choice(("euler", "rk4", "adaptive")), "dt": POS, "t_final": POS, "save_every": POS,
-    "sum": Choice(("auto", "direct", "fast")), "max_steps": Int(min=1), "rtol": POS, "atol": POS,
+    "sum": Choice(("auto", "direct", "fast")), "sum_tol": POS, "max_steps": Int(min=1), "rtol": POS, "atol": POS,
+    "dt_max": POS,
     "stop": Table({"window": Int(min=2), "drift_tol": POS, "scale": POS}),
 }, required=("n", "t_final"))
 
 COMPARE = Table({
-    "moments": Int(min=1), "mmd_beta": NONNEG, "atom_tol": POS, "atom_threshold": POS, "cluster_scale": POS,
+    "moments": Int(min=1), "mmd_beta": NONNEG, "atom_radius": POS, "smoothing": POS, "atom_threshold": POS,
+    "min_mass": Num(min=0, max=1), "cluster_scale": POS,
 })
 
 RUN = Table({"name": Str(), "description": Str(), "compression": Choice(("density", "all", "none")),

@@ -71,4 +71,10 @@ def describe(path: str | Path) -> str:
     if run.comparison:
         from .comparison import describe_comparison
         out += describe_comparison(run)
+    from .validate import read_validation
+    val = read_validation(path)
+    if val is not None:
+        out.append(f"validation: particles -> PDE for N = {', '.join(str(int(n)) for n in val.n)} "
+                   f"({len(val.seeds)} seed(s) each)")
+        out += ["  " + line for line in val.table.splitlines()]
     return "\n".join(out)

@@ -161,15 +161,11 @@ class CircleSpace:
         theta = np.asarray(theta, dtype=float)
         k = np.arange(1, c.shape[-1])
         out = c[0].real * (theta + np.pi) / (2 * np.pi)
-        block = max(1, (1 << 22) // max(k.size, 1))
-        flat = theta.ravel()
-        res = np.empty(flat.size)
+        if k.size == 0:
+            return out
         ck = c[1:] / (1j * k) / np.pi          # 2 Re[...] / (2 pi)
-        base = np.exp(-1j * k * np.pi)
-        for s in range(0, flat.size, block):
-            e = np.exp(1j * np.outer(flat[s:s + block], k)) - base
-            res[s:s + block] = (e @ ck).real
-        return out + res.reshape(theta.shape)
+        # F(theta) - F_0(theta) = Re sum_k ck (e^{ik theta} - e^{-ik pi})
+        return out + fourier.series(ck, theta, k0=1).real - float(np.sum(ck * np.exp(-1j * k * np.pi)).real)
 
 
 class CircleDiscretization:

@@ -54,6 +54,10 @@ def plot_archive(path: str | Path, out_dir: str | Path | None = None) -> list[Pa
     if run.comparison:
         from .comparison import plot_comparison
         files += plot_comparison(run, out)
+    from .validate import plot_validation, read_validation
+    val = read_validation(path)
+    if val is not None:
+        files.append(plot_validation(val, out / "validation.png", _title(run)))
     return files
 
 
@@ -89,6 +93,8 @@ def _circle_figures(run, out: Path) -> list[Path]:
             for pos, mass in zip(*run.atoms["pde"]):
                 ax.plot(_angle(pos), T[-1], marker="v", color="lime", ms=4 + 20 * mass, mec="k")
         ax.set_xlim(-np.pi, np.pi)
+        if len(T) > 1:
+            ax.set_ylim(T[0], T[-1])
         ax.set_xlabel("angle theta")
         ax.set_ylabel("time t")
         ax.set_title("density over time" + (" with particle trajectories (cyan)" if part is not None else ""), fontsize=10)

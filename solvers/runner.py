@@ -223,22 +223,34 @@ def _run_pde(config: RunConfig, writer: ArchiveWriter, resume: bool, progress, l
 
 
 def _run_particles(config: RunConfig, writer: ArchiveWriter, resume: bool, progress, log):
-    from .particles import simulate_particles
+    from dataclasses import asdict
+
+    from .particles import ParticleOptions, StopRule, simulate_particles
 
     kw = config.particle_kwargs()
     t_final = kw["t_final"]
     restart = writer.truncate_to_restart("particles") if resume else None
-    if restart is None:
-        log(f"[particles] N = {kw['n']} on S^{config.model.d - 1}, t_final {t_final}")
-    else:
+    if restart is not None:
+        # the restart state carries the particles; the rest of the arguments must be those of the run
+        for k in ("n", "density"):
+            kw.pop(k, None)
         log(f"[particles] resuming from the snapshot at t = {float(restart['t']):.6g}")
+    else:
+        log(f"[particles] N = {kw['n']} on S^{config.model.d - 1}, t_final {t_final}")
+    solver_keys = {"n", "init", "seed", "integrator", "dt", "t_final", "save_every", "stop", "density"}
+    options = ParticleOptions.from_kwargs({k: v for k, v in kw.items() if k not in solver_keys}).to_dict()
+    rule = StopRule.from_arg(kw.get("stop"))
     bar = Progress("particles", t_final, float(restart["t"]) if restart else 0.0, tty=progress)
     state = {"begun": restart is not None}
 
     def snapshot(snap):
         with deferred_interrupt():
             if not state["begun"]:
-                writer.particles_begin(snap["w"], snap.get("options", {}), str(config.initial))
+                r = snap["restart"]
+                settings = {k: v for k, v in kw.items() if k in solver_keys - {"density"}}
+                settings.update(n=len(r["w"]), dt=r["settings"]["dt"], save_every=r["settings"]["save_every"],
+                                stop=None if rule is None else asdict(rule), **options)
+                writer.particles_begin(r["w"], settings, str(r["initial"]))
                 state["begun"] = True
             writer.particles_snapshot(snap)
 
@@ -247,7 +259,7 @@ def _run_particles(config: RunConfig, writer: ArchiveWriter, resume: bool, progr
     finally:
         bar.close()
     with deferred_interrupt():
-        scale = (config.particles.get("stop") or {}).get("scale", 0.5)
-        writer.particles_finish(result, cluster_scale=scale)
-    log(f"[particles] {result.stop_reason} at t = {result.t_stop:.6g}: {getattr(result, 'message', '')}")
+        writer.particles_finish(result, cluster_scale=rule.scale if rule is not None else 0.5)
+    log(f"[particles] {result.stop_reason} at t = {result.t_stop:.6g}: {result.message} "
+        f"({result.nsteps} steps, {result.wall_time:.1f} s)")
     return result

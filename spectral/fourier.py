@@ -22,7 +22,7 @@ import numpy as np
 import pyfftw
 import scipy.fft
 
-__all__ = ["FourierBasis", "Transform", "evaluate", "interpolate", "spectral_tail", "l2_norm", "resize"]
+__all__ = ["FourierBasis", "Transform", "evaluate", "series", "interpolate", "spectral_tail", "l2_norm", "resize"]
 
 _EFFORTS = ("FFTW_ESTIMATE", "FFTW_MEASURE", "FFTW_PATIENT", "FFTW_EXHAUSTIVE")
 
@@ -174,21 +174,41 @@ class FourierBasis:
 
 
 # --- operations on coefficients (no plans needed) -----------------------------------------------
-def evaluate(c: np.ndarray, theta: np.ndarray | Sequence[float]) -> np.ndarray:
-    """f(theta) at arbitrary angles by direct summation, O(n K), in memory-bounded blocks."""
-    c = np.asarray(c)
+def series(a: np.ndarray, theta: np.ndarray | Sequence[float], *, k0: int = 0) -> np.ndarray:
+    """sum_j a_j exp(i (k0 + j) theta) at arbitrary angles (complex), exactly, in O(n K) work.
+
+    The modes are taken in blocks of B = 64: exp(i k theta) = exp(i k_b theta) exp(i j theta) with
+    the (points, B) matrix of exp(i j theta) formed once per block of points, each block of modes a
+    matrix-vector product, and exp(i k_b theta) advanced by one multiplication per block (rounding
+    grows like (K / B) eps). Memory is bounded by blocks of 2^16 points.
+    """
+    a = np.asarray(a, dtype=complex)
     theta = np.asarray(theta, dtype=float)
     flat = theta.ravel()
-    out = np.empty(flat.size)
-    n = c.shape[-1]
-    kk = np.arange(n)
+    n = a.shape[-1]
+    B = min(64, max(n, 1))
+    out = np.zeros(flat.size, dtype=complex)
+    jj = np.arange(B)
+    for s in range(0, flat.size, 1 << 16):
+        th = flat[s:s + (1 << 16)]
+        E = np.exp(1j * np.outer(th, jj))
+        step = np.exp(1j * B * th)
+        phase = np.exp(1j * k0 * th)
+        acc = np.zeros(th.size, dtype=complex)
+        for b in range(0, n, B):
+            blk = a[b:b + B]
+            acc += phase * (E[:, :blk.size] @ blk)
+            phase *= step
+        out[s:s + th.size] = acc
+    return out.reshape(theta.shape)
+
+
+def evaluate(c: np.ndarray, theta: np.ndarray | Sequence[float]) -> np.ndarray:
+    """f(theta) = c_0 + 2 Re sum_{k>=1} c_k exp(i k theta) at arbitrary angles by direct summation."""
+    c = np.asarray(c)
     w = c.astype(complex)
     w[1:] *= 2.0
-    block = max(1, (1 << 22) // max(n, 1))
-    for s in range(0, flat.size, block):
-        e = np.exp(1j * np.outer(flat[s:s + block], kk))
-        out[s:s + block] = (e @ w).real
-    return out.reshape(theta.shape)
+    return series(w, theta).real
 
 
 def interpolate(c: np.ndarray, npoints: int) -> np.ndarray:

@@ -226,3 +226,102 @@ def test_sweep_writes_one_archive_per_beta(tmp_path):
     assert "sqrt(beta)" in r.stdout
     bad = cli("sweep", cfg, "--beta", "1,x")
     assert bad.returncode == 2 and "'x' is not a number" in bad.stderr
+
+
+# --- particles in the archive ------------------------------------------------------------------------------
+PARTICLE_CFG = """
+[run]
+name = "p"
+[model]
+d = 2
+beta = 4.0
+flow = "ascent"
+noise = {noise}
+[model.perceptron]
+units = 2
+activation = "relu"
+seed = 111
+[particles]
+n = {n}
+seed = 7
+integrator = "rk4"
+dt = 0.01
+t_final = {t_final}
+save_every = 0.1
+"""
+
+
+@pytest.mark.parametrize("text, path, what", [
+    (BASE + "[particles]\nn = 10\nt_final = 1.0\n[particles.stop]\nwindows = 3\n", "particles.stop.windows",
+     "unknown key"),
+    (BASE + "[particles]\nn = 0\nt_final = 1.0\n", "particles.n", ">= 1"),
+    (BASE + '[particles]\nn = 10\nt_final = 1.0\nintegrator = "leapfrog"\n', "particles.integrator", "'euler'"),
+    (BASE + "noise = 0.1\n" + '[particles]\nn = 10\nt_final = 1.0\nintegrator = "adaptive"\n',
+     "particles.integrator", "noise"),
+    ('[model]\nd = 4\nbeta = 1.0\nflow = "ascent"\n[particles]\nn = 10\nt_final = 1.0\ninit = "quadrature"\n',
+     "particles.init", "S^1 and S^2 only"),
+    (BASE + '[initial]\nkind = "von_mises"\nmu = [1.0, 0.0]\nkappa = 2.0\n'
+     '[particles]\nn = 10\nt_final = 1.0\ninit = "quasi-uniform"\n', "particles.init", "uniform density only"),
+    (BASE + "[particles]\nn = 10\nt_final = 1.0\nsave_every = 2.0\n", "particles.save_every", "<= particles.t_final"),
+])
+def test_bad_particle_configuration_is_refused(tmp_path, text, path, what):
+    test_bad_configuration_is_refused(tmp_path, text, path, what)
+
+
+def test_particle_round_trip_with_comparison_and_plots(tmp_path):
+    from solvers import simulate_particles
+    text = PDE_CFG.format(t_final=1.0, save_every=0.25, max_degree=512) + (
+        '[particles]\nn = 400\ninit = "quadrature"\nintegrator = "rk4"\ndt = 0.05\nt_final = 1.0\nsave_every = 0.25\n'
+        "[particles.stop]\nwindow = 3\n[compare]\nmoments = 4\n")
+    cfg = write(tmp_path, text)
+    r = cli("run", cfg, "--quiet")
+    assert r.returncode == 0, r.stderr
+    run = load(cfg.with_suffix(".h5"))
+    model = Model(2, 1.0, "ascent", perceptron=Perceptron.random(2, 2, "relu", 1.0, seed=111))
+    ref = simulate_particles(model, 400, t_final=1.0, init="quadrature", integrator="rk4", dt=0.05, save_every=0.25,
+                             stop={"window": 3})
+    p = run.particles
+    assert p.stop_reason == ref.stop_reason and p.nsteps == ref.nsteps and p.sum_method == ref.sum_method
+    assert np.array_equal(p.t, ref.t) and np.array_equal(p.x, ref.x) and np.array_equal(p.w, ref.w)
+    for k in ("energy", "max_drift", "dissipation", "cluster_count"):
+        assert np.array_equal(getattr(p, k), getattr(ref, k)), k
+    assert p.stop == ref.stop and p.integrator == "rk4" and p.dt == 0.05 and p.options == ref.options
+    c_run, c_ref = p.clusters(-1, 0.5), ref.clusters(-1, 0.5)
+    assert np.array_equal(c_run[1], c_ref[1]) and np.allclose(run.atoms["particles"][1], c_ref[1])
+    # quadrature particles of a smooth (uniform) start follow the PDE: the archived comparison says so
+    assert run.comparison is not None and run.comparison["w1"].shape == run.comparison["t"].shape
+    assert run.comparison["w1"][0] < 1e-2 and np.all(np.isfinite(run.comparison["mmd"]))
+    with h5py.File(cfg.with_suffix(".h5")) as f:
+        assert f["particles/x"].dims[0][0] == f["particles/t"] and f["particles/x"].shape == (5, 400, 2)
+        assert f["particles/n_clusters"].dims[0][0] == f["particles/t"]
+    info = cli("info", cfg.with_suffix(".h5"))
+    assert info.returncode == 0 and "particles:" in info.stdout and "comparison (PDE vs particles)" in info.stdout
+    plot = cli("plot", cfg.with_suffix(".h5"), "--out", tmp_path / "png")
+    assert plot.returncode == 0, plot.stderr
+    assert {"spacetime.png", "final.png", "energy.png"} <= {p.name for p in (tmp_path / "png").glob("*.png")}
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT])
+def test_killed_particle_run_resumes_to_the_same_numbers(tmp_path, sig):
+    # noise > 0: the resumed run must also continue the random stream where the killed one stood
+    cfg = write(tmp_path, PARTICLE_CFG.format(noise=0.01, n=4000, t_final=8.0))
+    full = tmp_path / "full.h5"
+    assert cli("run", cfg, "--out", full, "--quiet").returncode == 0
+    cut = tmp_path / "cut.h5"
+    proc = _start_and_wait(cfg, cut)
+    proc.send_signal(sig)
+    proc.wait(timeout=60)
+    run = load(cut)
+    ref = load(full).particles
+    n_cut = len(run.particles.t)
+    assert 2 <= n_cut < len(ref.t), "the run was not cut in the middle"
+    assert run.particles.stop_reason == ("interrupted" if sig == signal.SIGINT else "killed")
+    assert np.array_equal(run.particles.x, ref.x[:n_cut])
+    r = cli("run", cfg, "--out", cut, "--resume", "--quiet")
+    assert r.returncode == 0, r.stderr
+    done = load(cut).particles
+    assert done.stop_reason == "t_final" and done.nsteps == ref.nsteps
+    assert np.array_equal(done.t, ref.t)
+    assert np.abs(done.x - ref.x).max() <= 1e-12
+    assert np.abs(done.energy - ref.energy).max() <= 1e-12
+    assert np.array_equal(done.cluster_count, ref.cluster_count)

@@ -1,0 +1,190 @@
+"""Particles -> PDE: quadrature particles follow the PDE until it loses resolution, i.i.d. particles
+converge like N^{-1/2}, atoms of both solvers match, and the ``attnpde validate`` command."""
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+
+from solvers import Model, Perceptron, compare, simulate_particles, solve_pde
+from solvers.comparison import cap_mass, common_atoms
+from solvers.config import initial_density
+from solvers.pde_circle import CircleSpace
+from solvers.pde_sphere import SphereSpace
+from solvers.validate import fit_slope, read_validation
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+# --- cap masses: exact against closed forms ------------------------------------------------------------
+def test_cap_mass_is_exact_for_closed_forms():
+    # S^1: rho = 1 + 2a cos(theta - phi) (c_1 = a e^{-i phi}); mass of the arc |theta - p| <= r is
+    # (2r + 4a sin(r) cos(p - phi)) / (2 pi)
+    a, phi = 0.3, 0.7
+    c = np.zeros(8, dtype=complex)
+    c[0], c[1] = 1.0, a * np.exp(-1j * phi)
+    for p_ang in (0.0, 2.9, -3.1):
+        p = np.array([[math.cos(p_ang), math.sin(p_ang)]])
+        for r in (0.05, 1.0, 3.0):
+            exact = (2 * r + 4 * a * math.sin(r) * math.cos(p_ang - phi)) / (2 * math.pi)
+            assert abs(cap_mass(CircleSpace, c, p, r)[0] - exact) < 1e-14
+    # S^2: rho = 1 + b z (c_10 = b sqrt(4 pi / 3)); cap of radius r about the pole z = +-1:
+    # (1/2) ∫_{cos r}^1 (1 +- b t) dt
+    b = 0.6
+    c = np.zeros(SphereSpace.ncoef(4), dtype=complex)
+    c[0] = math.sqrt(4 * math.pi)
+    deg = SphereSpace.harmonic_degree(4)
+    c[np.nonzero(deg == 1)[0][0]] = b * math.sqrt(4 * math.pi / 3)     # canonical (l=1, m=0) first
+    for sgn in (1.0, -1.0):
+        p = np.array([[0.0, 0.0, sgn]])
+        for r in (0.05, 1.0, 3.0):
+            z0 = math.cos(r)
+            exact = 0.5 * ((1 - z0) + sgn * b * (1 - z0 * z0) / 2)
+            assert abs(cap_mass(SphereSpace, c, p, r)[0] - exact) < 1e-14
+
+
+# --- quadrature particles (SPEC §3.6) ----------------------------------------------------------------------
+def test_quadrature_particles_follow_the_circle_pde_until_it_loses_resolution():
+    """While the PDE's spectral tail is small, N = 16384 quadrature particles agree with it in every
+    Fourier mode to 1e-9 (MMD 1e-10); once it runs at its maximal resolution with a growing tail, the
+    high modes part — and the PDE says so (stop_reason "resolution")."""
+    model = Model(2, 4.0, "ascent", perceptron=Perceptron.random(2, 2, "gelu", 1.0, seed=111))
+    pde = solve_pde(model, 8.0, 32, save_every=0.25, max_degree=512, tail_tol=1e-12, tail_max=1e-3,
+                    rtol=1e-10, atol=1e-12)
+    assert pde.stop_reason == "resolution"
+    t_end = math.floor(pde.t_stop / 0.25) * 0.25
+    parts = simulate_particles(model, 16384, t_final=t_end, init="quadrature", integrator="rk4", dt=0.0025,
+                               save_every=0.25)
+    cmp = compare(pde, parts, moments=511)
+    tail = np.array([pde.tail[int(np.argmin(np.abs(pde.t - t)))] for t in cmp.t])
+    resolved = tail <= 1e-8
+    assert resolved.sum() >= 4 and (~resolved).any()
+    assert cmp.moment_gap[resolved].max() < 1e-9
+    assert cmp.mmd[resolved].max() < 1e-10
+    assert cmp.moment_gap[-1] > 100 * cmp.moment_gap[resolved].max()     # lost with the resolution
+    # W1 of N point masses to a density cannot be small: it stays at its floor pi / (2N)
+    assert np.allclose(cmp.w1[1:], math.pi / (2 * 16384), rtol=1e-3)
+
+
+def test_quadrature_particles_follow_the_sphere_pde():
+    model = Model(3, 2.0, "ascent", perceptron=Perceptron.random(3, 3, "gelu", 1.0, seed=111))
+    pde = solve_pde(model, 0.5, 15, save_every=0.25, max_degree=31, tail_tol=1e-12, tail_max=1e-3,
+                    rtol=1e-10, atol=1e-12)
+    t_end = float(pde.t[-1])
+    parts = simulate_particles(model, 4050, t_final=t_end, init="quadrature", integrator="rk4", dt=0.01,
+                               save_every=0.25)
+    cmp = compare(pde, parts, moments=8)
+    assert cmp.t.size >= 2
+    assert cmp.moment_gap.max() < 1e-8 and cmp.mmd.max() < 1e-8
+    assert cmp.energy_gap.max() < 1e-8
+
+
+# --- i.i.d. particles: N^{-1/2} ---------------------------------------------------------------------------
+@pytest.mark.parametrize("d, ns, seeds", [(2, (100, 1000, 10000), 8), (3, (100, 400, 1600, 6400), 6)])
+def test_iid_particles_converge_like_inverse_sqrt_n(d, ns, seeds):
+    mu = [1.0, 0.0] if d == 2 else [0.0, 0.0, 1.0]
+    rho0 = initial_density({"kind": "von_mises", "mu": mu, "kappa": 1.0}, d)
+    model = Model(d, 4.0, "ascent", perceptron=Perceptron.random(d, d, "gelu", 1.0, seed=111))
+    pde = solve_pde(model, 0.5, 32 if d == 2 else 15, initial=rho0, save_every=0.5)
+    assert pde.stop_reason == "t_final"
+    dist = {k: [] for k in ("mmd", "moment_gap", "w1")}
+    for n in ns:
+        per = {k: [] for k in dist}
+        for s in range(seeds):
+            p = simulate_particles(model, n, t_final=0.5, density=rho0, seed=100 + s, integrator="rk4", dt=0.05,
+                                   save_every=0.5)
+            c = compare(pde, p)
+            for k in per:
+                v = getattr(c, k)
+                if v is not None:
+                    per[k].append(v[-1])
+        for k in dist:
+            dist[k].append(np.mean(per[k]) if per[k] else np.nan)
+    for k in ("mmd", "moment_gap") + (("w1",) if d == 2 else ()):
+        slope = fit_slope(np.array(ns), np.array(dist[k]))
+        assert -0.6 <= slope <= -0.4, (k, slope, dist[k])
+
+
+# --- atoms of both solvers ---------------------------------------------------------------------------------
+def test_atoms_of_pde_and_particles_match_in_circle_ascent():
+    """ReLU ascent from uniform data (beta = 4): the PDE concentrates until it loses resolution; the
+    particles, run to the same time, hold the same atoms: same count, positions within the PDE's grid
+    spacing, masses within 0.02."""
+    model = Model(2, 4.0, "ascent", perceptron=Perceptron.random(2, 2, "relu", 1.0, seed=111))
+    pde = solve_pde(model, 10.0, 128, save_every=0.25, max_degree=2048, tail_max=1e-2)
+    assert pde.stop_reason == "resolution"
+    t_end = math.floor(pde.t_stop / 0.25) * 0.25
+    parts = simulate_particles(model, 20000, t_final=t_end, integrator="rk4", dt=0.01, save_every=0.25, seed=3)
+    cmp = compare(pde, parts)
+    pa, qa = common_atoms(CircleSpace, pde.coefficients(int(np.argmin(np.abs(pde.t - t_end)))), parts.x[-1],
+                          parts.w, radius=cmp.options["atom_radius"], smoothing=cmp.options["smoothing"])
+    assert len(pa) >= 1 and len(pa) == len(qa) == len(cmp.matched_atoms)
+    assert not cmp.unmatched_pde and not cmp.unmatched_particles
+    spacing = 2 * math.pi / int(pde.degree[-1])
+    for pair in cmp.matched_atoms:
+        assert pair["position_error"] <= spacing
+        assert abs(pair["mass_difference"]) <= 0.02
+        assert pair["pde_mass"] > 0.2                                # a real atom, not background
+
+
+# --- the command -----------------------------------------------------------------------------------------
+VALIDATE_CFG = """
+[run]
+name = "v"
+[model]
+d = 2
+beta = 4.0
+flow = "ascent"
+[model.perceptron]
+units = 2
+activation = "gelu"
+seed = 111
+[initial]
+kind = "von_mises"
+mu = [1.0, 0.0]
+kappa = 1.0
+[pde]
+degree = 32
+t_final = 0.5
+save_every = 0.25
+[particles]
+n = 10
+seed = 5
+integrator = "rk4"
+dt = 0.05
+t_final = 0.5
+save_every = 0.25
+[compare]
+moments = 4
+"""
+
+
+def test_validate_command_writes_table_archive_and_figure(tmp_path):
+    cfg = tmp_path / "v.toml"
+    cfg.write_text(VALIDATE_CFG)
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    run = lambda *a: subprocess.run([sys.executable, "-m", "solvers.cli", *map(str, a)], cwd=ROOT, env=env,
+                                    capture_output=True, text=True, timeout=300)
+    r = run("validate", cfg, "--n", "50,200,800", "--seeds", "2", "--workers", "2")
+    assert r.returncode == 0, r.stderr
+    assert "slope" in r.stdout and "w1" in r.stdout
+    out = tmp_path / "v_validation.h5"
+    res = read_validation(out)
+    assert list(res.n) == [50, 200, 800] and list(res.seeds) == [5, 6]
+    assert res.distances["mmd"].shape == (3, 2, 3) and np.all(res.distances["mmd"][:, :, 1:] > 0)
+    with h5py.File(out) as f:
+        assert f["pde/t"].shape[0] == 3 and f.attrs["status"] == "finished"
+        assert f["validation/mmd"].dims[2][0] == f["validation/t"]
+    assert (tmp_path / "v_validation.png").stat().st_size > 10_000
+    info = run("info", out)
+    assert info.returncode == 0 and "validation: particles -> PDE" in info.stdout
+    again = run("validate", cfg, "--n", "50")
+    assert again.returncode == 2 and "exists" in again.stderr
+    bad = run("validate", cfg, "--n", "50,x")
+    assert bad.returncode == 2 and "'x' is not a number" in bad.stderr
+    bad = run("validate", cfg, "--n", "0.5", "--force")
+    assert bad.returncode == 2 and "integers >= 1" in bad.stderr
