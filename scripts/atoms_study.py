@@ -38,8 +38,8 @@ CASES = {
     "circle-ascent-4": (2, "ascent", 4.0, dict(degree=128, max_degree=4096, tail_max=1e-2)),
     "circle-descent-1": (2, "descent", 1.0, dict(degree=128, max_degree=4096, tail_max=1e-2)),
     "circle-descent-4": (2, "descent", 4.0, dict(degree=128, max_degree=4096, tail_max=1e-2)),
-    "sphere-ascent-1": (3, "ascent", 1.0, dict(degree=31, max_degree=255, tail_max=1e-2)),
-    "sphere-ascent-9": (3, "ascent", 9.0, dict(degree=31, max_degree=255, tail_max=1e-2)),
+    "sphere-ascent-1": (3, "ascent", 1.0, dict(degree=31, max_degree=255, tail_max=1e-2, positivity_tol=0.1)),
+    "sphere-ascent-9": (3, "ascent", 9.0, dict(degree=31, max_degree=255, tail_max=1e-2, positivity_tol=0.1)),
     "sphere-descent-1": (3, "descent", 1.0, dict(degree=31, max_degree=255, tail_max=1e-2, positivity_tol=0.1)),
     "sphere-descent-9": (3, "descent", 9.0, dict(degree=31, max_degree=255, tail_max=1e-2, positivity_tol=0.1)),
 }

@@ -62,7 +62,8 @@ def _weighted_mean_direction(points: np.ndarray, mass: np.ndarray) -> np.ndarray
 
 
 def atoms_from_graph(points: np.ndarray, rho: np.ndarray, weights: np.ndarray, edges: np.ndarray,
-                     threshold: float = 10.0, method: str = "basin", min_mass: float = 0.0) -> Atoms:
+                     threshold: float = 10.0, method: str = "basin", min_mass: float = 0.0,
+                     shape: np.ndarray | None = None) -> Atoms:
     """Atoms of a density sampled on a grid graph.
 
     Parameters
@@ -74,10 +75,13 @@ def atoms_from_graph(points: np.ndarray, rho: np.ndarray, weights: np.ndarray, e
     threshold : density level defining the concentrated pieces (uniform density is 1)
     method : "basin" (steepest-ascent basins of peaks >= threshold) or "level" (super-level components)
     min_mass : drop atoms lighter than this
+    shape : (n,) optional density that decides the structure (peaks, basins, level sets and the
+        threshold) while the masses are those of ``rho`` — e.g. a smoothed copy of rho, so that
+        Gibbs oscillations beside a jump are not taken for peaks
     """
     points = np.asarray(points, dtype=float)
-    rho = np.asarray(rho, dtype=float)
-    mass = rho * weights
+    mass = np.asarray(rho, dtype=float) * weights
+    rho = np.asarray(rho if shape is None else shape, dtype=float)     # the structure from here on
     n = rho.size
     if method == "level":
         inside = rho >= threshold
@@ -90,18 +94,20 @@ def atoms_from_graph(points: np.ndarray, rho: np.ndarray, weights: np.ndarray, e
         pos, ms = [], []
         for c in comps:
             sel = inside & (labels == c)
-            pos.append(_weighted_mean_direction(points[sel], mass[sel]))
+            pos.append(_weighted_mean_direction(points[sel], np.maximum(mass[sel], 0.0)))
             ms.append(mass[sel].sum())
         atoms = Atoms(np.array(pos), np.array(ms))
     elif method == "basin":
         # steepest ascent on the graph: each node points to its highest neighbour (or itself)
         src = np.concatenate([edges[:, 0], edges[:, 1]])
         dst = np.concatenate([edges[:, 1], edges[:, 0]])
-        order = np.lexsort((rho[dst], src))          # grouped by source, highest target last
+        # grouped by source, highest target last; ties of rho broken by the node index, so that a
+        # plateau (e.g. two nodes placed symmetrically about a peak) climbs to one node, not two
+        order = np.lexsort((dst, rho[dst], src))
         last = np.r_[src[order][1:] != src[order][:-1], True]
         s_best, d_best = src[order][last], dst[order][last]
         up = np.arange(n)
-        climb = rho[d_best] > rho[s_best]
+        climb = (rho[d_best] > rho[s_best]) | ((rho[d_best] == rho[s_best]) & (d_best > s_best))
         up[s_best[climb]] = d_best[climb]
         root = up.copy()
         while True:
@@ -114,7 +120,7 @@ def atoms_from_graph(points: np.ndarray, rho: np.ndarray, weights: np.ndarray, e
             if rho[r] < threshold:
                 continue
             sel = root == r
-            pos.append(_weighted_mean_direction(points[sel], mass[sel]))
+            pos.append(_weighted_mean_direction(points[sel], np.maximum(mass[sel], 0.0)))
             ms.append(mass[sel].sum())
         atoms = Atoms(np.array(pos).reshape(len(ms), points.shape[1]), np.array(ms))
     else:

@@ -41,7 +41,7 @@ import numpy as np
 from spectral.multipliers import kernel_bandwidth, zonal_multipliers
 
 __all__ = ["Comparison", "compare", "circle_w1", "concentration", "compare_into_archive", "describe_comparison",
-           "cap_mass", "common_atoms", "smoothed"]
+           "cap_mass", "common_atoms", "measure_atoms", "smoothed"]
 
 
 @dataclass
@@ -244,9 +244,7 @@ def smoothed(space, c: np.ndarray, h: float) -> np.ndarray:
     """Coefficients of the heat-kernel smoothing of a measure at angular scale h: c * exp(-mu h^2 / 2),
     mu = k^2 on S^1 and l(l+1) on S^2 (the Laplace–Beltrami eigenvalues; the kernel is the heat kernel
     at time h^2 / 2, whose angular spread is about h)."""
-    deg = space.harmonic_degree(_degree_param(space, c.size)).astype(float)
-    mu = deg * deg if space.d == 2 else deg * (deg + 1.0)
-    return c * np.exp(-0.5 * mu * h * h)
+    return space.heat_smooth(c, h)
 
 
 def _degree_param(space, ncoef: int) -> int:
@@ -292,34 +290,42 @@ def _particle_cap_mass(x: np.ndarray, w: np.ndarray, p: np.ndarray, r: float) ->
     return np.array([float(w[x @ q >= cos_r].sum()) for q in np.asarray(p).reshape(-1, x.shape[1])])
 
 
-def common_atoms(space, c: np.ndarray, x: np.ndarray, w: np.ndarray, *, threshold: float = 10.0,
-                 radius: float = 0.1, smoothing: float = 0.025, min_mass: float = 0.01):
-    """Atoms of the PDE density (coefficients c) and of the particles (x, w), by one procedure.
-
-    Both measures are smoothed at scale ``smoothing`` (:func:`smoothed`; the particles' coefficients
-    are computed up to the degree where the smoothing multiplier falls below e^-32, at most the PDE's),
-    atoms are the super-level components {smoothed density >= threshold} on the PDE's atom grid, and
-    an atom's mass is the mass of the unsmoothed measure within ``radius`` of its position
-    (:func:`cap_mass`). Atoms with mass < ``min_mass`` are dropped. Returns (pde Atoms, particle Atoms).
-    """
+def measure_atoms(space, *, coeffs: np.ndarray | None = None, x: np.ndarray | None = None,
+                  w: np.ndarray | None = None, degree: int | None = None, threshold: float = 10.0,
+                  radius: float = 0.1, smoothing: float = 0.025, min_mass: float = 0.01):
+    """Atoms of one measure — a PDE density (``coeffs``) or weighted particles (``x``, ``w``) — by the
+    procedure of the module docstring: smoothing at scale ``smoothing`` with coefficients up to the
+    degree where its multiplier falls below e^-32 (at most ``degree``, default the PDE's own or 512
+    on S^1, 255 on S^2 for particles), components of {smoothed >= threshold}, mass within ``radius``
+    of each position; atoms lighter than ``min_mass`` dropped. Returns :class:`~solvers.atoms.Atoms`."""
     from .atoms import Atoms
 
-    c = np.asarray(c)
-    D = _degree_param(space, c.size)
-    # exp(-mu h^2 / 2) < e^-32 beyond mu = 64 / h^2: those coefficients do not matter
-    cut = int(math.ceil(8.0 / smoothing)) + 1
-    Ds = min(D, cut)
-    nc = space.ncoef(Ds)
-    cp = smoothed(space, np.array(c[:nc]), smoothing)
-    cq = smoothed(space, space.particle_coefficients(x, w, Ds), smoothing)
-    out = []
-    for cs, mass_of in ((cp, lambda P: cap_mass(space, c, P, radius)),
-                        (cq, lambda P: _particle_cap_mass(x, w, P, radius))):
-        lv = space.atoms(cs, threshold=threshold, method="level")
-        masses = mass_of(lv.positions)
-        keep = masses >= min_mass
-        out.append(Atoms(lv.positions[keep], masses[keep]))
-    return out[0], out[1]
+    cut = int(math.ceil(8.0 / smoothing)) + 1     # exp(-mu h^2 / 2) < e^-32 beyond mu = 64 / h^2
+    if coeffs is not None:
+        c = np.asarray(coeffs)
+        D = min(_degree_param(space, c.size), cut if degree is None else min(cut, degree))
+        cs = smoothed(space, np.array(c[:space.ncoef(D)]), smoothing)
+        mass_of = lambda P: cap_mass(space, c, P, radius)
+    else:
+        x = np.asarray(x, dtype=float)
+        w = np.asarray(w, dtype=float)
+        D = min(cut, degree if degree is not None else (512 if space.d == 2 else 255))
+        cs = smoothed(space, space.particle_coefficients(x, w, D), smoothing)
+        mass_of = lambda P: _particle_cap_mass(x, w, P, radius)
+    lv = space.atoms(cs, threshold=threshold, method="level", smoothing=None)
+    masses = mass_of(lv.positions)
+    keep = masses >= min_mass
+    return Atoms(lv.positions[keep], masses[keep])
+
+
+def common_atoms(space, c: np.ndarray, x: np.ndarray, w: np.ndarray, *, threshold: float = 10.0,
+                 radius: float = 0.1, smoothing: float = 0.025, min_mass: float = 0.01):
+    """Atoms of the PDE density (coefficients c) and of the particles (x, w) by :func:`measure_atoms`,
+    both smoothed to the same degree (the PDE's, capped where the smoothing makes the rest negligible).
+    Returns (pde Atoms, particle Atoms)."""
+    D = _degree_param(space, np.asarray(c).size)
+    kw = dict(degree=D, threshold=threshold, radius=radius, smoothing=smoothing, min_mass=min_mass)
+    return measure_atoms(space, coeffs=c, **kw), measure_atoms(space, x=x, w=w, **kw)
 
 
 def _space_degree(space, D: int) -> int:
@@ -447,13 +453,19 @@ def compare_into_archive(writer, config) -> Comparison:
     g.attrs["unmatched_particles"] = len(cmp.unmatched_particles)
     for k, v in cmp.options.items():
         g.attrs[f"option_{k}"] = v
-    # concentration of both solvers around their own final atoms
-    radius = cmp.options["atom_radius"]
-    for kind, res, atoms in (("pde", run.pde, run.atoms.get("pde")), ("particles", run.particles,
-                                                                      run.atoms.get("particles"))):
-        if res is None or atoms is None:
+    # concentration of both solvers around their own final atoms (found by the same procedure)
+    o = cmp.options
+    radius = o["atom_radius"]
+    akw = dict(threshold=o["atom_threshold"], radius=radius, smoothing=o["smoothing"], min_mass=o["min_mass"])
+    space = run.pde.space
+    for kind, res in (("pde", run.pde), ("particles", run.particles)):
+        if res is None or len(res.t) == 0:
             continue
-        heavy = atoms[0][atoms[1] >= 0.01]
+        if kind == "pde":
+            final = measure_atoms(space, coeffs=res.coefficients(len(res.t) - 1), **akw)
+        else:
+            final = measure_atoms(space, x=res.x[-1], w=res.w, **akw)
+        heavy = final.positions
         con = concentration(res, heavy, radius, kind=kind)
         cg = g.require_group(f"concentration_{kind}")
         _replace(cg, "t", con["t"])
@@ -463,6 +475,8 @@ def compare_into_archive(writer, config) -> Comparison:
         cg.attrs["eps"] = con["eps"]
         cg.attrs["cells"] = con["cells"]
         cg.attrs["statement"] = concentration_statement(con["t"], con["mass_near_atoms"], len(heavy), radius)
+        _replace(cg, "final_atom_positions", np.asarray(final.positions).reshape(-1, run.model.d))
+        _replace(cg, "final_atom_masses", np.asarray(final.masses, dtype=float))
     writer.f.flush()
     return cmp
 
@@ -482,8 +496,9 @@ def describe_comparison(run) -> list[str]:
         out.append(f"  kernel {c.get('attr:kernel', '')}; moments up to degree {c.get('attr:moments_degree', '')}")
     pe, pm, qm = c.get("matched_position_error"), c.get("matched_pde_mass"), c.get("matched_particle_mass")
     if pe is not None:
-        out.append(f"  matched atoms: {len(pe)} (unmatched: {c.get('attr:unmatched_pde', 0)} PDE atom(s), "
-                   f"{c.get('attr:unmatched_particles', 0)} cluster(s))")
+        r = c.get("attr:option_atom_radius", float("nan"))
+        out.append(f"  matched atoms at t = {t[-1]:.4g}: {len(pe)} (unmatched: {c.get('attr:unmatched_pde', 0)} PDE, "
+                   f"{c.get('attr:unmatched_particles', 0)} particle atom(s)); mass within {r:.3g} rad of each:")
         for e, a, b in zip(pe, pm, qm):
             out.append(f"      PDE {a:.4f} vs particles {b:.4f} (difference {b - a:+.4f}), position error {e:.2e} rad")
     import h5py

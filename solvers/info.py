@@ -66,7 +66,8 @@ def describe(path: str | Path) -> str:
             out.append(f"  ended: {r.stop_reason} at t = {r.t_stop:.6g} — {getattr(r, 'message', '')}")
         if "particles" in run.atoms:
             pos, mass = run.atoms["particles"]
-            out.append(f"  clusters: {len(mass)} (mass >= 0.01: {int(np.sum(mass >= 0.01))})")
+            out.append(f"  single-linkage clusters at the end (SPEC §5; chain through any diffuse part): {len(mass)} "
+                       f"(mass >= 0.01: {int(np.sum(mass >= 0.01))})")
             out += _atoms_lines(pos, mass)
     if run.comparison:
         from .comparison import describe_comparison

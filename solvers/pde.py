@@ -200,7 +200,8 @@ class PDEResult:
         """rho at unit vectors x (n, d) at snapshot i, evaluated from the coefficients."""
         return self.space.evaluate(self.coefficients(i), np.asarray(x, dtype=float))
 
-    def atoms(self, i: int = -1, threshold: float = 10.0, method: str = "basin", min_mass: float = 0.0):
+    def atoms(self, i: int = -1, threshold: float = 10.0, method: str = "basin", min_mass: float = 0.0,
+              smoothing: float | str | None = "auto"):
         """Positions (k, d) and masses (k,) of the concentrated pieces of rho at snapshot i.
 
         ``method="basin"`` (default): every local maximum of rho with rho >= threshold (the uniform
@@ -208,8 +209,13 @@ class PDEResult:
         that slopes up into it; mass frozen on a plateau beyond a dip is not counted.
         ``method="level"``: the connected components of {rho >= threshold}, with the mass above the
         level set only. Positions are normalised rho-weighted mean directions.
+        ``smoothing``: peaks, basins and levels are found on rho smoothed by the heat kernel at this
+        angular scale ("auto": for the basin method about two wavelengths of the highest resolved
+        mode — Gibbs oscillations beside a jump are not atoms —, for the level method none; None:
+        rho itself); masses are those of rho.
         """
-        return self.space.atoms(self.coefficients(i), threshold=threshold, method=method, min_mass=min_mass)
+        return self.space.atoms(self.coefficients(i), threshold=threshold, method=method, min_mass=min_mass,
+                                smoothing=smoothing)
 
     def summary(self) -> str:
         m = self.model

@@ -65,14 +65,30 @@ class CircleSpace:
 
     @staticmethod
     def atoms(c: np.ndarray, threshold: float = 10.0, method: str = "basin", min_mass: float = 0.0,
-              grid_points: int | None = None) -> Atoms:
-        """Atoms of rho from its coefficients, on a grid of >= 4 K points (see ``solvers.atoms``)."""
+              grid_points: int | None = None, smoothing: float | str | None = "auto") -> Atoms:
+        """Atoms of rho from its coefficients, on a grid of >= 4 K points (see ``solvers.atoms``).
+
+        ``smoothing``: the peaks, basins and the threshold are those of rho smoothed by the heat kernel
+        at this angular scale ("auto": for the basin method two wavelengths of the highest mode,
+        4 pi / K, which removes the Gibbs oscillations beside a jump of a ReLU density; for the level
+        method none, its level set being that of rho; None or 0: rho itself); masses are always those
+        of rho.
+        """
         c = np.asarray(c)
-        n = grid_points or max(4 * c.shape[-1], 256)
+        K = c.shape[-1]
+        n = grid_points or max(4 * K, 256)
         rho = fourier.interpolate(c, n)
+        h = (4.0 * np.pi / K if method == "basin" else 0.0) if smoothing == "auto" else float(smoothing or 0.0)
+        shape = fourier.interpolate(CircleSpace.heat_smooth(c, h), n) if h > 0 else None
         pts = CircleSpace.output_grid(n)
         return atoms_from_graph(pts, rho, np.full(n, 1.0 / n), circle_neighbours(n),
-                                threshold=threshold, method=method, min_mass=min_mass)
+                                threshold=threshold, method=method, min_mass=min_mass, shape=shape)
+
+    @staticmethod
+    def heat_smooth(c: np.ndarray, h: float) -> np.ndarray:
+        """Coefficients of rho smoothed by the heat kernel at angular scale h: c_k exp(-k^2 h^2 / 2)."""
+        k = np.arange(np.shape(c)[-1], dtype=float)
+        return np.asarray(c) * np.exp(-0.5 * k * k * h * h)
 
     @staticmethod
     def project(f, K: int) -> np.ndarray:

@@ -79,25 +79,39 @@ class SphereSpace:
         return sphere.evaluate_equiangular(c, npoints)
 
     @staticmethod
-    def atoms(c: np.ndarray, threshold: float = 10.0, method: str = "basin", min_mass: float = 0.0) -> Atoms:
+    def atoms(c: np.ndarray, threshold: float = 10.0, method: str = "basin", min_mass: float = 0.0,
+              smoothing: float | str | None = "auto") -> Atoms:
         """Atoms of rho from its coefficients, on the computational Gauss grid of its degree with the
         grid's quadrature weights (see ``solvers.atoms``); positions are unit vectors.
 
         The graph joins neighbours along each ring (periodic) and between rings, and adds the two
         poles as nodes of weight 0 (rho there evaluated exactly) joined to the first / last ring, so
-        that a peak sitting on a pole is one atom.
+        that a peak sitting on a pole is one atom. ``smoothing``: peaks, basins and the threshold are
+        those of rho smoothed by the heat kernel at this angular scale ("auto": for the basin method
+        2 pi / L, about two wavelengths of the highest degree, which removes Gibbs oscillations beside
+        jumps; for the level method none; None or 0: rho itself); masses are always those of rho.
         """
         c = np.asarray(c)
         L = max(sphere.degree_of(c.size), 1)
         c = sphere.resize(c, L)
         b = _basis(L)
-        rho = b.synth(b.from_canonical(c))
         poles = np.array([[0.0, 0.0, 1.0], [0.0, 0.0, -1.0]])
         pts = np.concatenate([b.points.reshape(-1, 3), poles])
-        vals = np.concatenate([rho.ravel(), sphere.evaluate(c, poles)])
+
+        def values(cc):
+            return np.concatenate([b.synth(b.from_canonical(cc)).ravel(), sphere.evaluate(cc, poles)])
+        vals = values(c)
+        h = (2.0 * math.pi / L if method == "basin" else 0.0) if smoothing == "auto" else float(smoothing or 0.0)
+        shape = values(SphereSpace.heat_smooth(c, h)) if h > 0 else None
         w = np.concatenate([b.weights.ravel(), np.zeros(2)])
         return atoms_from_graph(pts, vals, w, sphere.grid_neighbours(b.nlat, b.nphi, pole_nodes=True),
-                                threshold=threshold, method=method, min_mass=min_mass)
+                                threshold=threshold, method=method, min_mass=min_mass, shape=shape)
+
+    @staticmethod
+    def heat_smooth(c: np.ndarray, h: float) -> np.ndarray:
+        """Coefficients smoothed by the heat kernel at angular scale h: c_lm exp(-l(l+1) h^2 / 2)."""
+        ell = sphere.canonical_degrees(sphere.degree_of(np.shape(c)[-1]))[0].astype(float)
+        return np.asarray(c) * np.exp(-0.5 * ell * (ell + 1.0) * h * h)
 
     @staticmethod
     def project(f, L: int) -> np.ndarray:

@@ -118,18 +118,28 @@ def _circle_figures(run, out: Path) -> list[Path]:
         h, _ = np.histogram(ang, bins=bins, weights=part.w)
         dens = h / np.diff(bins) * 2 * np.pi      # density w.r.t. the uniform probability measure
         ax.stairs(np.clip(dens, 1e-4, None), bins, color="C1", label=f"particles (N = {part.x.shape[1]}) at t = {part.t[i]:.4g}")
-        if "particles" in run.atoms:
-            for pos, mass in zip(*run.atoms["particles"]):
-                ax.plot(_angle(pos), 0.5, marker="^", color="C1", ms=5 + 25 * mass, mec="k", ls="none")
+        for pos, mass in zip(*_particle_atoms(run, i)):
+            ax.plot(_angle(pos), 0.5, marker="^", color="C1", ms=5 + 25 * mass, mec="k", ls="none")
     ax.set_xlim(-np.pi, np.pi)
     ax.set_ylim(1e-3, None)
     ax.set_xlabel("angle theta")
     ax.set_ylabel("density (uniform = 1)")
     ax.legend(fontsize=8)
-    ax.set_title("final state: atoms (dotted, PDE masses) and clusters (triangles, size ~ mass)", fontsize=10)
+    ax.set_title("final state: PDE atoms (dotted, masses) and particle atoms at the same time (triangles, size ~ mass)",
+                 fontsize=10)
     fig.suptitle(_title(run), fontsize=10)
     files.append(_save(fig, out / "final.png"))
     return files
+
+
+def _particle_atoms(run, i: int) -> tuple[np.ndarray, np.ndarray]:
+    """Atoms of the particles at snapshot i, by the procedure of the comparison (solvers.comparison)."""
+    from .comparison import atom_scales, measure_atoms
+    from .pde import space_for
+
+    radius, h = atom_scales(run.model)
+    a = measure_atoms(space_for(run.model.d)[1], x=run.particles.x[i], w=run.particles.w, radius=radius, smoothing=h)
+    return a.positions, a.masses
 
 
 # --- S^2 ------------------------------------------------------------------------------------------------
@@ -165,14 +175,18 @@ def _sphere_figures(run, out: Path) -> list[Path]:
             plon, plat = _lonlat(part.x[k])
             ax.scatter(plon, plat, s=2, c="cyan", alpha=0.5, lw=0)
         if i == idx[-1]:
-            for which, mk, col in (("pde", "v", "lime"), ("particles", "^", "white")):
-                if which in run.atoms:
-                    alon, alat = _lonlat(run.atoms[which][0])
-                    ax.scatter(alon, alat, marker=mk, s=30 + 300 * run.atoms[which][1], c=col, edgecolors="k")
+            marks = []
+            if pde is not None and "pde" in run.atoms:
+                marks.append((run.atoms["pde"], "v", "lime"))
+            if part is not None:
+                marks.append((_particle_atoms(run, _nearest(part.t, t)), "^", "white"))
+            for (apos, amass), mk, col in marks:
+                alon, alat = _lonlat(apos)
+                ax.scatter(alon, alat, marker=mk, s=30 + 300 * amass, c=col, edgecolors="k")
         ax.set_title(f"t = {t:.4g}", fontsize=9)
         ax.grid(True, alpha=0.3)
         ax.set_xticklabels([])
-    fig.suptitle(_title(run) + "\ndensity (Mollweide, log scale), particles (cyan), atoms (lime) and clusters (white)",
+    fig.suptitle(_title(run) + "\ndensity (Mollweide, log scale), particles (cyan), PDE atoms (lime) and particle atoms (white)",
                  fontsize=9)
     return [_save(fig, out / "maps.png")]
 

@@ -188,3 +188,25 @@ def test_validate_command_writes_table_archive_and_figure(tmp_path):
     assert bad.returncode == 2 and "'x' is not a number" in bad.stderr
     bad = run("validate", cfg, "--n", "0.5", "--force")
     assert bad.returncode == 2 and "integers >= 1" in bad.stderr
+
+
+# --- atoms of a PDE density beside a jump ---------------------------------------------------------------
+def test_gibbs_oscillations_beside_a_jump_are_not_atoms():
+    """rho = truncated Fourier series of a density shaped like a ReLU descent state (a ramp rising to
+    just below the threshold 10 that drops to the background at a dead-zone boundary) plus a sharp
+    von Mises peak: beside the jump the series overshoots above the threshold; the only concentrated
+    piece is the peak."""
+    K = 1024
+    th = 2 * np.pi * np.arange(16 * K) / (16 * K)
+    ramp = np.where((th > 1.0) & (th < 2.0), 60.0 * (th - 1.0) ** 2, 0.0)
+    vm = np.exp(400.0 * (np.cos(th - 4.5) - 1))
+    dens = 1.0 + ramp + 2.0 * vm / vm.mean()
+    dens /= dens.mean()
+    assert dens[(th > 1.0) & (th < 2.0)].max() < 10.0
+    c = np.fft.rfft(dens)[:K] / dens.size
+    raw = CircleSpace.atoms(c, threshold=10.0, smoothing=None)
+    ang = np.mod(np.arctan2(raw.positions[:, 1], raw.positions[:, 0]), 2 * np.pi)
+    assert np.sum(np.abs(ang - 2.0) < 0.05) >= 2          # without smoothing: the overshoot passes for atoms
+    at = CircleSpace.atoms(c, threshold=10.0)
+    assert len(at) == 1
+    assert abs(np.mod(np.arctan2(at.positions[0, 1], at.positions[0, 0]), 2 * np.pi) - 4.5) < 1e-3
