@@ -81,7 +81,8 @@ def _velocity_fn(model: Model, sums: InteractionSums, method: str, x: np.ndarray
 
 
 def peak_memory_circle(N: int = 10 ** 6, beta: float = 25.0) -> float:
-    """Peak resident memory (GiB) of a fresh process running two RK4 steps of N particles on S^1."""
+    """Peak resident memory (GiB) of a fresh process running two RK4 steps of N particles on S^1
+    (``simulate_particles`` with snapshots, energy and clusters, fast sums)."""
     # VmHWM (peak resident set of this address space) rather than ru_maxrss: Linux carries the
     # parent's high-water mark through fork + exec into ru_maxrss
     code = f"""
@@ -98,24 +99,19 @@ print([l.split()[1] for l in open("/proc/self/status") if l.startswith("VmHWM")]
     return int(out.stdout.strip().splitlines()[-1]) * 1024 / GIB      # VmHWM is in kB
 
 
-def benchmark_records(quick: bool = False, naive_max_bytes: float = 8 * GIB, max_seconds: float = 60.0,
-                      verbose: bool = True) -> list[dict]:
-    """Run the benchmark; return the records described in the module docstring.
+PLAN = ((2, 25.0, (10 ** 3, 10 ** 4, 2 * 10 ** 4, 10 ** 5, 10 ** 6)), (3, 4.0, (10 ** 3, 10 ** 4, 10 ** 5)))
 
-    ``quick`` keeps N <= 1e4 and skips the memory measurement (seconds, no target records).
+
+def velocity_rows(plan=PLAN, naive_max_bytes: float = 8 * GIB, max_seconds: float = 60.0,
+                  verbose: bool = True) -> list[dict]:
+    """Time one velocity evaluation (fast, direct, naive) for every (d, beta, sizes) of ``plan``.
+
+    Returns rows {d, beta, N, fast, direct, naive}: seconds (best of a few), or a "skipped (...)" text
+    for direct / naive where they would exceed ``naive_max_bytes`` or an estimated ``max_seconds``.
     """
-    rows, records = [], []
-    peak = None
-    if not quick:
-        peak = peak_memory_circle()
-        if verbose:
-            print(f"peak memory, S^1 N=1e6 (two RK4 steps in a fresh process): {peak:.3f} GiB", flush=True)
-    plan = [(2, 25.0, [10 ** 3, 10 ** 4, 2 * 10 ** 4, 10 ** 5, 10 ** 6]), (3, 4.0, [10 ** 3, 10 ** 4, 10 ** 5])]
+    rows = []
     per_pair = {}          # measured direct / naive seconds per pair, to estimate skipped sizes
-    results = {}
     for d, beta, sizes in plan:
-        if quick:
-            sizes = [n for n in sizes if n <= 10 ** 4]
         model = Model(d, beta, "ascent", perceptron=Perceptron.random(d, d, "relu", 1.0, seed=111))
         sums = InteractionSums(d, beta, "fast")
         for N in sizes:
@@ -141,10 +137,28 @@ def benchmark_records(quick: bool = False, naive_max_bytes: float = 8 * GIB, max
                     t = _best(f, 1 if N >= 10 ** 4 else 3)
                     row[name] = t
                     per_pair[(d, name)] = t / (N * N)
-            results[(d, N)] = row
             rows.append(row)
             if verbose:
                 print(_fmt(row), flush=True)
+    return rows
+
+
+def benchmark_records(quick: bool = False, naive_max_bytes: float = 8 * GIB, max_seconds: float = 60.0,
+                      verbose: bool = True) -> list[dict]:
+    """Run the benchmark; return the records described in the module docstring.
+
+    ``quick`` keeps N <= 1e4 and skips the memory measurement (seconds, no target records).
+    """
+    records = []
+    peak = None
+    if not quick:
+        peak = peak_memory_circle()
+        if verbose:
+            print(f"peak memory, S^1 N=1e6 (two RK4 steps in a fresh process): {peak:.3f} GiB", flush=True)
+    plan = [(d, beta, [n for n in sizes if not quick or n <= 10 ** 4]) for d, beta, sizes in PLAN]
+    rows = velocity_rows(plan, naive_max_bytes, max_seconds, verbose)
+    results = {(row["d"], row["N"]): row for row in rows}
+
     # target records
     def rec(case, seconds, floor, target, note=""):
         ratio = None if (seconds is None or floor is None) else floor / seconds

@@ -1,0 +1,49 @@
+"""Smoke test of scripts/bench: quick mode runs every section and writes records of the common form.
+
+Only the form of the records is checked, never a timing.
+"""
+import importlib.machinery
+import importlib.util
+import json
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+KEYS = {"case", "seconds", "floor_seconds", "ratio", "target", "met"}
+
+
+def _bench():
+    loader = importlib.machinery.SourceFileLoader("attnpde_bench", str(ROOT / "scripts" / "bench"))
+    spec = importlib.util.spec_from_loader("attnpde_bench", loader)
+    mod = importlib.util.module_from_spec(spec)
+    loader.exec_module(mod)
+    return mod
+
+
+def test_quick_bench_writes_records_of_the_common_form(tmp_path, capsys):
+    bench = _bench()
+    out = tmp_path / "bench.json"
+    assert bench.main(["--quick", "--json", str(out)]) == 0
+    records = json.loads(out.read_text())
+    assert isinstance(records, list) and records
+    for r in records:
+        assert KEYS <= set(r), r
+        assert isinstance(r["case"], str) and r["case"]
+        assert isinstance(r["target"], str) and r["target"]
+        assert r["met"] in (True, False, None)
+        for k in ("seconds", "floor_seconds", "ratio"):
+            assert r[k] is None or (isinstance(r[k], float) and r[k] > 0), (k, r)
+        if r["ratio"] is not None:
+            assert r["seconds"] is not None and r["floor_seconds"] is not None
+            assert abs(r["ratio"] - r["seconds"] / r["floor_seconds"]) <= 1e-12 * r["ratio"]
+        if r["floor_seconds"] is None:
+            assert r["ratio"] is None
+    assert all(r["met"] is None for r in records)            # quick mode: no target applies
+    cases = " | ".join(r["case"] for r in records)
+    for word in ("circle PDE RHS", "sphere PDE RHS", "whole PDE run S^1", "whole PDE run S^2",
+                 "S^1 particle velocity", "S^2 particle velocity", "peak memory", "archive overhead"):
+        assert word in cases, word
+    mem = next(r for r in records if "peak memory" in r["case"])
+    assert mem["peak_gib"] > 0
+    # the printed table has one line per record (plus notes)
+    printed = capsys.readouterr().out
+    assert all(r["case"] in printed for r in records)
