@@ -158,9 +158,16 @@ def _sphere_figures(run, out: Path) -> list[Path]:
     else:
         times = part.t
     idx = np.unique(np.linspace(0, len(times) - 1, min(4, len(times))).astype(int))
-    fig = plt.figure(figsize=(5.2 * len(idx), 3.6))
+    fig = plt.figure(figsize=(5.2 * len(idx) + 0.8, 3.6))
+    grid = fig.add_gridspec(1, len(idx) + 1, width_ratios=[1.0] * len(idx) + [0.03])
+    norm, mesh = None, None
+    if pde is not None:
+        # one colour scale for every panel: the maps are comparable, and a nearly uniform panel (t = 0)
+        # does not get a colour bar of its own spanning 1 to 1.1
+        lo = max(1e-2, float(np.min(pde.density[idx])))
+        norm = LogNorm(vmin=lo, vmax=max(float(np.max(pde.density[idx])), 10 * lo))
     for j, i in enumerate(idx):
-        ax = fig.add_subplot(1, len(idx), j + 1, projection="mollweide")
+        ax = fig.add_subplot(grid[0, j], projection="mollweide")
         t = times[i]
         if pde is not None:
             lon, lat = _lonlat(pde.grid)
@@ -168,8 +175,7 @@ def _sphere_figures(run, out: Path) -> list[Path]:
             # the output grid is equiangular in (colatitude, longitude); pcolormesh wants sorted longitude
             order = np.argsort(lon[0])
             mesh = ax.pcolormesh(lon[:, order], lat[:, order], dens[:, order], shading="auto", cmap="magma",
-                                 norm=LogNorm(vmin=max(1e-2, dens.min()), vmax=max(dens.max(), 1.1)))
-            fig.colorbar(mesh, ax=ax, orientation="horizontal", fraction=0.05, pad=0.04)
+                                 norm=norm)
         if part is not None:
             k = _nearest(part.t, t)
             plon, plat = _lonlat(part.x[k])
@@ -186,6 +192,8 @@ def _sphere_figures(run, out: Path) -> list[Path]:
         ax.set_title(f"t = {t:.4g}", fontsize=9)
         ax.grid(True, alpha=0.3)
         ax.set_xticklabels([])
+    if mesh is not None:
+        fig.colorbar(mesh, cax=fig.add_subplot(grid[0, -1]), label="rho (uniform = 1)")
     fig.suptitle(_title(run) + "\ndensity (Mollweide, log scale), particles (cyan), PDE atoms (lime) and particle atoms (white)",
                  fontsize=9)
     return [_save(fig, out / "maps.png")]

@@ -59,22 +59,30 @@ class Progress:
                                        "[{elapsed}<{remaining}] {postfix}")
 
     def __call__(self, info: dict) -> None:
+        # called after every step: return before any formatting unless something is shown
         t = float(info["t"])
-        extra = " ".join(f"{k}={_fmt(info[k])}" for k in ("dt", "degree", "nsteps", "n_clusters") if k in info)
+        now = time.perf_counter()
         if self.bar is not None:
+            if now - self.last < 0.1 and t < self.t_final:
+                return
+            self.last = now
             self.bar.n = min(t, self.t_final)
-            self.bar.set_postfix_str(extra, refresh=False)
+            self.bar.set_postfix_str(self._extra(info), refresh=False)
             self.bar.update(0)
             return
-        now = time.perf_counter()
         if now - self.last < self.every and t < self.t_final:
             return
         self.last = now
+        extra = self._extra(info)
         elapsed = now - self.start
         frac = (t - self.t_start) / max(self.t_final - self.t_start, 1e-300)
         eta = elapsed * (1 - frac) / frac if frac > 0 else float("nan")
         print(f"[{self.stage}] t={t:.6g}/{self.t_final:g} ({100 * t / self.t_final:.1f}%) {extra} "
               f"elapsed {elapsed:.0f}s eta {eta:.0f}s", file=self.stream, flush=True)
+
+    @staticmethod
+    def _extra(info: dict) -> str:
+        return " ".join(f"{k}={_fmt(info[k])}" for k in ("dt", "degree", "nsteps", "n_clusters") if k in info)
 
     def close(self) -> None:
         if self.bar is not None:
