@@ -99,7 +99,7 @@ print([l.split()[1] for l in open("/proc/self/status") if l.startswith("VmHWM")]
     return int(out.stdout.strip().splitlines()[-1]) * 1024 / GIB      # VmHWM is in kB
 
 
-PLAN = ((2, 25.0, (10 ** 3, 10 ** 4, 2 * 10 ** 4, 10 ** 5, 10 ** 6)), (3, 4.0, (10 ** 3, 10 ** 4, 10 ** 5)))
+PLAN = ((2, 25.0, (10 ** 3, 10 ** 4, 2 * 10 ** 4, 10 ** 5, 10 ** 6)), (3, 4.0, (10 ** 3, 10 ** 4, 10 ** 5, 10 ** 6)))
 
 
 def velocity_rows(plan=PLAN, naive_max_bytes: float = 8 * GIB, max_seconds: float = 60.0,
