@@ -151,8 +151,11 @@ def test_existing_archive_is_not_overwritten(tmp_path):
 
 def _start_and_wait(cfg, out, min_snapshots=3):
     env = dict(os.environ, PYTHONPATH=str(ROOT))
+    # SIGINT back to its default in the child: a shell's background job inherits it ignored, and Python
+    # installs its KeyboardInterrupt handler only when SIGINT is not ignored at start-up
     proc = subprocess.Popen([sys.executable, "-m", "solvers.cli", "run", str(cfg), "--out", str(out), "--quiet"],
-                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.time() + 60
     while time.time() < deadline and not out.exists():
         time.sleep(0.05)
