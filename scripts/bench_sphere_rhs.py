@@ -67,19 +67,18 @@ def measure(model: Model, L: int, repeats: int = 15, threads: int = 1) -> dict:
     sh, ksh = b.sht, kb.sht
     sa = model.normalized
 
-    def floor():
-        sh.SH_to_spat(u, f1)
-        ksh.SHsph_to_spat(kspec, f2, f3)
-        if sa:
-            ksh.SH_to_spat(kspec, f2)
-        sh.spat_to_SHsphtor(f2, f3, S, T)
+    def transforms(kernel_sht, kernel_coeffs):
+        """The transforms of one RHS, the kernel's (gradient, and Psi for SA) done by ``kernel_sht``."""
+        def run():
+            sh.SH_to_spat(u, f1)
+            kernel_sht.SHsph_to_spat(kernel_coeffs, f2, f3)
+            if sa:
+                kernel_sht.SH_to_spat(kernel_coeffs, f2)
+            sh.spat_to_SHsphtor(f2, f3, S, T)
+        return run
 
-    def floor_full():
-        sh.SH_to_spat(u, f1)
-        sh.SHsph_to_spat(u, f2, f3)
-        if sa:
-            sh.SH_to_spat(u, f2)
-        sh.spat_to_SHsphtor(f2, f3, S, T)
+    floor = transforms(ksh, kspec)          # as the RHS does them: kernel fields at the kernel's degree
+    floor_full = transforms(sh, u)          # every transform at degree L
 
     t = _best_interleaved({"rhs": lambda: disc.rhs(0.0, u, False), "rhs_last": lambda: disc.rhs(0.0, u, True),
                            "floor": floor, "floor_full": floor_full}, repeats)

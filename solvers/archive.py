@@ -299,9 +299,13 @@ class ArchiveWriter:
 
     # --- PDE ------------------------------------------------------------------------------------------
     def pde_begin(self, grid: np.ndarray, options: dict, initial: str) -> None:
-        g = self.f.require_group("pde")
-        if "grid" not in g:
-            g.create_dataset("grid", data=grid)
+        self._begin_stage("pde", "grid", grid, options, initial)
+
+    def _begin_stage(self, name: str, key: str, data: np.ndarray, options: dict, initial: str) -> None:
+        """Open the group of a stage: its fixed dataset ``key`` (written once), settings, initial data."""
+        g = self.f.require_group(name)
+        if key not in g:
+            g.create_dataset(key, data=data)
         g.attrs["options"] = _json(options)
         g.attrs["initial"] = initial
         g.attrs.setdefault("stop_reason", "")
@@ -378,14 +382,7 @@ class ArchiveWriter:
     def particles_begin(self, w: np.ndarray, settings: dict, initial: str) -> None:
         """Open /particles: the weights and the run's settings (``simulate_particles`` arguments: n, init,
         seed, integrator, dt, t_final, save_every, stop, and the options)."""
-        g = self.f.require_group("particles")
-        if "w" not in g:
-            g.create_dataset("w", data=np.asarray(w, dtype=float))
-        g.attrs["options"] = _json(settings)
-        g.attrs["initial"] = initial
-        g.attrs.setdefault("stop_reason", "")
-        g.attrs["complete"] = False
-        self.f.flush()
+        self._begin_stage("particles", "w", np.asarray(w, dtype=float), settings, initial)
 
     def particles_snapshot(self, snap: dict) -> None:
         """Buffer one particle snapshot; write the batch when due."""

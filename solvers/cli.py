@@ -23,6 +23,24 @@ def _err(msg: str) -> int:
     return EXIT_BAD_INPUT
 
 
+def _command(subcommand: str) -> str:
+    """The command line as typed (recorded in the archive)."""
+    return "attnpde " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv else f"attnpde {subcommand}"
+
+
+def _config_and_list(path: str, text: str, flag: str):
+    """(configuration, values of the comma-separated list ``text`` given to ``flag``, None), or
+    (None, None, exit status) after printing the error."""
+    from .config import ConfigError, load_config
+    from .sweep import parse_list
+    try:
+        return load_config(path), parse_list(text, flag), None
+    except ConfigError as e:
+        return None, None, _err(f"{path}: {e}")
+    except ValueError as e:
+        return None, None, _err(str(e))
+
+
 def _default_out(config_path: str) -> Path:
     return Path(config_path).with_suffix(".h5")
 
@@ -39,7 +57,7 @@ def cmd_run(args) -> int:
     out = Path(args.out) if args.out else _default_out(args.config)
     if args.resume and args.force:
         return _err("--resume and --force exclude each other")
-    command = "attnpde " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv else "attnpde run"
+    command = _command("run")
     try:
         outcome = run_config(config, out, resume=args.resume, force=args.force, command=command,
                              progress=None if not args.quiet else False)
@@ -80,17 +98,13 @@ def cmd_plot(args) -> int:
 
 def cmd_sweep(args) -> int:
     from .archive import ArchiveError
-    from .config import ConfigError, load_config
+    from .config import ConfigError
     from .runner import RunRefused
-    from .sweep import parse_list, sweep
+    from .sweep import sweep
 
-    try:
-        config = load_config(args.config)
-        betas = parse_list(args.beta, "--beta")
-    except ConfigError as e:
-        return _err(f"{args.config}: {e}")
-    except ValueError as e:
-        return _err(str(e))
+    config, betas, rc = _config_and_list(args.config, args.beta, "--beta")
+    if rc is not None:
+        return rc
     if args.workers < 1:
         return _err("--workers must be >= 1")
     out_dir = Path(args.out) if args.out else Path(args.config).with_suffix("")
@@ -103,18 +117,12 @@ def cmd_sweep(args) -> int:
 
 def cmd_validate(args) -> int:
     from .archive import ArchiveError
-    from .config import ConfigError, load_config
     from .runner import RunRefused
-    from .sweep import parse_list
     from .validate import plot_validation, validate
 
-    try:
-        config = load_config(args.config)
-        ns = parse_list(args.n, "--n")
-    except ConfigError as e:
-        return _err(f"{args.config}: {e}")
-    except ValueError as e:
-        return _err(str(e))
+    config, ns, rc = _config_and_list(args.config, args.n, "--n")
+    if rc is not None:
+        return rc
     if any(v != int(v) or v < 1 for v in ns):
         return _err("--n: particle counts must be integers >= 1")
     if args.seeds < 1 or args.workers < 1:
@@ -125,7 +133,7 @@ def cmd_validate(args) -> int:
         return _err(f"{args.config}: particles.stop: validate compares every N at the same times; "
                     "remove the stopping rule")
     out = Path(args.out) if args.out else Path(args.config).with_name(Path(args.config).stem + "_validation.h5")
-    command = "attnpde " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv else "attnpde validate"
+    command = _command("validate")
     try:
         res = validate(config, [int(v) for v in ns], args.seeds, out, workers=args.workers, force=args.force,
                        at=args.at, command=command)

@@ -34,6 +34,20 @@ FLOWS = ("ascent", "descent")
 ATTENTIONS = ("unnormalized", "normalized", "none")
 
 
+def density_values(density, x: np.ndarray, name: str = "density") -> np.ndarray:
+    """Values (n,) of a density callable at the unit vectors x (n, d), checked: one finite value >= 0
+    per point (returned as an array of any shape with n entries and at most 2 dimensions)."""
+    vals = np.asarray(density(x), dtype=float)
+    if vals.size != x.shape[0] or vals.ndim > 2:
+        raise ValueError(f"{name} must return one value per point ({x.shape[0]}), got shape {np.shape(vals)}")
+    vals = vals.reshape(-1)
+    if not np.all(np.isfinite(vals)):
+        raise ValueError(f"{name} returned non-finite values")
+    if vals.min() < 0:
+        raise ValueError(f"{name} must be >= 0, got a minimum of {vals.min():.3g}")
+    return vals
+
+
 def _number(name: str, value) -> float:
     try:
         v = float(value)

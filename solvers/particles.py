@@ -41,7 +41,7 @@ import numpy as np
 from ._blas import blas_threads
 from .atoms import single_linkage_clusters
 from .interaction import DEFAULT_BLOCK_BYTES, DEFAULT_TOL, SUM_METHODS, InteractionSums
-from .model import Model
+from .model import Model, density_values
 from .stepping import TABLEAUS, IFRungeKutta, StepController
 
 __all__ = ["simulate_particles", "ParticleResult", "ParticleOptions", "StopRule", "initial_particles",
@@ -179,16 +179,6 @@ class ParticleOptions:
 # initial particles
 # ----------------------------------------------------------------------------------------------
 
-def _density_values(density: Callable, x: np.ndarray) -> np.ndarray:
-    vals = np.asarray(density(x), dtype=float).reshape(-1)
-    if vals.shape != (x.shape[0],):
-        raise ValueError(f"density must return one value per point ({x.shape[0]}), got shape {np.shape(vals)}")
-    if not np.all(np.isfinite(vals)):
-        raise ValueError("density returned non-finite values")
-    if vals.min() < 0:
-        raise ValueError(f"density must be >= 0, got a minimum of {vals.min():.3g}")
-    return vals
-
 
 def _uniform_sphere(rng: np.random.Generator, n: int, d: int) -> np.ndarray:
     x = rng.standard_normal((n, d))
@@ -203,7 +193,7 @@ def _uniform_sphere(rng: np.random.Generator, n: int, d: int) -> np.ndarray:
 def _rejection_sample(rng: np.random.Generator, n: int, d: int, density: Callable) -> tuple[np.ndarray, float]:
     """n i.i.d. samples of density * sigma by rejection against sigma, with a bound that is raised
     (and the sampling restarted) whenever a proposal exceeds it, so the samples are exact."""
-    probe = _density_values(density, _uniform_sphere(rng, 1 << 16, d))
+    probe = density_values(density, _uniform_sphere(rng, 1 << 16, d))
     if probe.max() <= 0:
         raise ValueError("density vanishes on 65536 uniform probe points; cannot sample it")
     bound = 1.25 * probe.max()
@@ -213,7 +203,7 @@ def _rejection_sample(rng: np.random.Generator, n: int, d: int, density: Callabl
         while have < n:
             m = max(1024, int(1.5 * (n - have) * bound / probe.mean()))
             prop = _uniform_sphere(rng, m, d)
-            vals = _density_values(density, prop)
+            vals = density_values(density, prop)
             if vals.max() > bound:
                 bound, restart = 2.0 * vals.max(), True
                 break
@@ -238,7 +228,7 @@ def _circle_quadrature(n: int, density: Callable | None) -> tuple[np.ndarray, np
     M = 64
     while True:
         th = 2.0 * np.pi * np.arange(M) / M
-        c = np.fft.rfft(_density_values(density, np.stack([np.cos(th), np.sin(th)], axis=1))) / M
+        c = np.fft.rfft(density_values(density, np.stack([np.cos(th), np.sin(th)], axis=1))) / M
         if not c[0].real > 0:
             raise ValueError("density has zero mass")
         if np.max(np.abs(c[M // 4:])) <= 1e-15 * c[0].real:
@@ -302,7 +292,7 @@ def _sphere_quadrature(n: int, density: Callable | None) -> tuple[np.ndarray, np
     q = np.repeat(wz / 2.0, nphi) / nphi            # quadrature weights of the probability measure
     if density is None:
         return x, q / q.sum(), f"quadrature (Gauss grid {nlat} x {nphi}, uniform)"
-    vals = _density_values(density, x)
+    vals = density_values(density, x)
     if np.any(vals <= 0):
         raise ValueError("init='quadrature': the density must be > 0 at every Gauss-grid node (particle weights are > 0)")
     w = vals * q

@@ -19,7 +19,7 @@ from spectral import fourier
 from spectral.fourier import FourierBasis
 from spectral.multipliers import kernel_bandwidth
 from .atoms import Atoms, atoms_from_graph, circle_neighbours
-from .model import Model
+from .model import Model, density_values
 
 __all__ = ["CircleDiscretization", "CircleSpace"]
 
@@ -98,15 +98,7 @@ class CircleSpace:
         """
         n = max(8 * K, 64)
         basis = FourierBasis(K, grid_size=n + (n % 2))
-        vals = np.asarray(f(basis.points), dtype=float).reshape(-1)
-        if vals.shape != (basis.M,):
-            raise ValueError(f"initial density callable must return one value per point ({basis.M}), "
-                             f"got shape {np.shape(vals)}")
-        if not np.all(np.isfinite(vals)):
-            raise ValueError("initial density callable returned non-finite values")
-        if vals.min() < 0:
-            raise ValueError(f"initial density must be >= 0, got a minimum of {vals.min():.3g}")
-        return basis.from_grid(vals)
+        return basis.from_grid(density_values(f, basis.points, "initial density"))
 
     @staticmethod
     def tail(c: np.ndarray, fraction: float = 1.0 / 3.0) -> float:

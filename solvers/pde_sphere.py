@@ -28,7 +28,7 @@ from spectral import sphere
 from spectral.multipliers import kernel_bandwidth
 from spectral.sphere import SphereBasis
 from .atoms import Atoms, atoms_from_graph
-from .model import Model
+from .model import Model, density_values
 
 __all__ = ["SphereDiscretization", "SphereSpace"]
 
@@ -124,15 +124,7 @@ class SphereSpace:
         nlat = max(2 * (L + 1), 32)
         nphi = sphere._fast_even(4 * (L + 1))
         b = _basis(L, nlat, nphi)
-        vals = np.asarray(f(b.points.reshape(-1, 3)), dtype=float)
-        if vals.size != nlat * nphi or vals.ndim > 2:
-            raise ValueError(f"initial density callable must return one value per point ({nlat * nphi}), "
-                             f"got shape {np.shape(vals)}")
-        vals = vals.reshape(b.shape)
-        if not np.all(np.isfinite(vals)):
-            raise ValueError("initial density callable returned non-finite values")
-        if vals.min() < 0:
-            raise ValueError(f"initial density must be >= 0, got a minimum of {vals.min():.3g}")
+        vals = density_values(f, b.points.reshape(-1, 3), "initial density").reshape(b.shape)
         return b.to_canonical(b.analys(vals))
 
     @staticmethod

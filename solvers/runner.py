@@ -139,6 +139,18 @@ def check_resumable(path: Path, config: RunConfig) -> None:
         raise RunRefused(f"{path}: was made with a different configuration; differences: " + "; ".join(diff[:5]))
 
 
+def new_archive(config: RunConfig, out: Path, *, force: bool, command: str, hint: str = "") -> ArchiveWriter:
+    """A new archive for ``config`` at ``out`` (refused if it exists, unless ``force``), with the [run]
+    table's compression and flush interval. ``hint`` is added to the refusal's advice."""
+    if out.exists() and not force:
+        raise RunRefused(f"{out} exists; use --force to overwrite it{hint}")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    run = config.raw.get("run", {})
+    return ArchiveWriter(out, "create", config_text=config.text, name=config.name, command=command,
+                         model=config.model, compression=run.get("compression", "density"),
+                         flush_interval=run.get("flush_interval", 1.0))
+
+
 def run_config(config: RunConfig, out: str | Path, *, resume: bool = False, force: bool = False,
                command: str = "", progress: bool | None = None, log: Callable[[str], None] | None = None
                ) -> RunOutcome:
@@ -155,13 +167,7 @@ def run_config(config: RunConfig, out: str | Path, *, resume: bool = False, forc
         writer = ArchiveWriter(out, "resume", command=command,
                                flush_interval=config.raw.get("run", {}).get("flush_interval", 1.0))
     else:
-        if out.exists() and not force:
-            raise RunRefused(f"{out} exists; use --force to overwrite it or --resume to continue it")
-        out.parent.mkdir(parents=True, exist_ok=True)
-        run = config.raw.get("run", {})
-        writer = ArchiveWriter(out, "create", config_text=config.text, name=config.name, command=command,
-                               model=config.model, compression=run.get("compression", "density"),
-                               flush_interval=run.get("flush_interval", 1.0))
+        writer = new_archive(config, out, force=force, command=command, hint=" or --resume to continue it")
     outcome = RunOutcome(path=out, status="running")
     try:
         stages = []

@@ -92,8 +92,8 @@ def validate(config: RunConfig, ns: list[int], seeds: int, out: str | Path, *, w
 
     Raises RunRefused for an existing archive without ``force``, ValueError for bad arguments.
     """
-    from .archive import ArchiveWriter, _replace
-    from .runner import RunRefused, _run_pde
+    from .archive import _replace
+    from .runner import _run_pde, new_archive
 
     log = log or (lambda s: print(s, file=sys.stderr, flush=True))
     if config.pde is None or config.particles is None:
@@ -104,13 +104,7 @@ def validate(config: RunConfig, ns: list[int], seeds: int, out: str | Path, *, w
     if seeds < 1:
         raise ValueError("--seeds must be >= 1")
     out = Path(out)
-    if out.exists() and not force:
-        raise RunRefused(f"{out} exists; use --force to overwrite it")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    run = config.raw.get("run", {})
-    writer = ArchiveWriter(out, "create", config_text=config.text, name=config.name, command=command,
-                           model=config.model, compression=run.get("compression", "density"),
-                           flush_interval=run.get("flush_interval", 1.0))
+    writer = new_archive(config, out, force=force, command=command)
     try:
         pde = _run_pde(config, writer, False, False, log)
         if pde.stop_reason == "interrupted":

@@ -467,11 +467,7 @@ def point_coefficients(x: np.ndarray, w: np.ndarray, L: int) -> np.ndarray:
     w = np.asarray(w, dtype=float)
     if x.ndim != 2 or x.shape[1] != 3 or w.shape != (x.shape[0],):
         raise ValueError(f"points must have shape (n, 3) and weights (n,), got {x.shape} and {w.shape}")
-    r = np.linalg.norm(x, axis=1)
-    r = np.where(r > 0, r, 1.0)
-    cos_t = np.clip(x[:, 2] / r, -1.0, 1.0)
-    sin_t = np.hypot(x[:, 0], x[:, 1]) / r
-    phi = np.arctan2(x[:, 1], x[:, 0])
+    cos_t, sin_t, phi = _angles(x)
     out = np.zeros(ncoef(L), dtype=complex)
     mm = np.arange(L + 1)[:, None]
     blk = _block(L)
@@ -482,6 +478,13 @@ def point_coefficients(x: np.ndarray, w: np.ndarray, L: int) -> np.ndarray:
             k = l * (l + 1) // 2
             out[k: k + l + 1] += np.einsum("mi,mi->m", P, Ew[: l + 1])
     return out
+
+
+def _angles(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """cos and sin of the colatitude and the longitude of points x (n, 3) (normalised on the fly)."""
+    r = np.linalg.norm(x, axis=1)
+    r = np.where(r > 0, r, 1.0)
+    return np.clip(x[:, 2] / r, -1.0, 1.0), np.hypot(x[:, 0], x[:, 1]) / r, np.arctan2(x[:, 1], x[:, 0])
 
 
 def _block(L: int) -> int:
@@ -499,11 +502,7 @@ def evaluate(c: np.ndarray, x: np.ndarray) -> np.ndarray:
     x = np.asarray(x, dtype=float)
     if x.ndim != 2 or x.shape[1] != 3:
         raise ValueError(f"points on S^2 must have shape (n, 3), got {x.shape}")
-    r = np.linalg.norm(x, axis=1)
-    r = np.where(r > 0, r, 1.0)
-    cos_t = np.clip(x[:, 2] / r, -1.0, 1.0)
-    sin_t = np.hypot(x[:, 0], x[:, 1]) / r
-    phi = np.arctan2(x[:, 1], x[:, 0])
+    cos_t, sin_t, phi = _angles(x)
     out = np.empty(x.shape[0])
     mm = np.arange(L + 1)
     wm = np.where(mm > 0, 2.0, 1.0)[:, None]

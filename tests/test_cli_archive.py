@@ -163,16 +163,22 @@ def _start_and_wait(cfg, out, min_snapshots=3):
     return proc
 
 
-@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT])
-def test_killed_or_interrupted_run_resumes_to_the_same_numbers(tmp_path, sig):
-    text = PDE_CFG.format(t_final=2.5, save_every=0.02, max_degree=2048)
-    cfg = write(tmp_path, text)
+def _full_and_cut(tmp_path, cfg, sig):
+    """Run ``cfg`` uninterrupted into full.h5, and again into cut.h5 stopped by ``sig`` mid-run."""
     full = tmp_path / "full.h5"
     assert cli("run", cfg, "--out", full, "--quiet").returncode == 0
     cut = tmp_path / "cut.h5"
     proc = _start_and_wait(cfg, cut)
     proc.send_signal(sig)
     proc.wait(timeout=60)
+    return full, cut, proc
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT])
+def test_killed_or_interrupted_run_resumes_to_the_same_numbers(tmp_path, sig):
+    text = PDE_CFG.format(t_final=2.5, save_every=0.02, max_degree=2048)
+    cfg = write(tmp_path, text)
+    full, cut, proc = _full_and_cut(tmp_path, cfg, sig)
     if sig == signal.SIGINT:
         assert proc.returncode == 130, proc.stderr.read()
     run = load(cut)                                       # readable after the kill / interrupt
@@ -308,12 +314,7 @@ def test_particle_round_trip_with_comparison_and_plots(tmp_path):
 def test_killed_particle_run_resumes_to_the_same_numbers(tmp_path, sig):
     # noise > 0: the resumed run must also continue the random stream where the killed one stood
     cfg = write(tmp_path, PARTICLE_CFG.format(noise=0.01, n=4000, t_final=8.0))
-    full = tmp_path / "full.h5"
-    assert cli("run", cfg, "--out", full, "--quiet").returncode == 0
-    cut = tmp_path / "cut.h5"
-    proc = _start_and_wait(cfg, cut)
-    proc.send_signal(sig)
-    proc.wait(timeout=60)
+    full, cut, _ = _full_and_cut(tmp_path, cfg, sig)
     run = load(cut)
     ref = load(full).particles
     n_cut = len(run.particles.t)
