@@ -8,6 +8,7 @@ import math
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -33,7 +34,7 @@ def test_outputs_written(quick):
     for name in ("clusters_vs_sqrt_beta.png", "cluster_masses.png", "final_states.png", "summary.json"):
         assert (out / name).stat().st_size > 0
     assert {r["setup"] for r in summary["records"]} == {"S1", "S1-0", "S2", "S3"}
-    assert "lost" in summary["theorem_3_5"]
+    assert "Theorem 3.5" in summary["theorem_3_5"]
     for r in summary["records"]:
         assert math.isclose(sum(r["masses"]), 1.0, abs_tol=1e-9)
         assert r["stop_reason"] == "converged"
@@ -51,3 +52,30 @@ def test_relu_descent_keeps_mass_frozen_in_the_dead_zone(quick):
     r = rec(summary, "S2", 5.0)
     assert r["frozen_mass"] > 0.05
     assert rec(summary, "S3", 5.0)["frozen_mass"] is None      # GeLU has no dead zone
+
+
+def test_descent_clusters_obey_the_theorem_3_5_bound(quick):
+    # seed 000 §3.2 / §4: in descent the heaviest cluster is bounded once beta is large enough
+    _, summary = quick
+    checked = 0
+    for setup in ("S2", "S3"):
+        r = rec(summary, setup, 5.0)
+        assert r["bound_3_5"] < 1.0
+        assert max(r["masses_greedy"]) <= r["bound_3_5"]
+        checked += 1
+        assert rec(summary, setup, 0.01)["bound_3_5"] > 1.0      # vacuous at small beta
+    assert checked == 2
+    assert rec(summary, "S1", 5.0)["bound_3_5"] is None           # ascent: no anti-concentration
+
+
+def test_theorem_3_5_constants():
+    if str(ROOT / "scripts") not in sys.path:
+        sys.path.insert(0, str(ROOT / "scripts"))
+    mod = importlib.import_module("paper_protocol")
+    from scipy.stats import norm
+    z = np.linspace(-8.0, 8.0, 1_600_001)
+    assert math.isclose(mod.LIPSCHITZ["gelu"], np.abs(norm.cdf(z) + z * norm.pdf(z)).max(), rel_tol=1e-10)
+    from solvers import Perceptron
+    p = Perceptron(np.array([[1.0, 0.0], [0.0, 1.0]]), c=np.array([0.5, -2.0]), activation="relu")
+    assert math.isclose(mod.theorem_3_5_constant(p), 2.0 * 2.5)       # sum |c_k| (1 + 1) for unit a_k
+    assert math.isclose(mod.theorem_3_5_bound(60.0, p), 16.0 / (16.0 + 3.0 * math.exp(11.0 / 8.0)), rel_tol=1e-12)

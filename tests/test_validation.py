@@ -131,6 +131,33 @@ def test_atoms_of_pde_and_particles_match_in_circle_ascent():
         assert pair["pde_mass"] > 0.2                                # a real atom, not background
 
 
+def test_atoms_of_pde_and_particles_match_in_circle_descent_with_explicit_filter():
+    """ReLU descent (beta = 1): mass piles up against the dead-zone boundaries, behind a jump of the
+    density. With the explicit exponential filter (recorded in the result) the PDE follows the piles
+    until they are narrower than its grid; the particles hold the same two atoms, and the same mass
+    stays in the dead zone (every unit inactive: no perceptron drift there)."""
+    filt = {"kind": "exponential", "alpha": 36.0, "order": 16}
+    perceptron = Perceptron.random(2, 2, "relu", 1.0, seed=111)
+    model = Model(2, 1.0, "descent", perceptron=perceptron)
+    pde = solve_pde(model, 10.0, 128, save_every=0.25, max_degree=2048, tail_max=1e-2, positivity_tol=0.1,
+                    filter=filt)
+    assert pde.options["filter"]["order"] == 16
+    assert pde.stop_reason in ("positivity", "resolution") and pde.t_stop > 2.0
+    t_end = math.floor(pde.t_stop / 0.25) * 0.25
+    parts = simulate_particles(model, 20000, t_final=t_end, integrator="rk4", dt=0.01, save_every=0.25, seed=3)
+    cmp = compare(pde, parts)
+    assert len(cmp.matched_atoms) == 2 and not cmp.unmatched_pde and not cmp.unmatched_particles
+    spacing = 2 * math.pi / int(pde.degree[-1])
+    for pair in cmp.matched_atoms:
+        assert pair["position_error"] <= spacing
+        assert abs(pair["mass_difference"]) <= 0.02
+        assert pair["pde_mass"] > 0.2
+    i = int(np.argmin(np.abs(pde.t - t_end)))
+    pts, wts, rho = CircleSpace.quadrature(pde.coefficients(i))
+    dead = lambda x: np.all(x @ perceptron.a.T <= 0.0, axis=1)    # noqa: E731
+    assert abs(float((rho * wts)[dead(pts)].sum()) - float(parts.w[dead(parts.x[-1])].sum())) < 0.02
+
+
 # --- the command -----------------------------------------------------------------------------------------
 VALIDATE_CFG = """
 [run]
