@@ -376,17 +376,24 @@ def equiangular_grid(n: int) -> np.ndarray:
 def grid_neighbours(nlat: int, nphi: int, pole_nodes: bool = False) -> np.ndarray:
     """Edges (e, 2) of the latitude–longitude grid graph, nodes numbered i * nphi + j.
 
-    Neighbours along phi (periodic), along theta, and across each pole: a node of the first (last)
-    ring is joined to the node of the same ring at phi + pi, its neighbour through the pole. With
+    Eight neighbours per node: along phi (periodic), along theta and diagonally (rings i +- 1,
+    longitudes j - 1, j, j + 1), and across each pole: a node of the first (last) ring is joined to
+    the nodes of the same ring at phi + pi and its two longitude neighbours, its neighbours through the
+    pole. The diagonals matter for steepest ascent: on a 4-neighbour graph a narrow ridge oblique to
+    the grid has spurious local maxima (each ridge node's next ridge node is a diagonal), which split
+    one peak into several basins. With
     ``pole_nodes`` two extra nodes, nlat * nphi (north pole) and nlat * nphi + 1 (south pole), are
     joined to every node of the first (last) ring: a peak at a pole then has one top instead of a
     ring of nphi nearly equal values whose round-off would split its basin.
     """
     idx = np.arange(nlat * nphi).reshape(nlat, nphi)
     e_phi = np.stack([idx.ravel(), np.roll(idx, -1, axis=1).ravel()], axis=1)
-    e_th = np.stack([idx[:-1].ravel(), idx[1:].ravel()], axis=1)
+    e_th = [np.stack([idx[:-1].ravel(), np.roll(idx, s, axis=1)[1:].ravel()], axis=1) for s in (0, 1, -1)]
     half = nphi // 2
-    parts = [e_phi, e_th] + [np.stack([idx[r, :half], idx[r, half:2 * half]], axis=1) for r in (0, nlat - 1)]
+    across = [np.stack([idx[r, :half], idx[r, half:2 * half]], axis=1) for r in (0, nlat - 1)]
+    # (j, j + half + 1) over all j is also every (j, j + half - 1): both diagonals through the pole
+    across += [np.stack([idx[r], np.roll(idx[r], -(half + 1))], axis=1) for r in (0, nlat - 1)]
+    parts = [e_phi, *e_th, *across]
     if pole_nodes:
         n = nlat * nphi
         parts += [np.stack([np.full(nphi, n), idx[0]], axis=1), np.stack([np.full(nphi, n + 1), idx[-1]], axis=1)]

@@ -35,6 +35,9 @@ max_degree = {max_degree}
 tail_max = 1e-2
 """
 
+# ~10^4 steps (dt_max): long enough to be interrupted mid-run on any machine
+LONG_PDE_CFG = PDE_CFG.format(t_final=2.5, save_every=0.02, max_degree=2048) + "dt_max = 2e-4\n"
+
 
 def cli(*args, cwd=ROOT, timeout=300):
     env = dict(os.environ, PYTHONPATH=str(ROOT))
@@ -156,10 +159,18 @@ def _start_and_wait(cfg, out, min_snapshots=3):
     proc = subprocess.Popen([sys.executable, "-m", "solvers.cli", "run", str(cfg), "--out", str(out), "--quiet"],
                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    # signal once the archive holds min_snapshots snapshots (they reach the file at least once a second,
+    # flush_interval), read without the writer's lock; a fixed sleep let a fast machine finish the run first
     deadline = time.time() + 60
-    while time.time() < deadline and not out.exists():
-        time.sleep(0.05)
-    time.sleep(1.8)     # snapshots reach the file at least once a second (flush_interval)
+    while time.time() < deadline and proc.poll() is None:
+        try:
+            with h5py.File(out, "r", locking=False) as f:
+                if max((f[g].shape[0] for g in ("pde/t", "particles/t") if g in f), default=0) >= min_snapshots:
+                    break
+        except (OSError, KeyError, RuntimeError, ValueError):
+            pass                    # not created yet, or caught between two writes
+        time.sleep(0.02)
+    assert proc.poll() is None, "the run ended before it could be interrupted"
     return proc
 
 
@@ -176,7 +187,7 @@ def _full_and_cut(tmp_path, cfg, sig):
 
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT])
 def test_killed_or_interrupted_run_resumes_to_the_same_numbers(tmp_path, sig):
-    text = PDE_CFG.format(t_final=2.5, save_every=0.02, max_degree=2048)
+    text = LONG_PDE_CFG
     cfg = write(tmp_path, text)
     full, cut, proc = _full_and_cut(tmp_path, cfg, sig)
     if sig == signal.SIGINT:
@@ -198,12 +209,12 @@ def test_killed_or_interrupted_run_resumes_to_the_same_numbers(tmp_path, sig):
 
 
 def test_resume_refuses_other_configuration_and_bad_files(tmp_path):
-    cfg = write(tmp_path, PDE_CFG.format(t_final=2.5, save_every=0.02, max_degree=2048))
+    cfg = write(tmp_path, LONG_PDE_CFG)
     out = tmp_path / "a.h5"
     proc = _start_and_wait(cfg, out)
     proc.send_signal(signal.SIGINT)
     proc.wait(timeout=60)
-    other = write(tmp_path, PDE_CFG.format(t_final=2.5, save_every=0.02, max_degree=2048).replace("beta = 1.0", "beta = 2.0"),
+    other = write(tmp_path, LONG_PDE_CFG.replace("beta = 1.0", "beta = 2.0"),
                   "other.toml")
     r = cli("run", other, "--out", out, "--resume")
     assert r.returncode == 2 and "different configuration" in r.stderr and "model.beta" in r.stderr

@@ -230,15 +230,17 @@ def test_grid_graph():
     nlat, nphi = 6, 8
     e = sphere.grid_neighbours(nlat, nphi)
     deg = np.bincount(e.ravel(), minlength=nlat * nphi)
-    assert np.all(deg == 4)            # every node: two along phi, two along theta or across a pole
+    assert np.all(deg == 8)            # every node: 2 along phi, 3 + 3 in the rings above and below (or across a pole)
     pairs = {tuple(sorted(p)) for p in e.tolist()}
-    assert len(pairs) == len(e)
+    assert len(pairs) == len(e) and all(a != b for a, b in pairs)
     assert (0, nphi // 2) in pairs and ((nlat - 1) * nphi + 1, (nlat - 1) * nphi + 1 + nphi // 2) in pairs
+    assert (0, nphi // 2 + 1) in pairs and (0, nphi // 2 - 1) in pairs     # diagonals through the pole
     assert (0, nphi - 1) in pairs      # periodic in phi
+    assert (1, nphi) in pairs and (nphi - 1, nphi) in pairs and (0, nphi + 1) in pairs   # diagonals
     ep = sphere.grid_neighbours(nlat, nphi, pole_nodes=True)
     deg = np.bincount(ep.ravel())
     assert deg[nlat * nphi] == deg[nlat * nphi + 1] == nphi
-    assert np.all(deg[:nphi] == 5) and np.all(deg[nphi:-nphi - 2] == 4)
+    assert np.all(deg[:nphi] == 9) and np.all(deg[nphi:-nphi - 2] == 8)
 
 
 def test_bad_input():

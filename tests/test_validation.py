@@ -158,6 +158,28 @@ def test_atoms_of_pde_and_particles_match_in_circle_descent_with_explicit_filter
     assert abs(float((rho * wts)[dead(pts)].sum()) - float(parts.w[dead(parts.x[-1])].sum())) < 0.02
 
 
+def test_atoms_of_pde_and_particles_match_in_sphere_descent():
+    """ReLU descent on S^2 (beta = 1): the filtered PDE runs to its cap (L = 255) at t ~ 2, when its two
+    atoms are forming; the particles (N = 2e4) hold the same two, within the PDE grid spacing pi/(L+1)
+    and 0.02 in mass. Pieces lighter than the mass tolerance (sampling-noise events at the detection
+    threshold) are not required to have a partner."""
+    filt = {"kind": "exponential", "alpha": 36.0, "order": 16}
+    model = Model(3, 1.0, "descent", perceptron=Perceptron.random(3, 3, "relu", 1.0, seed=111))
+    pde = solve_pde(model, 10.0, 31, save_every=0.25, max_degree=255, tail_max=1e-2, positivity_tol=0.1,
+                    filter=filt)
+    assert pde.stop_reason in ("positivity", "resolution") and pde.t_stop > 1.5
+    t_end = math.floor(pde.t_stop / 0.25) * 0.25
+    parts = simulate_particles(model, 20000, t_final=t_end, integrator="rk4", dt=0.025, save_every=0.25, seed=3)
+    cmp = compare(pde, parts)
+    heavy = [p for p in cmp.matched_atoms if max(p["pde_mass"], p["particle_mass"]) >= 0.02]
+    assert len(heavy) == 2
+    assert all(m < 0.02 for _, m in cmp.unmatched_pde + cmp.unmatched_particles)
+    spacing = math.pi / (int(pde.degree[-1]) + 1)
+    for pair in heavy:
+        assert pair["position_error"] <= spacing
+        assert abs(pair["mass_difference"]) <= 0.02
+        assert pair["pde_mass"] > 0.03
+
 # --- the command -----------------------------------------------------------------------------------------
 VALIDATE_CFG = """
 [run]
