@@ -61,8 +61,9 @@ _SPHERE = dict(degree=31, max_degree=255, tail_max=1e-2, positivity_tol=0.1, fil
 #: is reached in that stage (L = 255: t = 1.48 at beta = 1, 1.52 at beta = 9; L = 511 in 220 s: t = 1.94
 #: at beta = 1), when 4-15 % of the mass sits in atoms and the rest along filaments. At beta = 9 the
 #: filaments' smoothed density reaches the atom threshold at t = 1.5, just before the stop: both
-#: measures then show light pieces (0.016-0.018) along them, 3 in the PDE and 4 in the particles at
-#: N = 1e5 (9 at N = 2e4, sampling noise cutting the filaments), while the one heavy atom (0.06) matches.
+#: measures then show light pieces (0.016-0.018) along them, 2 in the PDE and 3 in the particles at
+#: N = 1e5 (more at N = 2e4, sampling noise cutting the filaments), while the one heavy atom (0.06)
+#: matches within 9e-4 rad.
 #: At t <= 1.375 (save every 0.125) there is one atom in each, matched within 2e-3 rad.
 CASES = {
     "circle-ascent-1": (2, "ascent", 1.0, _CIRCLE, 100_000, 0.1),
