@@ -61,6 +61,14 @@ class Comparison:
     moments_degree: int
     options: dict = field(default_factory=dict)
 
+    def heavy_atoms(self, mass: float) -> tuple[list, list, list]:
+        """The atoms of mass >= ``mass``: matched pairs where either side reaches it, and the unmatched
+        PDE and particle atoms that reach it. An atom lighter than a mass tolerance cannot be told from
+        no atom at that tolerance; this is the part of the matching such a tolerance can judge."""
+        pairs = [p for p in self.matched_atoms if max(p["pde_mass"], p["particle_mass"]) >= mass]
+        return (pairs, [a for a in self.unmatched_pde if a[1] >= mass],
+                [a for a in self.unmatched_particles if a[1] >= mass])
+
     def summary(self) -> str:
         i = -1
         parts = [f"t = {self.t[i]:.4g}:"]

@@ -171,14 +171,14 @@ def test_atoms_of_pde_and_particles_match_in_sphere_descent():
     t_end = math.floor(pde.t_stop / 0.25) * 0.25
     parts = simulate_particles(model, 20000, t_final=t_end, integrator="rk4", dt=0.025, save_every=0.25, seed=3)
     cmp = compare(pde, parts)
-    heavy = [p for p in cmp.matched_atoms if max(p["pde_mass"], p["particle_mass"]) >= 0.02]
-    assert len(heavy) == 2
-    assert all(m < 0.02 for _, m in cmp.unmatched_pde + cmp.unmatched_particles)
+    heavy, heavy_up, heavy_uq = cmp.heavy_atoms(0.02)
+    assert len(heavy) == 2 and not heavy_up and not heavy_uq
     spacing = math.pi / (int(pde.degree[-1]) + 1)
     for pair in heavy:
         assert pair["position_error"] <= spacing
         assert abs(pair["mass_difference"]) <= 0.02
         assert pair["pde_mass"] > 0.03
+
 
 # --- the command -----------------------------------------------------------------------------------------
 VALIDATE_CFG = """
