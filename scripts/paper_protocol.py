@@ -34,11 +34,12 @@ Outputs (in --out, default runs/paper_protocol/):
 - ``final_states.png``: histograms of the final angles for a few beta, dead zone shaded.
 - ``summary.json`` (records, fits, settings) and the printed table: setup, beta, sqrt(beta), stop reason,
   t_stop, steps, clusters (all; and with mass >= 0.01), masses, dead-zone ("frozen") mass.
-- optionally (``--pde-betas``, default 1,5,25; ``--no-pde`` to skip; off in --quick): the spectral PDE from
-  the uniform density for S1, S2, S3 (max_degree 4096; for ReLU tail_max 1e-2, positivity_tol 0.1 and the
-  explicit exponential filter alpha 36 / order 16, recorded in the summary), its stop and its atoms
-  (rho >= 10; mass >= 0.01 counted) next to the particle clusters. The PDE stops at its resolution limit long
-  before the particles converge, so these are atoms at the PDE's t_stop, not at convergence. S1-0 is
+- optionally (``--pde-betas``, default 1,5,25; ``--no-pde`` to skip; off in --quick): the PDE from the
+  uniform density for S1, S2, S3 with its default options — the spectral solver, then the Lagrangian
+  continuation (README "The PDE to its atoms") — to its terminal state (stationary, or t = 2000): its
+  atoms (node groups) with masses ± the error estimate of the rerun at twice the nodes, and its diffuse
+  mass, next to the particle clusters at convergence: terminal states against terminal states, and for
+  each PDE atom the particle mass within 0.05 rad of it (``solvers.comparison.terminal_atoms``). S1-0 is
   skipped: the uniform density is an exact stationary state of pure attention (nothing breaks the symmetry).
 
 Cost: the full protocol (52 particle runs, 9 PDE runs, 2 workers) took 80 s on the project's 2-core
@@ -88,8 +89,6 @@ BETAS = [0.01, 0.05, 0.1, 0.5, 1.0, 3.0, 5.0, 7.0, 10.0, 15.0, 25.0, 35.0, 50.0]
 QUICK_BETAS = [0.01, 1.0, 5.0]
 QUICK_N = 200
 PDE_BETAS = [1.0, 5.0, 25.0]
-RELU_PDE_OPTIONS = {"tail_max": 1e-2, "positivity_tol": 0.1,
-                    "filter": {"kind": "exponential", "alpha": 36.0, "order": 16}}
 HEAVY = 0.01            # "heavy" clusters / atoms: mass >= 0.01 (as in `attnpde sweep`)
 
 #: name -> (flow, activation or None, marker, colour)
@@ -234,25 +233,36 @@ def run_particles(setup: str, beta: float, n: int = 1000, max_steps: int = MAX_S
     return out
 
 
+def near_pde_atoms(pde: dict, rec: dict) -> list[float]:
+    """Particle mass of a protocol record within 0.05 rad of each PDE atom of mass >= 0.01."""
+    from solvers.atoms import Atoms
+    from solvers.comparison import terminal_atoms
+
+    th = np.asarray(rec["final_theta"])
+    x = np.stack([np.cos(th), np.sin(th)], axis=1)
+    atoms = Atoms(np.asarray(pde["positions"]).reshape(-1, 2), np.asarray(pde["masses"]))
+    return terminal_atoms(atoms, x, np.full(len(th), 1.0 / len(th)), rec["radius"], cap=0.05,
+                          min_mass=HEAVY)["cap_masses"]
+
+
 # --- one PDE run -------------------------------------------------------------------------------------
-def run_pde(setup: str, beta: float, t_final: float = 200.0, max_degree: int = 4096) -> dict:
+def run_pde(setup: str, beta: float, t_final: float = 2000.0) -> dict:
     from solvers import solve_pde
 
     model = model_for(setup, beta)
-    # ReLU: rho jumps where a unit switches off; the explicit filter lets the PDE past the Gibbs
-    # oscillations beside the jumps (scripts/atoms_study.py, README "What to expect")
-    kw = RELU_PDE_OPTIONS if model.perceptron is not None and model.perceptron.activation == "relu" else {}
     t0 = time.perf_counter()
-    res = solve_pde(model, t_final=t_final, degree=128, save_every=t_final, max_degree=max_degree, **kw)
+    res = solve_pde(model, t_final=t_final, degree=128, save_every=t_final / 20)
     wall = time.perf_counter() - t0
-    pos, masses = res.atoms()
-    order = np.argsort(-masses)
-    pos, masses = pos[order], masses[order]
+    atoms = res.atoms()
+    pos, masses = atoms.positions, atoms.masses
+    errors = getattr(atoms, "mass_errors", None)
     return {"setup": setup, "beta": float(beta), "stop_reason": res.stop_reason, "t_stop": float(res.t_stop),
-            "message": res.message, "max_degree": max_degree, "options": kw, "atoms": int(len(masses)),
+            "message": res.message, "t_handoff": res.t_handoff, "atoms": int(len(masses)),
             "heavy_atoms": int(np.sum(masses >= HEAVY)), "masses": [float(m) for m in masses],
-            "positions_deg": [float(v) for v in np.degrees(_angles(pos))] if len(masses) else [],
-            "min_density": float(res.min_density[-1]), "wall": wall}
+            "mass_errors": None if errors is None else [float(e) for e in errors],
+            "diffuse": float(getattr(atoms, "diffuse", float("nan"))),
+            "positions": pos.tolist(), "positions_deg": [float(v) for v in np.degrees(_angles(pos))] if len(masses) else [],
+            "wall": wall}
 
 
 def _job(kind: str, setup: str, beta: float, n: int, max_steps: int) -> dict:
@@ -447,15 +457,20 @@ def print_table(records: list[dict], pde: list[dict]) -> None:
             print(f"  {r['setup']:5s} beta={r['beta']:<5g} heaviest {max(r['masses']):.3f} (greedy "
                   f"{max(r['masses_greedy']):.3f})  B = {b:.4g}  {verdict}")
     if pde:
-        print("\nPDE from uniform (atoms rho >= 10 at the PDE's stop; '>=.01' counts atoms of mass >= 0.01), "
-              "next to the particle clusters at convergence:")
+        print("\nPDE from uniform to its terminal state (Lagrangian continuation; atoms: node groups, mass ± "
+              "the estimate at twice the nodes), next to the particle clusters at convergence and the particle "
+              "mass within 0.05 rad of each PDE atom of mass >= 0.01:")
         for p in pde:
             r = next((r for r in records if r["setup"] == p["setup"] and r["beta"] == p["beta"]), None)
-            print(f"  {p['setup']:5s} beta={p['beta']:<4g} PDE {p['stop_reason']} at t={p['t_stop']:.4g} "
-                  f"({p['wall']:.1f} s): {p['atoms']} atoms ({p['heavy_atoms']} >= 0.01), masses "
-                  f"{_fmt_masses(p['masses'], 4)}"
-                  + (f" | particles: {r['clusters']} clusters ({r['heavy_clusters']} >= 0.01) at t={r['t_stop']:g}"
-                     if r else ""), flush=True)
+            err = p["mass_errors"] or [float("nan")] * len(p["masses"])
+            atoms = ", ".join(f"{m:.4f}±{e:.1e}" for m, e in zip(p["masses"], err) if m >= HEAVY) or "none"
+            line = (f"  {p['setup']:5s} beta={p['beta']:<4g} PDE {p['stop_reason']} at t={p['t_stop']:.4g} "
+                    f"({p['wall']:.1f} s): atoms {atoms}; diffuse {p['diffuse']:.4f}")
+            if r is not None:
+                line += (f" | particles: {r['clusters']} clusters ({r['heavy_clusters']} >= 0.01) at t={r['t_stop']:g},"
+                         f" masses {_fmt_masses(r['masses'], 4)}; near the PDE atoms "
+                         + ", ".join(f"{m:.4f}" for m in r.get("near_pde_atoms", [])))
+            print(line, flush=True)
 
 
 def main(argv=None) -> int:
@@ -519,6 +534,10 @@ def main(argv=None) -> int:
     order = {s: i for i, s in enumerate(SETUPS)}
     records.sort(key=lambda r: (order[r["setup"]], r["beta"]))
     pde.sort(key=lambda r: (order[r["setup"]], r["beta"]))
+    for p in pde:
+        r = next((r for r in records if r["setup"] == p["setup"] and r["beta"] == p["beta"]), None)
+        if r is not None:
+            r["near_pde_atoms"] = near_pde_atoms(p, r)
 
     fits = {s: {key: fit_counts([r for r in records if r["setup"] == s], key, args.fit_min_beta)
                 for key in ("clusters", "heavy_clusters", "clusters_greedy")} for s in setups}

@@ -10,6 +10,8 @@ Layout (format ``attnpde-run``, version 1)::
                            restart state), degree (T), density (T, grid...), grid (grid..., d),
                            energy, mass, min_density, tail, dissipation (T),
                            steps/{t, dt, error, accepted} (every attempted step), refinements (R, 3),
+                           grids (G, 1 + grid dims: degree, M on S^1 or nlat, nphi on S^2 — the
+                           computational grid of every degree used),
                            restart/ (state at the last snapshot: coeffs + attrs);
                            attrs: stop_reason ("" while running), message, t_stop, nsteps, nrejected,
                            options (JSON), initial, wall_time, complete
@@ -157,6 +159,24 @@ def _extend(group: h5py.Group, name: str, values, dtype=None, handles: dict | No
     if values.size:
         ds.id.set_extent((n + values.size,))
         _write_block(ds, n, values)
+    return ds
+
+
+def _extend_block(group: h5py.Group, name: str, block: np.ndarray, handles: dict | None = None) -> h5py.Dataset:
+    """Append the rows of ``block`` (k, ...) to a dataset resizable along its first axis."""
+    block = np.ascontiguousarray(block)
+    ds = _dataset(group, name, handles)
+    if ds is None:
+        row = int(np.prod(block.shape[1:], dtype=np.int64)) * block.dtype.itemsize
+        chunks = (int(min(1 << 16, max(1, (1 << 18) // max(row, 1)))),) + block.shape[1:]
+        ds = group.create_dataset(name, shape=(0,) + block.shape[1:], maxshape=(None,) + block.shape[1:],
+                                  chunks=chunks, dtype=block.dtype)
+        if handles is not None:
+            handles[name] = ds
+    n = ds.id.shape[0]
+    if block.shape[0]:
+        ds.id.set_extent((n + block.shape[0],) + block.shape[1:])
+        _write_block(ds, n, block)
     return ds
 
 
@@ -347,20 +367,60 @@ class ArchiveWriter:
         refinements = np.array(restart.pop("refinements", []), dtype=float).reshape(-1, 3)
         if "refinements" not in g or g["refinements"].shape != refinements.shape:
             _replace(g, "refinements", refinements)
+        grids = np.array(restart.pop("grids", []), dtype=np.int64)
+        if grids.size and ("grids" not in g or g["grids"].shape != grids.shape):
+            _replace(g, "grids", grids)
+        lag = [(i, s) for i, s in enumerate(snaps) if s.get("nodes") is not None]
+        if lag:
+            restart.update(self._write_nodes(g, t.id.shape[0] - len(snaps), lag, restart))
+        elif "lagrangian" in g:
+            restart.update(lag_rows=int(g["lagrangian/t"].shape[0]), lag_points=int(g["lagrangian/w"].shape[0]))
         r, rh = self._group("pde/restart")
-        coeffs = np.asarray(restart.pop("coeffs"), dtype=complex)
-        rc = _dataset(r, "coeffs", rh)
-        if rc is None:
-            rh["coeffs"] = r.create_dataset("coeffs", data=coeffs, maxshape=(None,), chunks=True)
-        else:
-            rc.id.set_extent(coeffs.shape)
-            _write_block(rc, 0, coeffs)
+        # every array of the state is a dataset (the coefficients; after the handoff also the nodes and the
+        # handoff state), the rest JSON; arrays of an earlier phase that the state no longer has go
+        arrays = {k: np.asarray(v) for k, v in restart.items() if isinstance(v, np.ndarray) and v.ndim >= 1}
+        for k in arrays:
+            restart.pop(k)
+        for k in [k for k in r if k not in arrays]:
+            rh.pop(k, None)
+            del r[k]
+        for k, v in arrays.items():
+            ds = _dataset(r, k, rh)
+            if ds is None or ds.dtype != v.dtype or ds.ndim != v.ndim:
+                if ds is not None:
+                    rh.pop(k, None)
+                    del r[k]
+                rh[k] = r.create_dataset(k, data=v, maxshape=(None,) * v.ndim, chunks=True)
+            else:
+                ds.id.set_extent(v.shape)
+                _write_block(ds, 0, v)
         rows = t.id.shape[0]
         restart["snapshots"] = rows
         restart["step_rows"] = step_rows
         r.attrs["state"] = _json(restart)
         if rows == len(snaps):
             _attach_time(g, ("coeffs", "degree", "density") + PDE_SERIES)
+
+    def _write_nodes(self, g: h5py.Group, first_row: int, lag: list, restart: dict) -> dict:
+        """Append the node measures of Lagrangian snapshots to /pde/lagrangian (ragged, as CF's contiguous
+        ragged arrays: per snapshot its row in /pde, its time, node count and max drift; the nodes of all
+        snapshots one after another in x, w, count), with the handoff record and the merges. Returns the
+        row counts that the restart state remembers (rows written after them are dropped on resume)."""
+        lg, lh = self._group("pde/lagrangian")
+        lg.attrs["handoff"] = _json(restart["handoff"])
+        merges = np.array(restart.get("merges", []), dtype=float).reshape(-1, 3)
+        if "merges" not in lg or lg["merges"].shape != merges.shape:
+            _replace(lg, "merges", merges)
+        nodes = [s["nodes"] for _, s in lag]
+        _extend(lg, "t", [s["t"] for _, s in lag], dtype=float, handles=lh)
+        _extend(lg, "snapshot", [first_row + i for i, _ in lag], dtype=np.int64, handles=lh)
+        _extend(lg, "node_count", [len(n["w"]) for n in nodes], dtype=np.int64, handles=lh)
+        _extend(lg, "max_drift", [n["max_drift"] for n in nodes], dtype=float, handles=lh)
+        _extend_block(lg, "x", np.concatenate([n["x"] for n in nodes]), handles=lh)
+        _extend_block(lg, "w", np.concatenate([n["w"] for n in nodes]), handles=lh)
+        _extend_block(lg, "count", np.concatenate([n["count"] for n in nodes]).astype(np.int64), handles=lh)
+        return {"lag_rows": int(lg["t"].shape[0]), "lag_points": int(lg["w"].shape[0])}
+
 
     def pde_finish(self, result) -> None:
         """Record how the PDE run ended, and its atoms."""
@@ -374,8 +434,16 @@ class ArchiveWriter:
         a["nrejected"] = result.nrejected
         a["wall_time"] = float(a.get("wall_time", 0.0)) + result.wall_time
         a["complete"] = result.stop_reason != "interrupted"
-        if result.stop_reason != "interrupted" and len(result.t):
-            self.write_atoms("pde", *result.atoms())
+        check = (result.lagrangian or {}).get("check")
+        if check is not None:
+            c = g.require_group("lagrangian").require_group("check")
+            for k in ("x", "w", "count"):
+                _replace(c, k, np.asarray(check[k]))
+            for k in ("t", "initial_nodes", "nsteps", "stop_reason", "wall_time"):
+                c.attrs[k] = check[k]
+        if result.stop_reason != "interrupted" and "t" in g and g["t"].shape[0]:
+            # from the whole archived run: a resumed result holds only what came after its restart
+            self.write_atoms("pde", _read_pde(g, read_model(self.f)).atoms())
         self.f.flush()
 
     # --- particles ----------------------------------------------------------------------------------
@@ -431,10 +499,22 @@ class ArchiveWriter:
         self.f.flush()
 
     # --- shared -------------------------------------------------------------------------------------
-    def write_atoms(self, which: str, positions: np.ndarray, masses: np.ndarray, **attrs) -> None:
+    def write_atoms(self, which: str, atoms, masses: np.ndarray | None = None, **attrs) -> None:
+        """/atoms/<which>: ``atoms`` an Atoms (a NodeAtoms adds counts, errors and the diffuse mass), or
+        positions with ``masses``."""
+        from .lagrangian import NodeAtoms
         g = self.f.require_group("atoms").require_group(which)
+        positions = atoms.positions if masses is None else atoms
+        masses = atoms.masses if masses is None else masses
         _replace(g, "positions", np.asarray(positions, dtype=float))
         _replace(g, "masses", np.asarray(masses, dtype=float))
+        if isinstance(atoms, NodeAtoms):
+            attrs.update(kind="node groups", diffuse=atoms.diffuse, radius=atoms.radius)
+            _replace(g, "counts", atoms.counts)
+            if atoms.mass_errors is not None:
+                _replace(g, "mass_errors", atoms.mass_errors)
+                _replace(g, "position_errors", atoms.position_errors)
+                attrs.update(diffuse_error=atoms.diffuse_error, check_nodes=atoms.check_nodes)
         for k, v in attrs.items():
             g.attrs[k] = v
 
@@ -450,6 +530,17 @@ class ArchiveWriter:
         _truncate(g, n, names)
         if "steps" in g and "step_rows" in state:
             _truncate(g["steps"], int(state["step_rows"]), list(g["steps"].keys()))
+        if "lagrangian" in g:
+            lg = g["lagrangian"]
+            if "lag_rows" not in state:          # the handoff came after the last complete restart state
+                del g["lagrangian"]
+            else:
+                _truncate(lg, int(state["lag_rows"]), ("t", "snapshot", "node_count", "max_drift"))
+                _truncate(lg, int(state["lag_points"]), ("x", "w", "count"))
+                if "check" in lg:
+                    del lg["check"]
+        self._groups.clear()
+        self._handles.clear()
         self.f.flush()
         return read_restart(g)
 
@@ -462,6 +553,8 @@ def read_restart(g: h5py.Group) -> dict:
         out[k] = v[()]
     if "refinements" in g:
         out["refinements"] = [tuple(row) for row in g["refinements"][()]]
+    if "grids" in g:
+        out["grids"] = [tuple(int(v) for v in row) for row in g["grids"][()]]
     return out
 
 
@@ -501,16 +594,45 @@ def _read_pde(g: h5py.Group, model: Model):
     get = lambda k: g[k][:T] if k in g else np.zeros(0)
     steps = {k: g["steps"][k][()] for k in g["steps"]} if "steps" in g else {}
     restart = read_restart(g) if "restart" in g and "state" in g["restart"].attrs else None
+    nodes, lagrangian = _read_nodes(g, T)
     return PDEResult(
+        nodes=nodes, lagrangian=lagrangian,
         model=model, t=get("t"), coeffs=get("coeffs"), degree=get("degree"), grid=g["grid"][()] if "grid" in g else None,
         density=get("density"), energy=get("energy"), mass=get("mass"), min_density=get("min_density"),
         tail=get("tail"), dissipation=get("dissipation"), steps=steps,
         refinements=[tuple(r) for r in g["refinements"][()]] if "refinements" in g else [],
+        grids=[tuple(int(v) for v in r) for r in g["grids"][()]] if "grids" in g else [],
         stop_reason=str(a.get("stop_reason", "")) or "killed", message=str(a.get("message", "no end recorded")),
         t_stop=float(a.get("t_stop", g["t"][T - 1] if T else 0.0)), nsteps=int(a.get("nsteps", restart["nsteps"] if restart else 0)),
         nrejected=int(a.get("nrejected", restart["nrejected"] if restart else 0)),
         options=json.loads(a.get("options", "{}")), initial=str(a.get("initial", "")),
         wall_time=float(a.get("wall_time", 0.0)), restart=restart)
+
+
+def _read_nodes(g: h5py.Group, T: int) -> tuple[list, dict | None]:
+    """Per snapshot the node measure (None for Eulerian ones), and the Lagrangian record, of /pde."""
+    if "lagrangian" not in g or "t" not in g["lagrangian"]:
+        return [None] * T, None
+    lg = g["lagrangian"]
+    nodes: list = [None] * T
+    rows, counts, drift = lg["snapshot"][()], lg["node_count"][()], lg["max_drift"][()]
+    x, w, count = lg["x"][()], lg["w"][()], lg["count"][()]
+    start = 0
+    for row, n, dmax in zip(rows, counts, drift):
+        if row < T:
+            nodes[int(row)] = {"x": x[start:start + n], "w": w[start:start + n], "count": count[start:start + n],
+                               "max_drift": float(dmax)}
+        start += int(n)
+    check = None
+    if "check" in lg:
+        c = lg["check"]
+        check = {k: c[k][()] for k in ("x", "w", "count")}
+        check.update({k: (v.item() if isinstance(v, np.generic) else v) for k, v in c.attrs.items()})
+    lag = {"handoff": json.loads(lg.attrs["handoff"]), "merges": lg["merges"][()] if "merges" in lg else np.zeros((0, 3)),
+           "check": check}
+    state = json.loads(g["restart"].attrs["state"]) if "restart" in g else {}
+    lag.update(node_nsteps=int(state.get("node_nsteps", 0)), node_nrejected=int(state.get("node_nrejected", 0)))
+    return nodes, lag
 
 
 def _read_particles(g: h5py.Group, model: Model):
@@ -572,6 +694,12 @@ def load(path: str | Path) -> RunArchive:
             if "atoms" in f:
                 for k, g in f["atoms"].items():
                     atoms[k] = (g["positions"][()], g["masses"][()])
+                    # what a node-group record adds (counts, error estimates, attrs: diffuse mass, radius)
+                    for extra in ("counts", "mass_errors", "position_errors"):
+                        if extra in g:
+                            atoms[f"{k}:{extra}"] = g[extra][()]
+                    if len(g.attrs):
+                        atoms[f"{k}:attrs"] = {a: (v.item() if isinstance(v, np.generic) else v) for a, v in g.attrs.items()}
             attrs = {k: (v.item() if isinstance(v, np.generic) else v) for k, v in f.attrs.items()}
         except (KeyError, ValueError, OSError) as e:
             raise ArchiveError(f"{path}: damaged archive ({e})") from None

@@ -6,7 +6,8 @@
     attnpde sweep CONFIG --beta LIST [--workers N] [--out DIR] [--resume] [--force]
     attnpde validate CONFIG --n LIST [--seeds M] [--workers N] [--at T] [--out PATH] [--force]
 
-Exit status: 0 done, 2 bad input (configuration, arguments, archive), 130 interrupted.
+Exit status: 0 done, 1 the run failed after its archive was created (status "failed", attr ``failure``),
+2 bad input (configuration, arguments, archive), 130 interrupted.
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import shlex
 import sys
 from pathlib import Path
 
-EXIT_OK, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 2, 130
+EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 
 def _err(msg: str) -> int:
@@ -36,7 +37,7 @@ def _config_and_list(path: str, text: str, flag: str):
     try:
         return load_config(path), parse_list(text, flag), None
     except ConfigError as e:
-        return None, None, _err(f"{path}: {e}")
+        return None, None, _config_error(path, e)
     except ValueError as e:
         return None, None, _err(str(e))
 
@@ -45,24 +46,77 @@ def _default_out(config_path: str) -> Path:
     return Path(config_path).with_suffix(".h5")
 
 
+def _config_error(path: str, e: Exception) -> int:
+    """The error of a configuration file, naming the file once."""
+    msg = str(e)
+    return _err(msg if msg.startswith(f"{path}:") else f"{path}: {msg}")
+
+
+def _unwritable(out: Path, what: str, *, directory: bool = False) -> str | None:
+    """Why no file (``directory``: no directory) can be created at ``out`` (None if one can), found before
+    anything is written: the nearest existing ancestor must be a directory in which a file can be
+    created (probed with a temporary file, which also catches read-only and pseudo file systems such as
+    /proc, even as root)."""
+    import tempfile
+
+    anc = out if directory else out.parent
+    while not anc.exists() and anc != anc.parent:
+        anc = anc.parent
+    if not anc.is_dir():
+        return f"{what} {out}: cannot be created: {anc} is not a directory"
+    try:
+        with tempfile.TemporaryFile(dir=anc):
+            pass
+    except OSError as e:
+        return f"{what} {out}: cannot be created: no file can be written in {anc} ({e.strerror or e})"
+    return None
+
+
+def _archive_path_problem(out: Path, config_path: str, given: bool) -> str | None:
+    """Why ``out`` cannot receive the archive of the configuration at ``config_path`` (None if it can).
+    Checked before the run: --force must never replace the configuration or meet a directory."""
+    what = "--out" if given else "the archive path (default)"
+    if out.is_dir():
+        return f"{what} {out}: is a directory; give a file path (e.g. {out / (Path(config_path).stem + '.h5')})"
+    try:
+        same = out.exists() and out.samefile(config_path)
+    except OSError:
+        same = False
+    if same:
+        other = _default_out(config_path)
+        other = other if other != out else out.with_name(out.stem + "_run.h5")
+        return f"{what} {out}: is the configuration itself; give the archive another path (e.g. {other})"
+    return _unwritable(out, what)
+
+
 def cmd_run(args) -> int:
     from .archive import ArchiveError
     from .config import ConfigError, load_config
-    from .runner import RunRefused, run_config
+    from .runner import RunFailed, RunRefused, run_config
 
     try:
         config = load_config(args.config)
     except ConfigError as e:
-        return _err(f"{args.config}: {e}")
+        return _config_error(args.config, e)
     out = Path(args.out) if args.out else _default_out(args.config)
     if args.resume and args.force:
         return _err("--resume and --force exclude each other")
+    problem = _archive_path_problem(out, args.config, bool(args.out))
+    if problem:
+        return _err(problem)
     command = _command("run")
     try:
         outcome = run_config(config, out, resume=args.resume, force=args.force, command=command,
                              progress=None if not args.quiet else False)
     except (RunRefused, ArchiveError) as e:
         return _err(str(e))
+    except RunFailed as e:
+        print(f"attnpde: error: {e}", file=sys.stderr)
+        return EXIT_FAILED
+    except OSError as e:
+        # creating the archive (the checks above cannot foresee every file system); a stage's own
+        # errors come as RunFailed
+        return _err(f"{out}: cannot create the archive ({e.strerror or e})")
     print(f"archive: {outcome.path} ({outcome.status})")
     if outcome.status == "interrupted":
         print(f"interrupted: continue with  attnpde run {shlex.quote(args.config)} --out {shlex.quote(str(out))} --resume")
@@ -107,11 +161,23 @@ def cmd_sweep(args) -> int:
         return rc
     if args.workers < 1:
         return _err("--workers must be >= 1")
+    if args.resume and args.force:
+        return _err("--resume and --force exclude each other")
     out_dir = Path(args.out) if args.out else Path(args.config).with_suffix("")
+    what = "--out" if args.out else "the archive directory (default: the configuration's path without .toml)"
+    if out_dir.exists() and not out_dir.is_dir():
+        return _err(f"{what} {out_dir}: exists and is not a directory; give a directory for the archives")
+    problem = _unwritable(out_dir, what, directory=True)
+    if problem:
+        return _err(problem)
     try:
         rc = sweep(config, betas, out_dir, workers=args.workers, resume=args.resume, force=args.force)
-    except (RunRefused, ArchiveError, ConfigError, FileExistsError) as e:
+    except ConfigError as e:
+        return _config_error(args.config, e)
+    except (RunRefused, ArchiveError, ValueError, FileExistsError) as e:
         return _err(str(e))
+    except OSError as e:
+        return _err(f"{out_dir}: {e.strerror or e}")
     return rc
 
 
@@ -133,6 +199,9 @@ def cmd_validate(args) -> int:
         return _err(f"{args.config}: particles.stop: validate compares every N at the same times; "
                     "remove the stopping rule")
     out = Path(args.out) if args.out else Path(args.config).with_name(Path(args.config).stem + "_validation.h5")
+    problem = _archive_path_problem(out, args.config, bool(args.out))
+    if problem:
+        return _err(problem)
     command = _command("validate")
     try:
         res = validate(config, [int(v) for v in ns], args.seeds, out, workers=args.workers, force=args.force,

@@ -40,7 +40,7 @@ import numpy as np
 
 from spectral.multipliers import kernel_bandwidth, zonal_multipliers
 
-__all__ = ["Comparison", "compare", "circle_w1", "concentration", "compare_into_archive", "describe_comparison",
+__all__ = ["terminal_atoms", "Comparison", "compare", "circle_w1", "concentration", "compare_into_archive", "describe_comparison",
            "cap_mass", "common_atoms", "measure_atoms", "smoothed"]
 
 
@@ -164,6 +164,28 @@ def match_atoms(pde_atoms, clusters, tol: float) -> tuple[list, list, list]:
                 un_q.remove(j)
     pairs.sort(key=lambda p: -p["pde_mass"])
     return pairs, [(np.asarray(P[i]), float(mp[i])) for i in un_p], [(np.asarray(Q[j]), float(mq[j])) for j in un_q]
+
+
+def terminal_atoms(atoms, x: np.ndarray, w: np.ndarray, cluster_radius: float, *, cap: float = 0.05,
+                   min_mass: float = 0.01) -> dict:
+    """The PDE's terminal atoms (``PDEResult.atoms()`` past the continuation) against a particle state
+    (x, w) at its own end (converged, or wherever it stopped): terminal states, not forming pieces.
+
+    Returns a dict: "cap_masses" — for each atom of mass >= ``min_mass``, the particle mass within
+    ``cap`` radians of it (what the particles put where the PDE has the atom); "pairs", "unmatched_pde",
+    "unmatched_particles" — :func:`match_atoms` of those atoms with the particles' single-linkage clusters
+    at ``cluster_radius`` of mass >= ``min_mass`` (paired within ``cap``): a cluster left unmatched is an
+    atom of the particles that the PDE does not have (or mass the PDE keeps diffuse), and conversely.
+    """
+    from .atoms import single_linkage_clusters
+
+    keep = atoms.masses >= min_mass
+    P, m = atoms.positions[keep], atoms.masses[keep]
+    centres, cmass, _ = single_linkage_clusters(np.asarray(x), np.asarray(w), cluster_radius)
+    heavy = cmass >= min_mass
+    pairs, un_p, un_q = match_atoms((P, m), (centres[heavy], cmass[heavy]), cap)
+    return {"cap_masses": _particle_cap_mass(np.asarray(x), np.asarray(w), P, cap).tolist(), "pde_masses": m.tolist(),
+            "pairs": pairs, "unmatched_pde": un_p, "unmatched_particles": un_q}
 
 
 def compare(pde, particles, *, moments: int = 8, mmd_beta: float = 4.0, atom_threshold: float = 10.0,

@@ -184,6 +184,9 @@ PDE = Table({
     "filter": Table({"kind": Choice(("exponential",)), "alpha": POS, "order": Int(min=2)}),
     "max_steps": Int(min=1), "output_points": Int(min=2), "threads": Int(min=1),
     "planner": Choice(("FFTW_ESTIMATE", "FFTW_MEASURE", "FFTW_PATIENT", "FFTW_EXHAUSTIVE")),
+    "continuation": Choice(("lagrangian", "none")), "handoff_degree": Int(min=4), "handoff_at": POS,
+    "nodes": Int(min=2), "node_rtol": POS, "node_atol": POS, "merge_tol": POS, "drift_tol": POS,
+    "atom_radius": POS, "error_estimate": Choice((True, False)),
 }, required=("degree", "t_final"))
 
 PARTICLES = Table({
@@ -315,6 +318,78 @@ def _initial(spec: dict | None, d: int) -> dict:
     return spec
 
 
+def _largest_resolution(pde: dict, d: int) -> int:
+    """pde.max_degree, or the solver's default for S^{d-1} (Fourier modes K on S^1, degree L on S^2)."""
+    from .pde import space_for
+    return pde.get("max_degree", space_for(d)[1].default_max_degree)
+
+
+#: relative size below which the comparison drops the MMD kernel's multipliers (``comparison.compare``
+#: sets its degree as kernel_bandwidth(mmd_beta, d, 1e-16))
+_MMD_TOL = 1e-16
+
+
+def _mmd_degree_fits(mmd_beta: float, d: int, top: int) -> bool:
+    """Whether the MMD kernel of ``mmd_beta`` needs no harmonic degree above ``top``.
+
+    kernel_bandwidth(mmd_beta, d, tol) is the last degree before the first multiplier <= tol lambda_0;
+    the multipliers decrease with the degree, so it is <= top exactly when lambda_{top+1} <= tol lambda_0.
+    Evaluated at top + 1 only: kernel_bandwidth itself would first try a degree of about
+    sqrt(2 mmd_beta log(1/tol)), which for a huge mmd_beta is an array of that many entries.
+    """
+    from spectral.multipliers import zonal_multipliers
+
+    if mmd_beta == 0:
+        return True
+    lam = zonal_multipliers(mmd_beta, d, top + 1)
+    # lambda_0 underflows to 0 only for an mmd_beta far beyond any resolution
+    return bool(lam[0] > 0 and lam[top + 1] <= _MMD_TOL * lam[0])
+
+
+def _check_compare(compare: dict, pde: dict, d: int) -> None:
+    """Refuse a [compare] table that needs degrees beyond the PDE's largest resolution: the comparison
+    would build the coefficients of every particle measure up to that degree, only after both solvers
+    ran (at moments = 10^5 on S^2, arrays of tens of GiB)."""
+    res = _largest_resolution(pde, d)
+    # the circle's resolution counts the modes 0..K-1, the sphere's the largest degree L
+    top = res - 1 if d == 2 else res
+    what = (f"pde.max_degree = {res}" + (" Fourier modes" if d == 2 else "")
+            + ("" if "max_degree" in pde else ", the default"))
+    moments = compare.get("moments", 8)
+    if moments > top:
+        raise ConfigError("compare.moments", f"must be <= {top}, the largest degree the PDE resolves ({what}), "
+                                             f"got {moments}: lower moments")
+    mmd_beta = compare.get("mmd_beta", 4.0)
+    if not _mmd_degree_fits(mmd_beta, d, top):
+        # the largest kappa whose kernel fits, to 3 significant digits, rounded down (bisection in log kappa)
+        lo, hi = 0.0, mmd_beta
+        for _ in range(60):
+            mid = math.sqrt(max(lo, 1e-3) * hi)
+            lo, hi = (mid, hi) if _mmd_degree_fits(mid, d, top) else (lo, mid)
+            if hi - lo <= 1e-4 * hi:
+                break
+        unit = 10.0 ** (math.floor(math.log10(lo)) - 2) if lo > 0 else 1.0
+        limit = float(f"{math.floor(lo / unit) * unit:.3g}")
+        raise ConfigError("compare.mmd_beta", f"{mmd_beta:g} makes the MMD kernel exp(kappa(<x,y> - 1)) need harmonic "
+                                              f"degrees above {top}, the largest the PDE resolves ({what}): set "
+                                              f"mmd_beta <= {limit:g}")
+
+
+def quadrature_count_problem(d: int, n: int) -> str | None:
+    """Why init = "quadrature" cannot place ``n`` particles on S^{d-1} (None if it can): on S^2 it takes
+    a Gauss grid of 2 nlat^2 nodes. The message is the particle solver's own."""
+    nlat = int(round(math.sqrt(n / 2.0)))
+    if d != 3 or (nlat >= 1 and 2 * nlat * nlat == n):
+        return None
+    from .particles import initial_particles
+    try:
+        # refuses such an n before it builds anything
+        initial_particles(d, n, "quadrature")
+    except ValueError as e:
+        return str(e)
+    return None
+
+
 def parse_config(text: str, source: str = "<string>") -> RunConfig:
     """Parse and validate TOML text; raise ConfigError naming the first problem."""
     try:
@@ -343,6 +418,11 @@ def parse_config(text: str, source: str = "<string>") -> RunConfig:
                                      f"model.d = {d}: remove [pde] or change d (particles work for any d)")
         if "max_degree" in pde and pde["max_degree"] < pde["degree"]:
             raise ConfigError("pde.max_degree", f"must be >= pde.degree = {pde['degree']}, got {pde['max_degree']}")
+        top = _largest_resolution(pde, d)
+        if "max_degree" not in pde and pde["degree"] > top:
+            # the solver would refuse it only once the run is under way
+            raise ConfigError("pde.degree", f"must be <= pde.max_degree (default {top} on S^{d - 1}), got "
+                                            f"{pde['degree']}: lower degree, or set max_degree >= {pde['degree']}")
         if "save_every" in pde and pde["save_every"] > pde["t_final"]:
             raise ConfigError("pde.save_every", f"must be <= pde.t_final = {pde['t_final']}")
         from .pde import PDEOptions
@@ -368,10 +448,16 @@ def parse_config(text: str, source: str = "<string>") -> RunConfig:
                                                       "'euler' or 'rk4' (Euler–Maruyama noise step) with noise > 0")
         if "save_every" in particles and particles["save_every"] > particles["t_final"]:
             raise ConfigError("particles.save_every", f"must be <= particles.t_final = {particles['t_final']}")
+        if init == "quadrature":
+            problem = quadrature_count_problem(d, particles["n"])
+            if problem is not None:
+                raise ConfigError("particles.n", problem)
 
     compare = cfg.get("compare")
     if compare is not None and (pde is None or particles is None):
         raise ConfigError("compare", "needs both a [pde] and a [particles] table")
+    if compare is not None:
+        _check_compare(compare, pde, d)
 
     run = cfg.get("run", {})
     return RunConfig(text=text, raw=raw, model=model, initial=initial, pde=pde, particles=particles,
@@ -382,9 +468,11 @@ def load_config(path: str | Path) -> RunConfig:
     """Read and validate a TOML configuration file."""
     p = Path(path)
     try:
-        text = p.read_text()
+        text = p.read_bytes().decode("utf-8")
     except OSError as e:
         raise ConfigError("", f"cannot read {p}: {e.strerror}") from None
+    except UnicodeDecodeError:
+        raise ConfigError("", f"{p}: not a UTF-8 TOML file (an archive? give the .toml configuration)") from None
     cfg = parse_config(text, str(p))
     if not cfg.name:
         cfg.name = p.stem

@@ -14,10 +14,22 @@ def _vec(v) -> str:
     return "(" + ", ".join(f"{x:+.4f}" for x in np.asarray(v).ravel()) + ")"
 
 
-def _atoms_lines(positions, masses, limit: int = 8) -> list[str]:
+def _continuation_lines(r) -> list[str]:
+    """The Lagrangian continuation of a PDE run: handoff, nodes, merges."""
+    h, merges = r.lagrangian["handoff"], r.lagrangian["merges"]
+    last = next((n for n in reversed(r.nodes) if n is not None), None)
+    out = [f"  handoff to the Lagrangian continuation at t = {h['t']:.6g} ({h['reason']}): {h['message']}",
+           f"    from degree {h['degree']}: {h['description']}; clipped mass {h['clipped_mass']:.2e}",
+           f"    {len(merges)} steps with merges; nodes {h['nodes']} -> {len(last['w']) if last else '?'}; "
+           f"max |v| over the nodes at the end {last['max_drift']:.3g}" if last else "    no node snapshot"]
+    return out
+
+
+def _atoms_lines(positions, masses, limit: int = 8, errors=None) -> list[str]:
     lines = []
-    for p, m in list(zip(positions, masses))[:limit]:
-        lines.append(f"      mass {m:.4f} at {_vec(p)}")
+    for k, (p, m) in enumerate(list(zip(positions, masses))[:limit]):
+        err = "" if errors is None else f" ± {errors[k]:.1e}"
+        lines.append(f"      mass {m:.4f}{err} at {_vec(p)}")
     if len(masses) > limit:
         lines.append(f"      ... {len(masses) - limit} more (total mass {np.sum(masses):.4f})")
     return lines
@@ -51,11 +63,24 @@ def describe(path: str | Path) -> str:
         out.append(f"  energy {r.energy[0]:.10g} -> {r.energy[-1]:.10g}; max |mass - 1| = "
                    f"{np.max(np.abs(r.mass - 1)):.2e}; min rho (last) {r.min_density[-1]:.3g}; "
                    f"spectral tail (last) {r.tail[-1]:.2e}")
+        if r.lagrangian is not None:
+            out += _continuation_lines(r)
         if "pde" in run.atoms:
             pos, mass = run.atoms["pde"]
             heavy = int(np.sum(mass >= 0.01))
-            out.append(f"  atoms: {len(mass)} (mass >= 0.01: {heavy}), total mass {np.sum(mass):.4f}")
-            out += _atoms_lines(pos, mass)
+            extra = run.atoms.get("pde:attrs", {})
+            if extra.get("kind") == "node groups":
+                errs = run.atoms.get("pde:mass_errors")
+                est = (f", error estimate from the rerun with {int(extra['check_nodes'])} nodes" if errs is not None
+                       else ", no error estimate (error_estimate = false, or the run did not end)")
+                out.append(f"  atoms: {len(mass)} node groups within {extra['radius']:.2g} rad holding >= 2 initial "
+                           f"nodes (mass >= 0.01: {heavy}), total mass {np.sum(mass):.4f}; diffuse mass "
+                           f"{extra['diffuse']:.4f}" + (f" ± {extra['diffuse_error']:.1e}" if errs is not None else "")
+                           + est)
+                out += _atoms_lines(pos, mass, errors=errs)
+            else:
+                out.append(f"  atoms: {len(mass)} (mass >= 0.01: {heavy}), total mass {np.sum(mass):.4f}")
+                out += _atoms_lines(pos, mass)
     if run.particles is not None:
         r = run.particles
         out.append("particles:")

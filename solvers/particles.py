@@ -38,14 +38,16 @@ from typing import Any, Callable
 
 import numpy as np
 
+from spectral import fourier
 from ._blas import blas_threads
+from ._memory import refuse_if_too_big
 from .atoms import single_linkage_clusters
 from .interaction import DEFAULT_BLOCK_BYTES, DEFAULT_TOL, SUM_METHODS, InteractionSums
 from .model import Model, density_values
 from .stepping import TABLEAUS, IFRungeKutta, StepController
 
 __all__ = ["simulate_particles", "ParticleResult", "ParticleOptions", "StopRule", "initial_particles",
-           "cluster_radius", "STOP_REASONS", "INTEGRATORS", "INITS"]
+           "cluster_radius", "measure_velocity", "measure_energy", "prepare_particles", "ParticleRun", "STOP_REASONS", "INTEGRATORS", "INITS"]
 
 STOP_REASONS = ("t_final", "converged", "non-finite", "max_steps", "interrupted")
 INTEGRATORS = ("euler", "rk4", "adaptive")
@@ -53,6 +55,26 @@ INITS = ("random", "quasi-uniform", "quadrature")
 
 #: step of the fixed-step integrators when none is given: the reference experiments' dt
 DEFAULT_DT = 0.1
+
+
+def measure_velocity(model: Model, sums: InteractionSums | None, x: np.ndarray, w: np.ndarray
+                     ) -> tuple[np.ndarray, np.ndarray | None]:
+    """v[mu](x) at the points of mu = sum_j w_j delta_{x_j} themselves (self-interaction included), and Psi
+    there (None without attention): ``Model.velocity`` of the kernel sums and the perceptron drift. The
+    particle solver and the PDE's Lagrangian continuation both move their points with it."""
+    drift = model.drift(x)
+    if sums is None:
+        return model.velocity(np.zeros_like(x), None, drift), None
+    psi, G = sums.fields(x, w)
+    return model.velocity(G, psi[:, None], drift), psi
+
+
+def measure_energy(model: Model, sums: InteractionSums | None, x: np.ndarray, w: np.ndarray,
+                   psi: np.ndarray | None) -> float:
+    """E of mu = sum_j w_j delta_{x_j} (``Model.energy``; the pair term from Psi at the points)."""
+    pair = sums.pair(x, w, psi) if sums is not None else 0.0
+    pot = float(w @ model.potential(x)) if model.perceptron is not None and model.perceptron.is_gradient else 0.0
+    return model.energy(pair, pot)
 
 
 def cluster_radius(beta: float, d: int, scale: float = 0.5) -> float:
@@ -190,6 +212,10 @@ def _uniform_sphere(rng: np.random.Generator, n: int, d: int) -> np.ndarray:
     return x / nrm[:, None]
 
 
+#: rejection sampling refuses densities that would need more proposals than this (minutes of work)
+_MAX_PROPOSALS = 1e9
+
+
 def _rejection_sample(rng: np.random.Generator, n: int, d: int, density: Callable) -> tuple[np.ndarray, float]:
     """n i.i.d. samples of density * sigma by rejection against sigma, with a bound that is raised
     (and the sampling restarted) whenever a proposal exceeds it, so the samples are exact."""
@@ -197,11 +223,17 @@ def _rejection_sample(rng: np.random.Generator, n: int, d: int, density: Callabl
     if probe.max() <= 0:
         raise ValueError("density vanishes on 65536 uniform probe points; cannot sample it")
     bound = 1.25 * probe.max()
+    expected = n * bound / probe.mean()
+    if expected > _MAX_PROPOSALS:
+        raise ValueError(f"the density is too concentrated for rejection sampling: about {expected:.2g} proposals "
+                         f"for n = {n} (its maximum is {probe.max() / probe.mean():.3g} times its mean); use "
+                         "init='quadrature' (S^1, S^2) or a less concentrated density")
     while True:
         out, have = np.empty((n, d)), 0
         restart = False
         while have < n:
-            m = max(1024, int(1.5 * (n - have) * bound / probe.mean()))
+            # proposals in batches of at most 2^24 points (384 MiB at d = 3)
+            m = min(max(1024, int(1.5 * (n - have) * bound / probe.mean())), 1 << 24)
             prop = _uniform_sphere(rng, m, d)
             vals = density_values(density, prop)
             if vals.max() > bound:
@@ -238,40 +270,10 @@ def _circle_quadrature(n: int, density: Callable | None) -> tuple[np.ndarray, np
                              "use init='random'")
         M *= 2
     K = M // 4
-    c = c[:K] / c[0].real
-    k = np.arange(1, K)
-    ck = c[1:]
-
-    def F_and_rho(theta):
-        # F = theta/2pi + sum_k Re[c_k (e^{ik theta} - 1) / (i pi k)],  dF/dtheta = rho / (2 pi)
-        Fv = theta / (2.0 * np.pi)
-        dF = np.full_like(theta, 1.0 / (2.0 * np.pi))
-        for s in range(0, theta.size, 8192):
-            e = np.exp(1j * np.outer(theta[s:s + 8192], k))
-            Fv[s:s + 8192] += ((e - 1.0) @ (ck / (1j * np.pi * k))).real
-            dF[s:s + 8192] += (e @ ck).real / np.pi
-        return Fv, dF
-
-    u = (np.arange(n) + 0.5) / n
-    grid = np.linspace(0.0, 2.0 * np.pi, max(4 * K, 256) + 1)
-    Fg, _ = F_and_rho(grid)
-    Fg[0], Fg[-1] = 0.0, 1.0
-    if np.any(np.diff(Fg) < 0):
-        raise ValueError("quadrature init: the CDF of the density is not monotone (density negative somewhere?)")
-    j = np.clip(np.searchsorted(Fg, u, side="right") - 1, 0, len(grid) - 2)
-    lo, hi = grid[j].copy(), grid[j + 1].copy()
-    theta = lo + (hi - lo) * (u - Fg[j]) / np.maximum(Fg[j + 1] - Fg[j], 1e-300)
-    for _ in range(100):
-        Fv, dF = F_and_rho(theta)
-        r = Fv - u
-        if np.max(np.abs(r)) <= 4e-16:
-            break
-        lo = np.where(r < 0, theta, lo)
-        hi = np.where(r > 0, theta, hi)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            new = theta - r / dF
-        bad = ~((new > lo) & (new < hi))
-        theta = np.where(bad, 0.5 * (lo + hi), new)
+    try:
+        theta = fourier.inverse_cdf(c[:K], (np.arange(n) + 0.5) / n)
+    except ValueError as e:
+        raise ValueError(f"quadrature init: {e}") from None
     x = np.stack([np.cos(theta), np.sin(theta)], axis=1)
     return x, np.full(n, 1.0 / n), f"quadrature (inverse CDF of the midpoint grid, {K} Fourier modes of the density)"
 
@@ -455,6 +457,23 @@ class ParticleResult:
 # ----------------------------------------------------------------------------------------------
 # the solver
 # ----------------------------------------------------------------------------------------------
+def _refuse_infeasible(d: int, n: int | None, t_final: float | None, integrator: str, dt: float | None,
+                       save_every: float | None, opts: ParticleOptions, t0: float) -> None:
+    """ValueError for a run that cannot finish: more fixed steps than max_steps, or snapshots beyond memory."""
+    if t_final is None or n is None:
+        return                          # a stopping rule ends it: its length is not known in advance
+    left = t_final - t0
+    if integrator != "adaptive":
+        steps = math.ceil(left / dt - 1e-9)
+        if steps > opts.max_steps:
+            raise ValueError(f"t_final / dt = {steps} steps of the fixed-step integrator {integrator!r} exceed "
+                             f"max_steps = {opts.max_steps}; raise max_steps or dt")
+    n_snap = 2 + (math.ceil(left / save_every) if save_every is not None else 0)
+    # kept as rows, then stacked into the result (as the PDE's snapshots: 2.5 x)
+    refuse_if_too_big({f"{n_snap} snapshots of {n} particles kept and stacked": 2.5 * n_snap * n * d * 8.0},
+                      "raise save_every or lower n")
+
+
 def _check_time(name: str, v, allow_none: bool = True) -> float | None:
     if v is None and allow_none:
         return None
@@ -471,6 +490,34 @@ def simulate_particles(model: Model, n: int | None = None, x0: np.ndarray | None
                        callback: Callable[[dict], None] | None = None,
                        restart: dict | None = None, **options) -> ParticleResult:
     """Evolve N weighted particles under the velocity of their empirical measure.
+
+    ``prepare_particles(...).run(progress=, callback=)``: see :func:`prepare_particles` for the
+    arguments (the same) and ``progress`` / ``callback`` below.
+
+    progress : bool or callable
+        True: a tqdm bar; a callable receives a dict (t, dt, nsteps, ...) after every accepted step.
+    callback : callable, optional
+        Receives every snapshot as a dict (t, x, energy, max_drift, dissipation, cluster_count, restart)
+        as soon as it is taken.
+
+    Returns
+    -------
+    ParticleResult
+    """
+    return prepare_particles(model, n, x0, weights, t_final, init, density, seed, integrator, dt, save_every, stop,
+                             restart=restart, **options).run(progress=progress, callback=callback)
+
+
+def prepare_particles(model: Model, n: int | None = None, x0: np.ndarray | None = None,
+                      weights: np.ndarray | None = None, t_final: float | None = None, init: str = "random",
+                      density: Callable | None = None, seed: int = 0, integrator: str = "rk4",
+                      dt: float | None = None, save_every: float | None = None, stop=None, *,
+                      restart: dict | None = None, **options) -> "ParticleRun":
+    """Check the arguments of :func:`simulate_particles` and place the initial particles, without a step.
+
+    Everything the run would refuse is refused here (ValueError, TypeError), including runs that cannot
+    finish: more snapshots than memory holds, more fixed steps than ``max_steps``, a stopping rule
+    with noise and no t_final. The run layer prepares before it creates an archive.
 
     Parameters
     ----------
@@ -500,11 +547,6 @@ def simulate_particles(model: Model, n: int | None = None, x0: np.ndarray | None
         without dt), else only t = 0 and the final time.
     stop : None, True, dict or StopRule
         The stopping rule (True: window 5, drift_tol 5e-4, scale 0.5), checked at every snapshot.
-    progress : bool or callable
-        True: a tqdm bar; a callable receives a dict (t, dt, nsteps, ...) after every accepted step.
-    callback : callable, optional
-        Receives every snapshot as a dict (t, x, energy, max_drift, dissipation, cluster_count, restart)
-        as soon as it is taken.
     restart : dict, optional
         ``ParticleResult.restart`` (or a callback's) of an earlier run with the same model and settings:
         the run continues exactly as the uninterrupted run would have (positions, time, RNG state, step
@@ -514,7 +556,8 @@ def simulate_particles(model: Model, n: int | None = None, x0: np.ndarray | None
 
     Returns
     -------
-    ParticleResult
+    ParticleRun
+        ``.run(progress=, callback=)`` integrates it (once).
     """
     if not isinstance(model, Model):
         raise TypeError(f"model must be a solvers.Model, got {type(model).__name__}")
@@ -537,6 +580,13 @@ def simulate_particles(model: Model, n: int | None = None, x0: np.ndarray | None
     if save_every is None and rule is not None:
         save_every = 10.0 * (dt if dt is not None else DEFAULT_DT)
     d = model.d
+    if model.noise > 0 and rule is not None and t_final is None:
+        raise ValueError("a stopping rule with noise > 0 needs t_final: the deterministic drift of a noisy cloud "
+                         "does not fall to drift_tol, so the rule alone would run to max_steps")
+    n_total = (np.shape(restart["x"])[0] if restart is not None else np.shape(x0)[0] if x0 is not None
+               else n if isinstance(n, (int, np.integer)) and not isinstance(n, bool) else None)
+    _refuse_infeasible(d, n_total, t_final, integrator, dt, save_every, opts,
+                       float(restart["t"]) if restart is not None else 0.0)
 
     if restart is not None:
         if x0 is not None or n is not None or density is not None or weights is not None:
@@ -585,19 +635,20 @@ def simulate_particles(model: Model, n: int | None = None, x0: np.ndarray | None
         if w is None:
             w = np.full(x.shape[0], 1.0 / x.shape[0])
         w = w / w.sum()
-    return _ParticleRun(model, x, w, desc, t_final, integrator, dt, save_every, rule, seed, opts,
-                        progress, callback, restart).run()
+    return ParticleRun(model, x, w, desc, t_final, integrator, dt, save_every, rule, seed, opts, restart)
 
 
-class _ParticleRun:
-    """One integration: state, stepping, snapshots, stopping rule."""
+class ParticleRun:
+    """One prepared integration (:func:`prepare_particles`): state, stepping, snapshots, stopping rule.
+    :meth:`run` integrates it once."""
 
-    def __init__(self, model, x, w, desc, t_final, integrator, dt, save_every, rule, seed, opts,
-                 progress, callback, restart) -> None:
+    def __init__(self, model, x, w, desc, t_final, integrator, dt, save_every, rule, seed, opts, restart) -> None:
         self.model, self.w, self.initial = model, w, desc
         self.t_final = math.inf if t_final is None else t_final
         self.integrator, self.dt0, self.save_every, self.rule = integrator, dt, save_every, rule
-        self.seed, self.opts, self.progress, self.callback = seed, opts, progress, callback
+        self.seed, self.opts = seed, opts
+        self.progress = self.callback = None
+        self._ran = False
         self.N = x.shape[0]
         self.sums = None
         if model.attention != "none":
@@ -654,12 +705,7 @@ class _ParticleRun:
     # --- the field ------------------------------------------------------------------------------
     def velocity(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
         """v at the unit vectors x (the particles themselves) and Psi there (None without attention)."""
-        m = self.model
-        drift = m.drift(x)
-        if self.sums is None:
-            return m.velocity(np.zeros_like(x), None, drift), None
-        psi, G = self.sums.fields(x, self.w)
-        return m.velocity(G, psi[:, None], drift), psi
+        return measure_velocity(self.model, self.sums, x, self.w)
 
     def rhs(self, t: float, u: np.ndarray, last: bool = False) -> np.ndarray:
         """F(u) = v(u / |u|): the field extended off the sphere (stage values of the Runge–Kutta methods)."""
@@ -685,16 +731,13 @@ class _ParticleRun:
         v, psi = self.velocity(self.x)
         # the velocity at the state is the first stage of the next step (bitwise what a restart computes)
         self.f = v
-        pair = 0.0
-        if self.sums is not None:
-            pair = self.sums.pair(self.x, self.w, psi)
-        pot = float(self.w @ m.potential(self.x)) if m.perceptron is not None and m.perceptron.is_gradient else 0.0
+        energy = measure_energy(m, self.sums, self.x, self.w, psi)
         speed2 = np.einsum("nd,nd->n", v, v)
         max_drift = float(np.sqrt(speed2.max()))
         count = -1
         if self.record_clusters and np.all(np.isfinite(self.x)):
             count = len(single_linkage_clusters(self.x, self.w, self.radius)[1])
-        row = {"t": self.t, "x": self.x.copy(), "energy": m.energy(pair, pot), "max_drift": max_drift,
+        row = {"t": self.t, "x": self.x.copy(), "energy": energy, "max_drift": max_drift,
                "dissipation": float(m.sign * (self.w @ speed2)), "cluster_count": count}
         self.rows.append(row)
         self.last_restart = None
@@ -728,7 +771,13 @@ class _ParticleRun:
         y = np.cos(r) * x + sinc * eta
         return y / np.linalg.norm(y, axis=1, keepdims=True)
 
-    def run(self) -> ParticleResult:
+    def run(self, progress: bool | Callable[[dict], None] = False,
+            callback: Callable[[dict], None] | None = None) -> ParticleResult:
+        """Integrate (see :func:`simulate_particles` for ``progress`` and ``callback``); once per prepared run."""
+        if self._ran:
+            raise RuntimeError("this prepared particle run has already been run; prepare a new one")
+        self._ran = True
+        self.progress, self.callback = progress, callback
         with blas_threads(self.opts.blas_threads):
             return self._run()
 

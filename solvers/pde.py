@@ -21,12 +21,19 @@ from typing import Any, Callable
 import numpy as np
 
 from spectral.filters import make_filter
-from .model import Model
+from . import lagrangian
+from ._memory import GIB, refuse_if_too_big
+from .atoms import DEFAULT_PROMINENCE
+from .interaction import InteractionSums
+from .model import Model, density_values
 from .stepping import TABLEAUS, IFRungeKutta, StepController
 
-__all__ = ["solve_pde", "PDEResult", "PDEOptions", "STOP_REASONS", "space_for"]
+__all__ = ["solve_pde", "prepare_pde", "PDERun", "PDEResult", "PDEOptions", "STOP_REASONS", "space_for"]
 
-STOP_REASONS = ("t_final", "resolution", "positivity", "non-finite", "max_steps", "interrupted")
+STOP_REASONS = ("t_final", "stationary", "resolution", "positivity", "non-finite", "max_steps", "interrupted")
+CONTINUATIONS = ("lagrangian", "none")
+#: smallest tail_tol, tail_max, positivity_tol accepted (see PDEOptions)
+_ROUND_OFF_FLOOR = 1e-14
 
 
 def space_for(d: int):
@@ -79,6 +86,32 @@ class PDEOptions:
     planner : str
         FFTW planner effort for the circle ("FFTW_ESTIMATE" is deterministic; restarts then reproduce
         uninterrupted runs exactly).
+    continuation : {"lagrangian", "none"} or None
+        What happens when the grid can no longer follow the density (``solvers.lagrangian``). Default
+        (None): "lagrangian" when noise = 0, "none" with noise (which has no characteristics to follow).
+        "lagrangian": when the run would have to refine past ``handoff_degree`` or would stop for
+        resolution or positivity, the last resolved state (tail <= tail_tol) becomes a node measure that
+        moves along the characteristics to t_final or until "stationary". "none": the Eulerian run alone,
+        which stops as described above.
+    handoff_degree : int or None
+        Largest Eulerian resolution with the continuation (S^1 default 1024 modes, S^2 default L = 127;
+        refinements are clipped to it, as to ``max_degree``).
+    handoff_at : float or None
+        Hand off at this time (a resolved state), whatever the resolution: for consistency checks.
+    nodes : int or None
+        Nodes of the continuation (default ``lagrangian.default_nodes``: 4096 on S^1, 8192 on S^2, where
+        the count is rounded to a Gauss grid 2 nlat^2).
+    node_rtol, node_atol : float
+        Step error tolerances of the nodes (radians): max_j |err_j| <= node_atol + node_rtol.
+    merge_tol : float
+        Nodes closer than this (radians) become one node.
+    drift_tol : float
+        Stop with "stationary" when max |v| over the nodes is below this (radians per unit time).
+    atom_radius : float or None
+        Grouping radius of the atoms of a node measure (default a tenth of the initial node spacing).
+    error_estimate : bool
+        After the run, repeat the continuation from the handoff state with twice the nodes to the same
+        time: the atoms then carry error estimates (``PDEResult.atoms``).
     """
 
     rtol: float = 1e-8
@@ -97,6 +130,16 @@ class PDEOptions:
     output_points: int | None = None
     threads: int = 1
     planner: str = "FFTW_ESTIMATE"
+    continuation: str | None = None
+    handoff_degree: int | None = None
+    handoff_at: float | None = None
+    nodes: int | None = None
+    node_rtol: float = 1e-6
+    node_atol: float = 1e-8
+    merge_tol: float = 1e-6
+    drift_tol: float = 1e-6
+    atom_radius: float | None = None
+    error_estimate: bool = True
 
     def __post_init__(self) -> None:
         def positive(name, allow_none=False):
@@ -105,22 +148,34 @@ class PDEOptions:
                 return
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
                 raise ValueError(f"option {name} must be a finite number > 0, got {v!r}")
-        for name in ("rtol", "atol", "cfl", "tail_tol", "tail_max", "positivity_tol", "sa_psi_min"):
+        for name in ("rtol", "atol", "cfl", "tail_tol", "tail_max", "positivity_tol", "sa_psi_min", "node_rtol",
+                     "node_atol", "merge_tol", "drift_tol"):
             positive(name)
-        for name in ("dt0", "dt_max"):
+        for name in ("dt0", "dt_max", "handoff_at", "atom_radius"):
             positive(name, allow_none=True)
+        if self.continuation is not None and self.continuation not in CONTINUATIONS:
+            raise ValueError(f"option continuation must be one of {CONTINUATIONS} or None, got {self.continuation!r}")
+        if not isinstance(self.error_estimate, bool):
+            raise ValueError(f"option error_estimate must be True or False, got {self.error_estimate!r}")
         if self.method not in ("DP54", "BS32"):
             raise ValueError(f"option method must be 'DP54' or 'BS32', got {self.method!r}")
         for name in ("max_steps", "threads"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
                 raise ValueError(f"option {name} must be an integer >= 1, got {v!r}")
-        for name in ("max_degree", "output_points"):
+        for name in ("max_degree", "output_points", "handoff_degree", "nodes"):
             v = getattr(self, name)
             if v is not None and (isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 2):
                 raise ValueError(f"option {name} must be an integer >= 2, got {v!r}")
         if self.tail_max < self.tail_tol:
             raise ValueError(f"option tail_max ({self.tail_max}) must be >= tail_tol ({self.tail_tol})")
+        for name in ("tail_tol", "tail_max", "positivity_tol"):
+            # the spectral tail and min rho / max rho of a resolved density sit at double-precision
+            # round-off, about 1e-15: a tolerance below it fails at the first check
+            if getattr(self, name) < _ROUND_OFF_FLOOR:
+                raise ValueError(f"option {name} = {getattr(self, name)!r} is below the round-off floor "
+                                 f"{_ROUND_OFF_FLOOR:g} of what it bounds (~1e-15 in double precision): the run would "
+                                 "stop at its first check; use a larger value")
         self._filter = make_filter(self.filter)
         if self._filter is not None:
             self.filter = self._filter.describe()
@@ -155,7 +210,20 @@ class PDEResult:
         computational grid; dissipation is s ∫ rho |v|^2 dsigma (= dE/dt for noiseless USA)
     steps : dict of arrays "t", "dt", "error", "accepted" — every attempted step
     refinements : list of (t, old degree, new degree)
+    grids : list of (degree, *grid sizes): the computational grid of every degree used ((M,) on S^1,
+        (nlat, nphi) on S^2), fixed by the degree (``space.computational_grid``)
     stop_reason : one of STOP_REASONS; message : human-readable detail; t_stop : time reached
+    nodes : per snapshot, None (an Eulerian snapshot) or the node measure of the continuation: a dict of
+        "x" (N, d), "w" (N,), "count" (N,) (initial nodes held by each node) and "max_drift"
+    lagrangian : None (no handoff), or a dict: "handoff" (t, reason, message, degree, nodes, clipped_mass,
+        description, smoothing, atom_radius), "merges" (M, 3: t, nodes before, nodes after),
+        "node_nsteps", "node_nrejected", "check" (the error-estimate run at twice the nodes: "t",
+        "initial_nodes", "x", "w", "count", "nsteps", "stop_reason", "wall_time"; None if not run)
+
+    Past a handoff (``lagrangian`` not None) the snapshots are those of the node measure: ``coeffs`` its
+    exact coefficients up to the handoff degree, ``density`` their heat-smoothed series on the output grid
+    (scale ``lagrangian["handoff"]["smoothing"]``: ``space.smoothing_scale`` of the handoff degree), with
+    ``min_density`` its minimum, ``mass`` the sum of the weights, ``tail`` that of the coefficients.
     """
 
     model: Model
@@ -180,6 +248,9 @@ class PDEResult:
     initial: str
     wall_time: float
     restart: dict | None = field(default=None, repr=False)
+    grids: list = field(default_factory=list)
+    nodes: list = field(default_factory=list, repr=False)
+    lagrangian: dict | None = field(default=None, repr=False)
 
     @property
     def space(self):
@@ -200,13 +271,32 @@ class PDEResult:
         """rho at unit vectors x (n, d) at snapshot i, evaluated from the coefficients."""
         return self.space.evaluate(self.coefficients(i), np.asarray(x, dtype=float))
 
+    @property
+    def t_handoff(self) -> float | None:
+        """Time of the handoff to the Lagrangian continuation (None without one)."""
+        return None if self.lagrangian is None else float(self.lagrangian["handoff"]["t"])
+
+    def node_measure(self, i: int = -1) -> "lagrangian.Nodes | None":
+        """The node measure of snapshot i (None for an Eulerian snapshot)."""
+        n = self.nodes[self._index(i)] if self.nodes else None
+        return None if n is None else lagrangian.Nodes(n["x"], n["w"], n["count"])
+
     def atoms(self, i: int = -1, threshold: float = 10.0, method: str = "basin", min_mass: float = 0.0,
-              smoothing: float | str | None = "auto"):
+              smoothing: float | str | None = "auto", prominence: float = DEFAULT_PROMINENCE):
         """Positions (k, d) and masses (k,) of the concentrated pieces of rho at snapshot i.
 
-        ``method="basin"`` (default): every local maximum of rho with rho >= threshold (the uniform
-        density is 1) is an atom carrying the mass of its steepest-ascent basin, i.e. of everything
-        that slopes up into it; mass frozen on a plateau beyond a dip is not counted.
+        Past the handoff (a snapshot of the node measure) the atoms are the node groups of
+        ``solvers.lagrangian.node_atoms`` (a :class:`~solvers.lagrangian.NodeAtoms`: also ``counts``,
+        ``diffuse``, and at the last snapshot, after the error-estimate run, ``mass_errors``,
+        ``position_errors``, ``diffuse_error``); ``threshold``, ``method``, ``smoothing`` and
+        ``prominence`` do not apply there, ``min_mass`` does (lighter groups count as diffuse).
+        Before it:
+
+        ``method="basin"`` (default): every peak of rho with rho >= threshold (the uniform density is
+        1) is an atom carrying the mass of its steepest-ascent basin, i.e. of everything that slopes
+        up into it; peaks less prominent than ``prominence`` x their height above the saddle to a
+        higher peak are merged into it (spurious maxima of the grid along a ridge; ``solvers.atoms``);
+        mass frozen on a plateau beyond a dip is not counted.
         ``method="level"``: the connected components of {rho >= threshold}, with the mass above the
         level set only. Positions are normalised rho-weighted mean directions.
         ``smoothing``: peaks, basins and levels are found on rho smoothed by the heat kernel at this
@@ -214,8 +304,23 @@ class PDEResult:
         mode — Gibbs oscillations beside a jump are not atoms —, for the level method none; None:
         rho itself); masses are those of rho.
         """
+        i = self._index(i)
+        nodes = self.node_measure(i)
+        if nodes is not None:
+            radius = float(self.lagrangian["handoff"]["atom_radius"])
+            atoms = lagrangian.node_atoms(nodes, radius)
+            check = self.lagrangian.get("check")
+            if i == len(self.t) - 1 and check is not None and float(check["t"]) == float(self.t[i]):
+                fine = lagrangian.Nodes(np.asarray(check["x"]), np.asarray(check["w"]), np.asarray(check["count"]))
+                n2 = int(check["initial_nodes"])
+                ratio = n2 / float(self.lagrangian["handoff"]["nodes"])
+                # the grouping radius scales with the node spacing
+                atoms = lagrangian.estimate_atoms(
+                    atoms, lagrangian.node_atoms(fine, radius / ratio ** (1.0 / (self.model.d - 1))), n2,
+                    floor=float(self.lagrangian["handoff"].get("max_weight", 0.0)))
+            return atoms.heavy(min_mass) if min_mass > 0 else atoms
         return self.space.atoms(self.coefficients(i), threshold=threshold, method=method, min_mass=min_mass,
-                                smoothing=smoothing)
+                                smoothing=smoothing, prominence=prominence)
 
     def summary(self) -> str:
         m = self.model
@@ -228,8 +333,21 @@ class PDEResult:
             f"  energy {self.energy[0]:.10g} -> {self.energy[-1]:.10g}; |mass - 1| <= "
             f"{np.max(np.abs(self.mass - 1)):.2e}; min rho {self.min_density[-1]:.3g}; tail {self.tail[-1]:.2e}",
         ]
+        if self.lagrangian is not None:
+            h = self.lagrangian["handoff"]
+            merges = self.lagrangian["merges"]
+            lines.append(f"  handoff at t={h['t']:.6g} ({h['reason']}: {h['message']}), degree {h['degree']}, "
+                         f"{h['nodes']} nodes, clipped mass {h['clipped_mass']:.2e}; {len(merges)} merge steps, "
+                         f"{int(merges[-1, 2]) if len(merges) else h['nodes']} nodes at the end")
         atoms = self.atoms()
-        if len(atoms):
+        if isinstance(atoms, lagrangian.NodeAtoms):
+            lines.append(f"  atoms (node groups within {atoms.radius:.2g} rad): {len(atoms)}; diffuse mass "
+                         f"{atoms.diffuse:.4f}" + (f" ± {atoms.diffuse_error:.1e}" if atoms.diffuse_error is not None
+                                                   else ""))
+            for k in range(min(len(atoms), 12)):
+                err = "" if atoms.mass_errors is None else f" ± {atoms.mass_errors[k]:.1e}"
+                lines.append(f"    mass {atoms.masses[k]:.4f}{err} at {np.round(atoms.positions[k], 4).tolist()}")
+        elif len(atoms):
             lines.append(f"  atoms (rho >= 10): {len(atoms)}, masses "
                          + ", ".join(f"{w:.4f}" for w in atoms.masses[:12])
                          + (" ..." if len(atoms) > 12 else ""))
@@ -238,27 +356,58 @@ class PDEResult:
         return "\n".join(lines)
 
 
+def _check_restart_settings(saved: dict | None, now: dict) -> None:
+    """ValueError listing what differs between a restart state's settings and this run's."""
+    if saved is None:
+        return
+    norm = lambda v: tuple(v) if isinstance(v, list) else v
+    diff = [f"{k}: {saved.get(k)!r} -> {now[k]!r}" for k in now if norm(saved.get(k)) != norm(now[k])]
+    if diff:
+        raise ValueError("the restart state belongs to a run with other settings (" + "; ".join(diff[:6])
+                         + "); pass the same model, save_every and options")
+
+
+def _probe_points(d: int, n: int = 257) -> np.ndarray:
+    """n check points spread over S^1 (angles at an irrational offset) or S^2 (a Fibonacci lattice), off
+    every equispaced or Gauss sampling grid."""
+    i = np.arange(n) + 0.5
+    if d == 2:
+        th = 2.0 * np.pi * (i + 0.318) / n
+        return np.stack([np.cos(th), np.sin(th)], axis=1)
+    z = 1.0 - 2.0 * i / n
+    phi = np.pi * (1.0 + np.sqrt(5.0)) * i + 0.318
+    s = np.sqrt(1.0 - z * z)
+    return np.stack([s * np.cos(phi), s * np.sin(phi), z], axis=1)
+
+
 def _initial_coefficients(space, initial, degree: int, tail_tol: float, max_degree: int):
-    """Canonical coefficients of the initial density and the degree actually used."""
+    """Canonical coefficients of the initial density, the degree used, a description, and the relative RMS
+    miss of the series at check points (a callable's; 0 for the others)."""
     if isinstance(initial, str):
         if initial != "uniform":
             raise ValueError(f"initial must be 'uniform', a callable on unit vectors, or an array of "
                              f"coefficients, got {initial!r}")
         c = np.zeros(space.ncoef(degree), dtype=complex)
         c[0] = space.mass_coefficient
-        return c, degree, "uniform"
+        return c, degree, "uniform", 0.0
     if callable(initial):
+        # the tail of the kept coefficients misses what lies entirely above the resolution (a harmonic of
+        # degree 40 at degree 32 projects to the uniform density, with tail 0): the series is also compared
+        # with the density itself at check points, and that relative RMS miss counts as a tail
+        probe = _probe_points(space.d)
+        want = density_values(initial, probe, "initial density")
         while True:
             c = space.project(initial, degree)
             mass = space.mass(c)
             if not mass > 0:
                 raise ValueError(f"initial density has mass {mass:.3g}; it must be positive")
             c = c / mass
-            if space.tail(c) <= tail_tol or degree >= max_degree:
+            miss = float(np.linalg.norm(space.evaluate(c, probe) - want / mass) / np.linalg.norm(want / mass))
+            if max(space.tail(c), miss) <= tail_tol or degree >= max_degree:
                 break
             degree = min(2 * degree, max_degree)
         desc = f"callable {getattr(initial, '__name__', type(initial).__name__)} (normalised by 1/{mass:.12g})"
-        return c, degree, desc
+        return c, degree, desc, miss
     c = np.asarray(initial)
     if c.ndim != 1 or not np.issubdtype(c.dtype, np.number):
         raise ValueError("initial coefficients must be a 1-D numeric array in the canonical layout")
@@ -273,7 +422,7 @@ def _initial_coefficients(space, initial, degree: int, tail_tol: float, max_degr
         raise ValueError(f"initial coefficients must describe a probability density (mass 1), got mass {mass!r}")
     out = np.zeros(n, dtype=complex)
     out[: c.size] = c
-    return out, degree, f"coefficients ({c.size})"
+    return out, degree, f"coefficients ({c.size})", 0.0
 
 
 class _Snapshots:
@@ -281,14 +430,17 @@ class _Snapshots:
 
     def __init__(self) -> None:
         self.rows: list[dict] = []
+        self.nodes: list[dict | None] = []
 
-    def add(self, row: dict) -> None:
+    def add(self, row: dict, nodes: dict | None = None) -> None:
         self.rows.append(row)
+        self.nodes.append(nodes)
 
     def arrays(self, space) -> dict:
         if not self.rows:
             out = {key: np.zeros(0) for key in ("t", "energy", "mass", "min_density", "tail", "dissipation")}
-            out.update(degree=np.zeros(0, dtype=int), coeffs=np.zeros((0, 0), dtype=complex), density=None)
+            out.update(degree=np.zeros(0, dtype=int), coeffs=np.zeros((0, 0), dtype=complex), density=None,
+                       nodes=[])
             return out
         n = max(r["coeffs"].size for r in self.rows)
         coeffs = np.zeros((len(self.rows), n), dtype=complex)
@@ -298,6 +450,7 @@ class _Snapshots:
         for key in ("t", "degree", "energy", "mass", "min_density", "tail", "dissipation"):
             out[key] = np.array([r[key] for r in self.rows])
         out["density"] = np.array([r["density"] for r in self.rows])
+        out["nodes"] = list(self.nodes)
         return out
 
 
@@ -337,6 +490,22 @@ def solve_pde(model: Model, t_final: float, degree: int, initial="uniform", save
     -------
     PDEResult
     """
+    return prepare_pde(model, t_final, degree, initial, save_every, restart=restart, **options).run(
+        progress=progress, callback=callback)
+
+
+def prepare_pde(model: Model, t_final: float, degree: int, initial="uniform", save_every: float | None = None,
+                *, restart: dict | None = None, **options) -> "PDERun":
+    """Check the arguments of :func:`solve_pde` and build the initial state, without taking a step.
+
+    Everything a run would refuse is refused here (ValueError, TypeError): bad arguments, and initial
+    data the run could not even start from — a density negative somewhere on the computational grid
+    (beyond ``positivity_tol``), one not resolved at the largest resolution (tail above ``tail_max``,
+    or above ``tail_tol`` at the handoff degree when the continuation would have to start from it),
+    SA's log Psi not representable, non-finite values; the Lagrangian continuation asked for with
+    noise. ``prepare_pde(...).run(progress=, callback=)`` is :func:`solve_pde`; the run layer prepares
+    before it creates an archive.
+    """
     if not isinstance(model, Model):
         raise TypeError(f"model must be a solvers.Model, got {type(model).__name__}")
     Disc, space = space_for(model.d)
@@ -352,19 +521,40 @@ def solve_pde(model: Model, t_final: float, degree: int, initial="uniform", save
         raise ValueError(f"degree must be an integer >= {space.min_degree}, got {degree!r}")
     if degree > max_degree:
         raise ValueError(f"degree {degree} exceeds max_degree {max_degree}")
-    return _Run(model, Disc, space, float(t_final), int(degree), initial, save_every, opts, max_degree,
-                progress, callback, restart).run()
+    if opts.continuation is None:
+        opts.continuation = "lagrangian" if model.noise == 0 else "none"
+    elif opts.continuation == "lagrangian" and model.noise > 0:
+        raise ValueError("continuation='lagrangian' carries the density along the characteristics of the flow, "
+                         f"which noise (nu = {model.noise:g}) does not have: use continuation='none'")
+    if opts.continuation == "lagrangian":
+        opts.handoff_degree = opts.handoff_degree or space.default_handoff_degree
+        if degree > opts.handoff_degree:
+            raise ValueError(f"degree {degree} exceeds handoff_degree {opts.handoff_degree} (the continuation's "
+                             "largest Eulerian resolution): raise handoff_degree or lower degree")
+        if opts.handoff_at is not None and opts.handoff_at >= t_final:
+            raise ValueError(f"handoff_at = {opts.handoff_at!r} is not before t_final = {t_final!r}")
+    elif any(getattr(opts, k) is not None for k in ("handoff_degree", "handoff_at", "nodes", "atom_radius")):
+        raise ValueError("handoff_degree, handoff_at, nodes and atom_radius are options of the Lagrangian "
+                         "continuation, which continuation='none' turns off")
+    return PDERun(model, Disc, space, float(t_final), int(degree), initial, save_every, opts, max_degree, restart)
 
 
-class _Run:
-    """One integration: state, stepping, monitoring, snapshots."""
+class PDERun:
+    """One prepared integration (:func:`prepare_pde`); :meth:`run` integrates it once.
+
+    Phases: the Eulerian (spectral) stepping with resolution control; with ``continuation="lagrangian"``
+    the handoff to a node measure and its Lagrangian stepping (``solvers.lagrangian``); then, by
+    default, the error-estimate run of the continuation at twice the nodes.
+    """
 
     def __init__(self, model, Disc, space, t_final, degree, initial, save_every, opts: PDEOptions,
-                 max_degree, progress, callback, restart) -> None:
+                 max_degree, restart) -> None:
         self.model, self.Disc, self.space = model, Disc, space
         self.t_final, self.save_every, self.opts, self.max_degree = t_final, save_every, opts, max_degree
-        self.callback = callback
-        self.progress = progress
+        self.continues = opts.continuation == "lagrangian"
+        # the largest Eulerian resolution: refinements are clipped to it
+        self.cap = min(max_degree, opts.handoff_degree) if self.continues else max_degree
+        self.callback = self.progress = None
         self.tableau = TABLEAUS[opts.method]
         self.controller = StepController(self.tableau.error_order)
         self.snaps = _Snapshots()
@@ -372,10 +562,19 @@ class _Run:
         self._steps_mark = 0
         self.refinements: list = []
         self.output_points = opts.output_points or space.default_output_points
+        self.t = 0.0 if restart is None else float(restart["t"])
+        self._refuse_too_big()
         self.grid = space.output_grid(self.output_points)
+        self.lag = None              # the Lagrangian phase, after the handoff
+        self.handoff = None          # what the handoff was (dict), after it
+        self.check = None            # the error-estimate run's final node measure
+        self._ran = False
+        restart = dict(restart) if restart is not None else None
+        # a restart state is that of the last snapshot taken
+        self._last_snapshot_t = None if restart is None else float(restart["t"])
         if restart is None:
-            c, self.degree, self.initial_desc = _initial_coefficients(space, initial, degree, opts.tail_tol,
-                                                                      max_degree)
+            c, self.degree, self.initial_desc, self._miss = _initial_coefficients(space, initial, degree,
+                                                                                  opts.tail_tol, self.cap)
             if self.degree != degree:
                 self.refinements.append((0.0, degree, self.degree))
             self.t = 0.0
@@ -392,10 +591,100 @@ class _Run:
             self.controller.restore(restart)
             self.initial_desc = str(restart.get("initial", "restart"))
             self.refinements = [tuple(r) for r in restart.get("refinements", [])]
-        self.disc = Disc(model, self.degree, threads=opts.threads, effort=opts.planner)
-        self.u = space.to_state(c, self.degree)
+            self._miss = 0.0
+            _check_restart_settings(restart.get("settings"), self._settings())
+            # at t_final a continuation may still owe its error-estimate run
+            owes = restart.get("phase") == "lagrangian" and opts.error_estimate and self.t == t_final
+            if self.t >= t_final and not owes:
+                raise ValueError(f"the restart state is at t = {self.t:.6g} >= t_final = {t_final:g}: nothing to run")
         self.restart_from = restart
         self.filter = opts._filter
+        # the computational grid of every degree used (fixed by the degree: recorded so that a resume on
+        # a machine or version whose grid would differ can be refused)
+        self.grids = {int(row[0]): tuple(int(v) for v in row[1:]) for row in (restart or {}).get("grids", [])}
+        if restart is not None and restart.get("phase") == "lagrangian":
+            self._restore_lagrangian(restart)
+            return
+        self.disc = Disc(model, self.degree, threads=opts.threads, effort=opts.planner)
+        self.grids[self.degree] = tuple(self.disc.grid_shape)
+        self.u = space.to_state(c, self.degree)
+        with np.errstate(all="ignore"):             # a state it cannot use is reported just below
+            self._start = self._rhs_with_diag()
+        # the last resolved state (tail <= tail_tol, positivity and SA checks passed): the handoff's source
+        self.good = None
+        self._refuse_infeasible(self._start[1])
+        if restart is None:
+            self._refuse_unusable_initial_state(self._start[1])
+            self._remember_good(self._start[1])
+        elif "good_coeffs" in restart:
+            self.good = {"t": float(restart["good_t"]), "degree": int(restart["good_degree"]),
+                         "save_index": int(restart["good_save_index"]),
+                         "coeffs": np.asarray(restart["good_coeffs"], dtype=complex)}
+
+    def _refuse_too_big(self) -> None:
+        """Refuse (ValueError) a run whose snapshots, output grid and transforms would not fit in memory
+        (checked before any of them is built)."""
+        opts, space = self.opts, self.space
+        left = self.t_final - self.t
+        n_snap = 2 + (math.ceil(left / self.save_every) if self.save_every is not None else 0)
+        grid_points = self.output_points if self.model.d == 2 else 2 * self.output_points ** 2
+        per_snap = 8.0 * grid_points + 16.0 * space.ncoef(self.cap)
+        if self.continues:
+            per_snap += 8.0 * (self.model.d + 2) * (opts.nodes or lagrangian.default_nodes(self.model.d))
+        # the snapshots are kept as rows, then stacked into the result's arrays (measured peak: 2.3 x their
+        # size, 1002 snapshots of 2^17 points on S^1)
+        parts = {f"{n_snap} snapshots kept and stacked": 2.5 * n_snap * per_snap,
+                 "output grid": 8.0 * self.model.d * grid_points}
+        if self.model.d == 3:
+            # transforms and buffers at the largest degree L (measured: 0.34 GiB at L = 511, 1.09 at 1023,
+            # 3.7 at 2047, about 0.9 GiB x ((L + 1) / 1024)^2)
+            parts[f"transforms at degree {self.cap}"] = 0.9 * GIB * ((self.cap + 1) / 1024.0) ** 2
+        refuse_if_too_big(parts, "raise save_every, lower output_points or max_degree")
+
+    def _refuse_infeasible(self, diag: dict) -> None:
+        """Refuse (ValueError) a run that cannot reach t_final within max_steps."""
+        opts = self.opts
+        left = self.t_final - self.t
+        if self.save_every is not None:
+            n_save = math.ceil(left / self.save_every - 1e-9)
+            if n_save > opts.max_steps:
+                raise ValueError(f"max_steps = {opts.max_steps} cannot reach t_final = {self.t_final:g}: the "
+                                 f"{n_save} snapshot times left each need a step; raise max_steps or save_every")
+        vmax = diag.get("vmax", 0.0)
+        if vmax > 0 and math.isfinite(vmax):
+            # the CFL bound at the present, coarsest, grid: finer grids only need more steps
+            need = left * vmax / (opts.cfl * self.disc.spacing)
+            if need > opts.max_steps:
+                raise ValueError(f"at t = {self.t:g} max |v| = {vmax:.3g} limits the step to cfl h / max|v| = "
+                                 f"{opts.cfl * self.disc.spacing / vmax:.3g}: t_final = {self.t_final:g} needs more than "
+                                 f"max_steps = {opts.max_steps} steps (check the model's perceptron scale and "
+                                 "strength, and the option cfl)")
+
+    def _refuse_unusable_initial_state(self, diag: dict) -> None:
+        """Raise ValueError when the run would stop at its first check (docstring of prepare_pde). An
+        unresolved density is named as such first: its Gibbs undershoot would otherwise pass for a
+        negative density."""
+        opts = self.opts
+        # what the kept coefficients miss of a callable counts as tail (see _initial_coefficients)
+        tail = max(self.disc.tail(self.u), self._miss)
+        if self.degree >= self.cap and self.continues and tail > opts.tail_tol:
+            raise ValueError(f"initial data refused before any step: the initial density is not resolved at the "
+                             f"handoff degree {self.cap} (spectral tail or miss at check points {tail:.2e} > "
+                             f"tail_tol {opts.tail_tol:.0e}), so the continuation has no resolved state to start "
+                             "from; raise handoff_degree (and max_degree), or start from a smoother density")
+        if self.degree >= self.cap and tail > opts.tail_max:
+            raise ValueError(f"initial data refused before any step: the initial density is not resolved at "
+                             f"max_degree = {self.max_degree} (spectral tail or miss at check points {tail:.2e} > "
+                             f"tail_max {opts.tail_max:.0e}; the run would stop at once with 'resolution'); raise "
+                             "max_degree, or start from a smoother density")
+        chk = self._check_state(diag)
+        if chk is not None:
+            reason, message = chk
+            advice = {"positivity": "give the coefficients of a density >= 0 (or raise positivity_tol)",
+                      "resolution": "lower beta, or start from smoother data",
+                      "non-finite": "give finite data"}[reason]
+            raise ValueError(f"initial data refused before any step: {message} on the computational grid of "
+                             f"degree {self.degree} (the run would stop at once with '{reason}'); {advice}")
 
     # --- helpers --------------------------------------------------------------------------------
     def _save_time(self, k: int) -> float:
@@ -403,11 +692,43 @@ class _Run:
             return self.t_final
         return min(k * self.save_every, self.t_final)
 
+    def _common_state(self) -> dict:
+        return {"t": self.t, "nsteps": self.nsteps, "nrejected": self.nrejected, "save_index": self.save_index,
+                "initial": self.initial_desc, "refinements": [tuple(r) for r in self.refinements],
+                "grids": self._grid_rows(), "settings": self._settings()}
+
+    def _settings(self) -> dict:
+        """What a restart must share with the run it continues (else it would not be that run); t_final
+        and the step budget may change."""
+        m = self.model
+        p = m.perceptron
+        digest = None
+        if p is not None:
+            import hashlib
+            h = hashlib.sha256()
+            for k, v in sorted(p.to_dict().items()):
+                h.update(k.encode())
+                h.update(np.ascontiguousarray(v).tobytes() if isinstance(v, np.ndarray) else repr(v).encode())
+            digest = h.hexdigest()[:16]
+        opts = {k: v for k, v in self.opts.to_dict().items() if k not in ("threads", "max_steps")}
+        return {"d": m.d, "beta": m.beta, "flow": m.flow, "attention": m.attention, "strength": m.strength,
+                "noise": m.noise, "perceptron": digest, "save_every": self.save_every,
+                **{f"option {k}": v for k, v in opts.items()}}
+
     def _restart_state(self) -> dict:
-        return {"t": self.t, "coeffs": self.space.to_canonical(self.u, self.degree), "degree": self.degree,
-                "dt": float(self.dt) if self.dt is not None else float("nan"), "nsteps": self.nsteps,
-                "nrejected": self.nrejected, "save_index": self.save_index, "initial": self.initial_desc,
-                "refinements": [tuple(r) for r in self.refinements], **self.controller.state()}
+        if self.lag is not None:
+            return self._lagrangian_state()
+        out = {**self._common_state(), "coeffs": self.space.to_canonical(self.u, self.degree),
+               "degree": self.degree, "dt": float(self.dt) if self.dt is not None else float("nan"),
+               **self.controller.state()}
+        if self.good is not None:
+            g = self.good
+            out.update(good_t=g["t"], good_degree=g["degree"], good_save_index=g["save_index"],
+                       good_coeffs=g["coeffs"])
+        return out
+
+    def _grid_rows(self) -> list[tuple[int, ...]]:
+        return [(deg, *shape) for deg, shape in sorted(self.grids.items())]
 
     def _snapshot(self, diag: dict) -> None:
         canon = self.space.to_canonical(self.u, self.degree)
@@ -416,12 +737,17 @@ class _Run:
                "min_density": diag["min_density"], "tail": self.disc.tail(self.u),
                "dissipation": self.disc.dissipation(self.u),
                "density": self.space.on_output_grid(canon, self.output_points)}
-        self.snaps.add(row)
+        self._record(row, None)
+
+    def _record(self, row: dict, nodes: dict | None) -> None:
+        """Keep a snapshot row (and the node measure of a Lagrangian one) and hand it to the callback."""
+        self.snaps.add(row, nodes)
+        self._last_snapshot_t = row["t"]
         self.last_restart = self._restart_state()
         if self.callback is not None:
             # the steps attempted since the previous snapshot travel with it (for the archive)
             steps = {k: v[self._steps_mark:] for k, v in self.steps.items()}
-            self.callback({**row, "restart": self.last_restart, "steps": steps})
+            self.callback({**row, "nodes": nodes, "restart": self.last_restart, "steps": steps})
         self._steps_mark = len(self.steps["t"])
 
     def _rhs_with_diag(self):
@@ -435,124 +761,259 @@ class _Run:
     def _check_state(self, diag: dict) -> tuple[str, str] | None:
         """Stop reason and message if the state has lost resolution or positivity, else None."""
         opts = self.opts
-        if not all(math.isfinite(v) for v in diag.values()):
-            return "non-finite", "non-finite values in the density or the velocity"
-        if "psi_ratio" in diag and diag["psi_ratio"] < opts.sa_psi_min:
+        # SA first: where Psi's series reaches 0 the velocity G / Psi is infinite, and the cause is Psi
+        if "psi_ratio" in diag and math.isfinite(diag["psi_ratio"]) and diag["psi_ratio"] < opts.sa_psi_min:
             return "resolution", (f"SA: min Psi / |Psi series| = {diag['psi_ratio']:.2e} < sa_psi_min = "
                                   f"{opts.sa_psi_min:.0e}: log Psi, hence the normalised velocity, is no longer "
                                   "accurate in double precision")
+        if not all(math.isfinite(v) for v in diag.values()):
+            return "non-finite", "non-finite values in the density or the velocity"
         if diag["min_density"] < -opts.positivity_tol * max(diag["max_density"], 1.0):
             return "positivity", (f"min rho = {diag['min_density']:.3e} < -{opts.positivity_tol:g} max rho "
                                   f"(max rho = {diag['max_density']:.3e})")
         return None
 
-    # --- the loop -------------------------------------------------------------------------------
-    def run(self) -> PDEResult:
-        opts = self.opts
+    def _remember_good(self, diag: dict) -> None:
+        """Keep the current state as the handoff source if it is resolved (continuation only)."""
+        if self.continues and self.disc.tail(self.u) <= self.opts.tail_tol and self._check_state(diag) is None:
+            self.good = {"t": self.t, "degree": self.degree, "save_index": self.save_index,
+                         "coeffs": self.space.to_canonical(self.u, self.degree)}
+
+    def _report(self, info: dict) -> None:
+        if self._bar is not None:
+            self._bar.n = min(self.t, self.t_final)
+            self._bar.set_postfix_str(" ".join(f"{k}={v:.2e}" if isinstance(v, float) else f"{k}={v}"
+                                               for k, v in info.items()), refresh=False)
+            self._bar.update(0)
+        elif callable(self.progress):
+            self.progress({"t": self.t, "t_final": self.t_final, **info})
+
+    # --- the run --------------------------------------------------------------------------------
+    def run(self, progress: bool | Callable[[dict], None] = False,
+            callback: Callable[[dict], None] | None = None) -> PDEResult:
+        """Integrate (see :func:`solve_pde` for ``progress`` and ``callback``); once per prepared run."""
+        if self._ran:
+            raise RuntimeError("this prepared PDE run has already been run; prepare a new one")
+        self._ran = True
+        self.progress, self.callback = progress, callback
         wall0 = time.perf_counter()
         stop, message = None, ""
-        bar = None
+        self._bar = None
         try:
-            f, diag = self._rhs_with_diag()
-            stepper = IFRungeKutta(self.disc.rhs, self.tableau, self.disc.lin)
-            if self.restart_from is None:
-                self._snapshot(diag)
-                chk = self._check_state(diag)
-                if chk:
-                    stop, message = chk
-            if self.dt is None or not math.isfinite(self.dt):
-                nf = self.disc.norm(f)
-                self.dt = 0.01 * self.disc.norm(self.u) / nf if nf > 0 else 0.01 * self.t_final
-                self.dt = min(self.dt, self._cfl_dt(diag), self.t_final)
             if self.progress is True:
                 from tqdm.auto import tqdm
-                bar = tqdm(total=self.t_final, initial=self.t, unit="t", bar_format=
-                           "{l_bar}{bar}| t={n:.4g}/{total:.4g} [{elapsed}<{remaining}] {postfix}")
-            consecutive_bad = 0
-            while stop is None:
-                if self.t >= self.t_final:
-                    stop, message = "t_final", "reached t_final"
-                    break
-                if self.nsteps >= opts.max_steps:
-                    stop, message = "max_steps", f"{opts.max_steps} accepted steps"
-                    break
-                t_save = self._save_time(self.save_index)
-                h = min(self.dt, self._cfl_dt(diag), t_save - self.t)
-                if opts.dt_max:
-                    h = min(h, opts.dt_max)
-                lands = h >= t_save - self.t
-                with np.errstate(all="ignore"):
-                    u_new, f_new, err = stepper.step(self.t, self.u, h, f)
-                    scale = opts.atol + opts.rtol * max(self.disc.norm(self.u), self.disc.norm(u_new))
-                    errn = self.disc.norm(err) / scale
-                ok, dt_new = self.controller.propose(h, errn if math.isfinite(errn) else math.inf)
-                self.steps["t"].append(self.t)
-                self.steps["dt"].append(h)
-                self.steps["error"].append(errn)
-                self.steps["accepted"].append(ok)
-                if not ok:
-                    self.nrejected += 1
-                    consecutive_bad = consecutive_bad + 1 if not math.isfinite(errn) else 0
-                    self.dt = dt_new
-                    if consecutive_bad >= 20 or dt_new < 1e-14 * max(1.0, self.t):
-                        stop = "non-finite"
-                        message = ("step size underflow" if math.isfinite(errn)
-                                   else "non-finite right-hand side on 20 successive attempts")
-                    continue
-                consecutive_bad = 0
-                self.t = t_save if lands else self.t + h
-                self.u, f = u_new, f_new
-                self.dt = dt_new
-                self.nsteps += 1
-                diag = dict(self.disc.last)
-                if self.filter is not None:
-                    self.u = self.u * self.disc.filter_multipliers(self.filter)
-                    f, diag = self._rhs_with_diag()
-                tail = self.disc.tail(self.u)
-                if tail > opts.tail_tol and self.degree < self.max_degree:
-                    new = min(2 * self.degree, self.max_degree)
-                    canon = self.space.to_canonical(self.u, self.degree)
-                    self.refinements.append((self.t, self.degree, new))
-                    self.degree = new
-                    self.disc = self.disc.refined(new)
-                    self.u = self.space.to_state(self.space.resize(canon, new), new)
-                    stepper = IFRungeKutta(self.disc.rhs, self.tableau, self.disc.lin)
-                    f, diag = self._rhs_with_diag()
-                    tail = self.disc.tail(self.u)
-                chk = self._check_state(diag)
-                if chk is None and tail > opts.tail_max and self.degree >= self.max_degree:
-                    chk = ("resolution", f"spectral tail {tail:.2e} > tail_max {opts.tail_max:.0e} at the "
-                                         f"maximal resolution {self.max_degree}")
-                if lands and chk is None:
-                    self.save_index += 1
-                    self._snapshot(diag)
-                if chk is not None:
-                    stop, message = chk
-                    if stop != "non-finite":
-                        self._snapshot(diag)
-                    break
-                if bar is not None:
-                    bar.n = self.t
-                    bar.set_postfix_str(f"dt={h:.2e} degree={self.degree}", refresh=False)
-                    bar.update(0)
-                elif callable(self.progress):
-                    self.progress({"t": self.t, "t_final": self.t_final, "dt": h, "degree": self.degree,
-                                   "nsteps": self.nsteps, "tail": tail, "min_density": diag["min_density"]})
+                self._bar = tqdm(total=self.t_final, initial=self.t, unit="t", bar_format=
+                                 "{l_bar}{bar}| t={n:.4g}/{total:.4g} [{elapsed}<{remaining}] {postfix}")
+            if self.lag is None:
+                stop, message = self._eulerian()
+                if stop == "handoff":
+                    stop, message = self._hand_off(*message)
+            if self.lag is not None and stop is None:
+                stop, message = self._lagrangian()
+                if self.opts.error_estimate and stop in ("t_final", "stationary"):
+                    self._error_estimate_run()
         except KeyboardInterrupt:
             stop, message = "interrupted", "interrupted by the user (KeyboardInterrupt)"
         finally:
-            if bar is not None:
-                bar.close()
+            if self._bar is not None:
+                self._bar.close()
         return self._result(stop, message, time.perf_counter() - wall0)
+
+    def _eulerian(self) -> tuple[str, object]:
+        """The spectral stepping; returns (stop reason, message), or ("handoff", (reason, message))."""
+        opts = self.opts
+        (f, diag), self._start = self._start, None
+        stepper = IFRungeKutta(self.disc.rhs, self.tableau, self.disc.lin)
+        if self.restart_from is None:
+            self._snapshot(diag)
+        if self.dt is None or not math.isfinite(self.dt):
+            nf = self.disc.norm(f)
+            self.dt = 0.01 * self.disc.norm(self.u) / nf if nf > 0 else 0.01 * self.t_final
+            self.dt = min(self.dt, self._cfl_dt(diag), self.t_final)
+        forced = opts.handoff_at if self.continues else None
+        consecutive_bad = 0
+        while True:
+            if forced is not None and self.t >= forced:
+                return "handoff", ("handoff_at", f"handoff forced at t = {forced:g} (option handoff_at)")
+            if self.t >= self.t_final:
+                return "t_final", "reached t_final"
+            if self.nsteps >= opts.max_steps:
+                return "max_steps", f"{opts.max_steps} accepted steps"
+            t_save = self._save_time(self.save_index)
+            t_land = min(t_save, forced) if forced is not None else t_save
+            h = min(self.dt, self._cfl_dt(diag), t_land - self.t)
+            if opts.dt_max:
+                h = min(h, opts.dt_max)
+            lands = h >= t_land - self.t
+            with np.errstate(all="ignore"):
+                u_new, f_new, err = stepper.step(self.t, self.u, h, f)
+                scale = opts.atol + opts.rtol * max(self.disc.norm(self.u), self.disc.norm(u_new))
+                errn = self.disc.norm(err) / scale
+            ok, dt_new = self.controller.propose(h, errn if math.isfinite(errn) else math.inf)
+            self.steps["t"].append(self.t)
+            self.steps["dt"].append(h)
+            self.steps["error"].append(errn)
+            self.steps["accepted"].append(ok)
+            if not ok:
+                self.nrejected += 1
+                consecutive_bad = consecutive_bad + 1 if not math.isfinite(errn) else 0
+                self.dt = dt_new
+                if consecutive_bad >= 20 or dt_new < 1e-14 * max(1.0, self.t):
+                    return "non-finite", ("step size underflow" if math.isfinite(errn)
+                                          else "non-finite right-hand side on 20 successive attempts")
+                continue
+            consecutive_bad = 0
+            self.t = t_land if lands else self.t + h
+            self.u, f = u_new, f_new
+            self.dt = dt_new
+            self.nsteps += 1
+            diag = dict(self.disc.last)
+            if self.filter is not None:
+                self.u = self.u * self.disc.filter_multipliers(self.filter)
+                f, diag = self._rhs_with_diag()
+            tail = self.disc.tail(self.u)
+            if tail > opts.tail_tol and self.degree < self.cap:
+                new = min(2 * self.degree, self.cap)
+                canon = self.space.to_canonical(self.u, self.degree)
+                self.refinements.append((self.t, self.degree, new))
+                self.degree = new
+                self.disc = self.disc.refined(new)
+                self.grids[new] = tuple(self.disc.grid_shape)
+                self.u = self.space.to_state(self.space.resize(canon, new), new)
+                stepper = IFRungeKutta(self.disc.rhs, self.tableau, self.disc.lin)
+                f, diag = self._rhs_with_diag()
+                tail = self.disc.tail(self.u)
+            chk = self._check_state(diag)
+            if self.continues and chk is not None and chk[0] != "non-finite":
+                return "handoff", (chk[0], f"at t = {self.t:.6g}: {chk[1]}")
+            if self.continues and tail > opts.tail_tol:
+                return "handoff", ("resolution", f"at t = {self.t:.6g} the spectral tail {tail:.2e} > tail_tol "
+                                                 f"{opts.tail_tol:.0e} at the handoff degree {self.cap}")
+            if chk is None and tail > opts.tail_max and self.degree >= self.cap:
+                chk = ("resolution", f"spectral tail {tail:.2e} > tail_max {opts.tail_max:.0e} at the "
+                                     f"maximal resolution {self.max_degree}")
+                if opts.continuation == "none" and self.model.noise > 0:
+                    chk = (chk[0], chk[1] + " (no Lagrangian continuation with noise: the flow has no "
+                                            "characteristics to follow)")
+            if lands and t_land == t_save and chk is None:
+                self.save_index += 1
+                self._snapshot(diag)
+            if chk is not None:
+                if chk[0] != "non-finite":
+                    self._snapshot(diag)
+                return chk
+            self._remember_good(diag)
+            self._report({"dt": h, "degree": self.degree, "nsteps": self.nsteps, "tail": tail,
+                          "min_density": diag["min_density"]})
+
+    # --- the continuation -------------------------------------------------------------------------
+    def _continuation_nodes(self, factor: int = 1):
+        g = self.good
+        n = (self.opts.nodes or lagrangian.default_nodes(self.model.d)) * factor
+        return lagrangian.handoff_nodes(self.model.d, g["coeffs"], g["degree"], n)
+
+    def _new_phase(self, nodes, t: float) -> "lagrangian.LagrangianPhase":
+        o = self.opts
+        sums = None
+        if self.model.attention != "none":
+            sums = InteractionSums(self.model.d, self.model.beta, "auto")
+        return lagrangian.LagrangianPhase(self.model, self.space, nodes, t, self.good["degree"], o.node_rtol,
+                                          o.node_atol, o.merge_tol, o.drift_tol, sums=sums)
+
+    def _hand_off(self, reason: str, message: str) -> tuple[str | None, str]:
+        """Build the node measure from the last resolved state and make it the state of the run."""
+        if self.good is None:
+            return "resolution", f"{message}; no resolved state (tail <= tail_tol) to hand off from"
+        g = self.good
+        nodes, clipped, desc = self._continuation_nodes()
+        self.handoff = {"t": g["t"], "reason": reason, "message": message, "degree": g["degree"],
+                        "nodes": len(nodes), "clipped_mass": clipped, "description": desc,
+                        "max_weight": float(nodes.w.max()),
+                        "smoothing": float(self.space.smoothing_scale(g["degree"])),
+                        "atom_radius": self._atom_radius(len(nodes))}
+        self.t, self.save_index, self.degree = g["t"], g["save_index"], g["degree"]
+        self.lag = self._new_phase(nodes, g["t"])
+        self.disc = self.u = None
+        return None, ""
+
+    def _atom_radius(self, n: int) -> float:
+        return self.opts.atom_radius or 0.1 * lagrangian.initial_spacing(self.model.d, n)
+
+    def _lagrangian(self) -> tuple[str, str]:
+        lag = self.lag
+        smoothing = self.handoff["smoothing"]
+
+        def save() -> None:
+            self.t = lag.t
+            self.save_index += 1
+            self._snapshot_nodes(smoothing)
+
+        def report(info: dict) -> None:
+            self.t = lag.t
+            self._report({"dt": info["dt"], "nodes": info["nodes"], "nsteps": info["nsteps"]})
+
+        # a resumed run re-derives its stop from the state (t >= t_final, stationary, max_steps): a run
+        # killed after its last snapshot goes straight on to the error-estimate run
+        stop, message = lag.run(self.t_final, save_time=lambda: self._save_time(self.save_index),
+                                on_save=lambda final: save(), progress=report,
+                                max_steps=self.opts.max_steps)
+        self.t = lag.t
+        if self._last_snapshot_t != self.t:
+            self._snapshot_nodes(smoothing)
+        return stop, message
+
+    def _snapshot_nodes(self, smoothing: float) -> None:
+        row = self.lag.row(self.output_points, smoothing)
+        nodes = row.pop("nodes")
+        self._record(row, nodes)
+
+    def _lagrangian_state(self) -> dict:
+        out = {**self._common_state(), "phase": "lagrangian", "degree": self.lag.degree,
+               "coeffs": self.snaps.rows[-1]["coeffs"] if self.snaps.rows else self.good["coeffs"],
+               "handoff": {k: v for k, v in self.handoff.items()}, "handoff_coeffs": self.good["coeffs"],
+               "good_t": self.good["t"], "good_save_index": self.good["save_index"],
+               "dt": float("nan"), "facold": self.controller.facold, **self.lag.state()}
+        return out
+
+    def _restore_lagrangian(self, restart: dict) -> None:
+        self.handoff = dict(restart["handoff"])
+        self.good = {"t": float(restart["good_t"]), "degree": int(self.handoff["degree"]),
+                     "save_index": int(restart["good_save_index"]),
+                     "coeffs": np.asarray(restart["handoff_coeffs"], dtype=complex)}
+        self.disc = self.u = None
+        self.lag = self._new_phase(None, self.t)
+        self.lag.restore(restart)
+
+    def _error_estimate_run(self) -> None:
+        """The continuation again from the handoff state with twice the nodes, to the same time."""
+        t_end = self.lag.t
+        nodes, _, _ = self._continuation_nodes(factor=2)
+        phase = self._new_phase(nodes, self.good["t"])
+        wall0 = time.perf_counter()
+        self.t = self.good["t"]
+
+        def report(info: dict) -> None:
+            self.t = phase.t
+            self._report({"check": "2x nodes", "dt": info["dt"], "nodes": info["nodes"]})
+
+        stop, message = phase.run(t_end, progress=report, stationary=False, max_steps=self.opts.max_steps)
+        self.t = t_end
+        self.check = {"t": phase.t, "initial_nodes": len(nodes), "x": phase.nodes.x, "w": phase.nodes.w,
+                      "count": phase.nodes.count, "nsteps": phase.nsteps, "stop_reason": stop,
+                      "wall_time": time.perf_counter() - wall0}
 
     def _result(self, stop: str, message: str, wall: float) -> PDEResult:
         a = self.snaps.arrays(self.space)
         steps = {"t": np.array(self.steps["t"]), "dt": np.array(self.steps["dt"]),
                  "error": np.array(self.steps["error"]), "accepted": np.array(self.steps["accepted"], dtype=bool)}
+        lag = None
+        if self.lag is not None:
+            lag = {"handoff": dict(self.handoff), "merges": np.array(self.lag.merges, dtype=float).reshape(-1, 3),
+                   "node_nsteps": self.lag.nsteps, "node_nrejected": self.lag.nrejected, "check": self.check}
         return PDEResult(
             model=self.model, t=a["t"], coeffs=a["coeffs"], degree=a["degree"], grid=self.grid,
             density=a["density"], energy=a["energy"], mass=a["mass"], min_density=a["min_density"],
             tail=a["tail"], dissipation=a["dissipation"], steps=steps, refinements=list(self.refinements),
-            stop_reason=stop, message=message, t_stop=self.t, nsteps=self.nsteps, nrejected=self.nrejected,
-            options=self.opts.to_dict(), initial=self.initial_desc, wall_time=wall,
-            restart=getattr(self, "last_restart", None))
+            grids=self._grid_rows(), stop_reason=stop, message=message, t_stop=self.t, nsteps=self.nsteps,
+            nrejected=self.nrejected, options=self.opts.to_dict(), initial=self.initial_desc, wall_time=wall,
+            restart=getattr(self, "last_restart", None), nodes=a["nodes"], lagrangian=lag)

@@ -18,7 +18,7 @@ import numpy as np
 from spectral import fourier
 from spectral.fourier import FourierBasis
 from spectral.multipliers import kernel_bandwidth
-from .atoms import Atoms, atoms_from_graph, circle_neighbours
+from .atoms import DEFAULT_PROMINENCE, Atoms, atoms_from_graph, circle_neighbours
 from .model import Model, density_values
 
 __all__ = ["CircleDiscretization", "CircleSpace"]
@@ -36,6 +36,7 @@ class CircleSpace:
 
     d = 2
     default_max_degree = 1 << 16
+    default_handoff_degree = 1024       # the continuation's largest Eulerian resolution
     default_output_points = 1024
     min_degree = 4
     mass_coefficient = 1.0      # c_0 of the uniform probability density
@@ -43,6 +44,12 @@ class CircleSpace:
     @staticmethod
     def ncoef(degree: int) -> int:
         return int(degree)
+
+    @staticmethod
+    def computational_grid(degree: int) -> tuple[int]:
+        """(M,): the dealiased collocation grid of K = degree modes (``spectral.fourier.dealiased_size``),
+        fixed by K alone."""
+        return (fourier.dealiased_size(degree),)
 
     @staticmethod
     def output_grid(npoints: int) -> np.ndarray:
@@ -65,8 +72,10 @@ class CircleSpace:
 
     @staticmethod
     def atoms(c: np.ndarray, threshold: float = 10.0, method: str = "basin", min_mass: float = 0.0,
-              grid_points: int | None = None, smoothing: float | str | None = "auto") -> Atoms:
-        """Atoms of rho from its coefficients, on a grid of >= 4 K points (see ``solvers.atoms``).
+              grid_points: int | None = None, smoothing: float | str | None = "auto",
+              prominence: float = DEFAULT_PROMINENCE) -> Atoms:
+        """Atoms of rho from its coefficients, on a grid of >= 4 K points (see ``solvers.atoms``, where
+        ``prominence`` is defined).
 
         ``smoothing``: the peaks, basins and the threshold are those of rho smoothed by the heat kernel
         at this angular scale ("auto": for the basin method two wavelengths of the highest mode,
@@ -78,11 +87,19 @@ class CircleSpace:
         K = c.shape[-1]
         n = grid_points or max(4 * K, 256)
         rho = fourier.interpolate(c, n)
-        h = (4.0 * np.pi / K if method == "basin" else 0.0) if smoothing == "auto" else float(smoothing or 0.0)
+        h = (CircleSpace.smoothing_scale(K) if method == "basin" else 0.0) if smoothing == "auto" \
+            else float(smoothing or 0.0)
         shape = fourier.interpolate(CircleSpace.heat_smooth(c, h), n) if h > 0 else None
         pts = CircleSpace.output_grid(n)
         return atoms_from_graph(pts, rho, np.full(n, 1.0 / n), circle_neighbours(n),
-                                threshold=threshold, method=method, min_mass=min_mass, shape=shape)
+                                threshold=threshold, method=method, min_mass=min_mass, shape=shape,
+                                prominence=prominence)
+
+    @staticmethod
+    def smoothing_scale(degree: int) -> float:
+        """4 pi / K: two wavelengths of the highest of K modes, the heat-kernel scale at which Gibbs
+        oscillations beside a jump are smoothed away (atoms; the continuation's density)."""
+        return 4.0 * np.pi / int(degree)
 
     @staticmethod
     def heat_smooth(c: np.ndarray, h: float) -> np.ndarray:
@@ -196,6 +213,7 @@ class CircleDiscretization:
         self.basis = FourierBasis(self.K, threads=threads, effort=effort)
         b = self.basis
         self.degree = self.K
+        self.grid_shape = (b.M,)
         self.spacing = b.spacing
         k = b.k
         self.lin = -model.noise * k * k if model.noise > 0 else None

@@ -27,7 +27,7 @@ import numpy as np
 from spectral import sphere
 from spectral.multipliers import kernel_bandwidth
 from spectral.sphere import SphereBasis
-from .atoms import Atoms, atoms_from_graph
+from .atoms import DEFAULT_PROMINENCE, Atoms, atoms_from_graph
 from .model import Model, density_values
 
 __all__ = ["SphereDiscretization", "SphereSpace"]
@@ -54,6 +54,7 @@ class SphereSpace:
 
     d = 3
     default_max_degree = 511
+    default_handoff_degree = 127        # the continuation's largest Eulerian resolution
     default_output_points = 96
     min_degree = 4
     mass_coefficient = _SQRT_4PI     # c_00 of the uniform probability density
@@ -62,6 +63,12 @@ class SphereSpace:
     def ncoef(degree: int) -> int:
         """(L+1)(L+2)/2 coefficients of degree <= L."""
         return sphere.ncoef(degree)
+
+    @staticmethod
+    def computational_grid(degree: int) -> tuple[int, int]:
+        """(nlat, nphi): the dealiased Gauss grid of degree L (``spectral.sphere.dealiased_grid``), fixed
+        by L alone."""
+        return sphere.dealiased_grid(degree)
 
     @staticmethod
     def output_grid(npoints: int) -> np.ndarray:
@@ -80,32 +87,43 @@ class SphereSpace:
 
     @staticmethod
     def atoms(c: np.ndarray, threshold: float = 10.0, method: str = "basin", min_mass: float = 0.0,
-              smoothing: float | str | None = "auto") -> Atoms:
-        """Atoms of rho from its coefficients, on the computational Gauss grid of its degree with the
-        grid's quadrature weights (see ``solvers.atoms``); positions are unit vectors.
+              smoothing: float | str | None = "auto", prominence: float = DEFAULT_PROMINENCE,
+              grid: tuple[int, int] | None = None) -> Atoms:
+        """Atoms of rho from its coefficients, on the computational Gauss grid of its degree
+        (``spectral.sphere.dealiased_grid``, or ``grid`` = (nlat, nphi) if given) with the grid's
+        quadrature weights (see ``solvers.atoms``, where ``prominence`` is defined); positions are unit
+        vectors.
 
         The graph joins neighbours along each ring (periodic) and between rings, and adds the two
         poles as nodes of weight 0 (rho there evaluated exactly) joined to the first / last ring, so
         that a peak sitting on a pole is one atom. ``smoothing``: peaks, basins and the threshold are
         those of rho smoothed by the heat kernel at this angular scale ("auto": for the basin method
-        2 pi / L, about two wavelengths of the highest degree, which removes Gibbs oscillations beside
-        jumps; for the level method none; None or 0: rho itself); masses are always those of rho.
+        :meth:`smoothing_scale`, 2 pi / L, which removes Gibbs oscillations beside jumps; for the level
+        method none; None or 0: rho itself); masses are always those of rho.
         """
         c = np.asarray(c)
         L = max(sphere.degree_of(c.size), 1)
         c = sphere.resize(c, L)
-        b = _basis(L)
+        b = _basis(L) if grid is None else _basis(L, *grid)
         poles = np.array([[0.0, 0.0, 1.0], [0.0, 0.0, -1.0]])
         pts = np.concatenate([b.points.reshape(-1, 3), poles])
 
         def values(cc):
             return np.concatenate([b.synth(b.from_canonical(cc)).ravel(), sphere.evaluate(cc, poles)])
         vals = values(c)
-        h = (2.0 * math.pi / L if method == "basin" else 0.0) if smoothing == "auto" else float(smoothing or 0.0)
+        h = (SphereSpace.smoothing_scale(L) if method == "basin" else 0.0) if smoothing == "auto" \
+            else float(smoothing or 0.0)
         shape = values(SphereSpace.heat_smooth(c, h)) if h > 0 else None
         w = np.concatenate([b.weights.ravel(), np.zeros(2)])
         return atoms_from_graph(pts, vals, w, sphere.grid_neighbours(b.nlat, b.nphi, pole_nodes=True),
-                                threshold=threshold, method=method, min_mass=min_mass, shape=shape)
+                                threshold=threshold, method=method, min_mass=min_mass, shape=shape,
+                                prominence=prominence)
+
+    @staticmethod
+    def smoothing_scale(degree: int) -> float:
+        """2 pi / L: about one wavelength of degree L, the heat-kernel scale at which Gibbs oscillations
+        beside a jump are smoothed away (atoms; the continuation's density)."""
+        return 2.0 * math.pi / max(int(degree), 1)
 
     @staticmethod
     def heat_smooth(c: np.ndarray, h: float) -> np.ndarray:
@@ -122,7 +140,7 @@ class SphereSpace:
         """
         L = int(L)
         nlat = max(2 * (L + 1), 32)
-        nphi = sphere._fast_even(4 * (L + 1))
+        nphi = sphere.fft_size(4 * (L + 1))
         b = _basis(L, nlat, nphi)
         vals = density_values(f, b.points.reshape(-1, 3), "initial density").reshape(b.shape)
         return b.to_canonical(b.analys(vals))
@@ -212,6 +230,7 @@ class SphereDiscretization:
         self.L = self.degree = int(L)
         self.basis = b = SphereBasis(self.L, threads=threads, effort=effort)
         self.threads, self.effort = int(threads), effort
+        self.grid_shape = b.shape
         self.spacing = b.spacing
         self.l = b.l
         ll1 = (b.l * (b.l + 1)).astype(float)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .archive import load
+from .archive import ArchiveError, load
 
 __all__ = ["plot_archive"]
 
@@ -41,8 +41,14 @@ def _nearest(t_all: np.ndarray, t: float) -> int:
 
 
 def plot_archive(path: str | Path, out_dir: str | Path | None = None) -> list[Path]:
-    """Write the figures of the archive at ``path`` into ``out_dir``; return their paths."""
+    """Write the figures of the archive at ``path`` into ``out_dir``; return their paths.
+
+    Raises ArchiveError for a file that is not an archive, or an archive without any snapshot.
+    """
     run = load(path)
+    if not any(r is not None and len(r.t) for r in (run.pde, run.particles)):
+        # e.g. a run killed before its first snapshot reached the file: every figure would be empty
+        raise ArchiveError(f"{path}: no snapshot recorded (status {run.status or 'unknown'}): nothing to plot")
     out = Path(out_dir) if out_dir else Path(path).with_suffix("").with_name(Path(path).stem + "_plots")
     out.mkdir(parents=True, exist_ok=True)
     files = []
@@ -92,6 +98,10 @@ def _circle_figures(run, out: Path) -> list[Path]:
         if "pde" in run.atoms:
             for pos, mass in zip(*run.atoms["pde"]):
                 ax.plot(_angle(pos), T[-1], marker="v", color="lime", ms=4 + 20 * mass, mec="k")
+        if pde.t_handoff is not None:
+            ax.axhline(pde.t_handoff, color="white", ls="--", lw=0.8)
+            ax.annotate("handoff: the Lagrangian continuation above (density: its smoothed series)",
+                        (-np.pi + 0.1, pde.t_handoff), color="white", fontsize=7, va="bottom")
         ax.set_xlim(-np.pi, np.pi)
         if len(T) > 1:
             ax.set_ylim(T[0], T[-1])
@@ -108,9 +118,20 @@ def _circle_figures(run, out: Path) -> list[Path]:
         ax.semilogy(th[order], np.clip(pde.density[-1, order], 1e-4, None), color="C0",
                     label=f"PDE rho at t = {pde.t[-1]:.4g}")
         if "pde" in run.atoms:
+            errs = run.atoms.get("pde:mass_errors")
             for k, (pos, mass) in enumerate(zip(*run.atoms["pde"])):
                 ax.axvline(_angle(pos), color="C0", ls=":", lw=1)
-                ax.annotate(f"{mass:.3f}", (_angle(pos), 1.5), color="C0", fontsize=8, rotation=90)
+                label = f"{mass:.3f}" + ("" if errs is None else f"±{errs[k]:.0e}")
+                ax.annotate(label, (_angle(pos), 1.5), color="C0", fontsize=8, rotation=90)
+            if pde.t_handoff is not None:
+                # the terminal atoms of the continuation: stems of height = mass on a second axis
+                pos, mass = run.atoms["pde"]
+                ax2 = ax.twinx()
+                if len(mass):
+                    ax2.stem(_angle(pos), mass, linefmt="C2-", markerfmt="C2o", basefmt=" ")
+                ax2.set_ylim(0, 1.05 * max(1.0, float(np.max(mass, initial=0))))
+                diffuse = run.atoms.get("pde:attrs", {}).get("diffuse", float("nan"))
+                ax2.set_ylabel(f"PDE atom mass (stems; diffuse mass {diffuse:.3f})", color="C2")
     if part is not None:
         i = _nearest(part.t, pde.t[-1]) if pde is not None else -1
         ang = _angle(part.x[i])
@@ -189,7 +210,8 @@ def _sphere_figures(run, out: Path) -> list[Path]:
             for (apos, amass), mk, col in marks:
                 alon, alat = _lonlat(apos)
                 ax.scatter(alon, alat, marker=mk, s=30 + 300 * amass, c=col, edgecolors="k")
-        ax.set_title(f"t = {t:.4g}", fontsize=9)
+        nodes = pde is not None and pde.node_measure(i) is not None
+        ax.set_title(f"t = {t:.4g}" + (" (nodes)" if nodes else ""), fontsize=9)
         ax.grid(True, alpha=0.3)
         ax.set_xticklabels([])
     if mesh is not None:

@@ -17,14 +17,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
+
 from .archive import ArchiveError, ArchiveWriter, open_archive
 from .config import ConfigError, RunConfig, parse_config
 
-__all__ = ["run_config", "RunOutcome", "RunRefused", "Progress"]
+__all__ = ["run_config", "RunOutcome", "RunRefused", "RunFailed", "Progress"]
 
 
 class RunRefused(RuntimeError):
     """The run cannot start as asked (existing archive, nothing to resume, different configuration)."""
+
+
+class RunFailed(RuntimeError):
+    """A stage failed after the archive was created (its status is then "failed", attr ``failure``)."""
 
 
 @dataclass
@@ -82,7 +88,7 @@ class Progress:
 
     @staticmethod
     def _extra(info: dict) -> str:
-        return " ".join(f"{k}={_fmt(info[k])}" for k in ("dt", "degree", "nsteps", "n_clusters") if k in info)
+        return " ".join(f"{k}={_fmt(info[k])}" for k in ("dt", "degree", "nodes", "nsteps", "n_clusters") if k in info)
 
     def close(self) -> None:
         if self.bar is not None:
@@ -127,6 +133,9 @@ def check_resumable(path: Path, config: RunConfig) -> None:
     with open_archive(path) as f:
         status = str(f.attrs.get("status", ""))
         text = str(f.attrs.get("config", ""))
+        pde = f.get("pde")
+        resumes_pde = pde is not None and "restart" in pde and not bool(pde.attrs.get("complete", False))
+        grids = pde["grids"][()] if resumes_pde and "grids" in pde else None
     if status == "finished":
         raise RunRefused(f"{path}: the run is already finished; nothing to resume "
                          "(use --force to start it again from scratch)")
@@ -137,6 +146,30 @@ def check_resumable(path: Path, config: RunConfig) -> None:
     diff = _differences(archived.raw, config.raw)
     if diff:
         raise RunRefused(f"{path}: was made with a different configuration; differences: " + "; ".join(diff[:5]))
+    if resumes_pde:
+        _check_grids(path, config, grids)
+
+
+def _check_grids(path: Path, config: RunConfig, grids) -> None:
+    """Refuse to resume a PDE run whose computational grids differ from the ones this machine and version
+    would use: the continuation would not be the uninterrupted run."""
+    from .pde import space_for
+
+    space = space_for(config.model.d)[1]
+    advice = "start it again with --force (the finished part would be recomputed)"
+    if grids is None:
+        if config.model.d == 3:
+            raise RunRefused(f"{path}: the archive records no computational grids (written before attnpde "
+                             "fixed the sphere's grid by the degree, when SHTns picked it by the machine's SIMD "
+                             f"width): resuming could continue on another grid; {advice}")
+        return
+    for row in np.asarray(grids, dtype=np.int64):
+        degree, sizes = int(row[0]), tuple(int(v) for v in row[1:])
+        here = tuple(space.computational_grid(degree))
+        if here != sizes:
+            raise RunRefused(f"{path}: the PDE ran at degree {degree} on the grid {sizes}; this machine and "
+                             f"version would use {here}, so the resumed run would not be the uninterrupted one; "
+                             f"{advice}")
 
 
 def new_archive(config: RunConfig, out: Path, *, force: bool, command: str, hint: str = "") -> ArchiveWriter:
@@ -160,6 +193,10 @@ def run_config(config: RunConfig, out: str | Path, *, resume: bool = False, forc
     """
     out = Path(out)
     log = log or (lambda s: print(s, file=sys.stderr, flush=True))
+    # a fresh PDE stage is prepared (its initial state built and checked) before the archive exists, so
+    # that a refusal neither creates nor, with --force, replaces one
+    prepared = _prepare_pde(config) if config.pde is not None and not resume else None
+    prepared_particles = _prepare_particles(config) if config.particles is not None and not resume else None
     if resume:
         if not out.exists():
             raise RunRefused(f"{out}: no archive to resume (run without --resume to start)")
@@ -172,9 +209,9 @@ def run_config(config: RunConfig, out: str | Path, *, resume: bool = False, forc
     try:
         stages = []
         if config.pde is not None:
-            stages.append(("pde", _run_pde))
+            stages.append(("pde", lambda *a: _run_pde(*a, prepared=prepared)))
         if config.particles is not None:
-            stages.append(("particles", _run_particles))
+            stages.append(("particles", lambda *a: _run_particles(*a, prepared=prepared_particles)))
         for name, stage in stages:
             done = writer.f.get(name) is not None and bool(writer.f[name].attrs.get("complete", False))
             if done:
@@ -197,17 +234,40 @@ def run_config(config: RunConfig, out: str | Path, *, resume: bool = False, forc
         writer.set_status("interrupted")
         outcome.status = "interrupted"
         return outcome
+    except (ValueError, MemoryError, OSError, RuntimeError) as e:
+        # what the checks before the archive could not foresee: the archive says so, and keeps what it holds
+        reason = f"{type(e).__name__}: {e}"
+        writer.f.attrs["failure"] = reason
+        writer.set_status("failed")
+        raise RunFailed(f"{out}: the run failed ({reason}); the archive keeps what was written, status 'failed'") \
+            from e
     finally:
         writer.close()
 
 
-def _run_pde(config: RunConfig, writer: ArchiveWriter, resume: bool, progress, log):
-    from .pde import PDEOptions, solve_pde, space_for
-
+def _pde_arguments(config: RunConfig) -> tuple[dict, dict]:
+    """(positional arguments, options) of prepare_pde for the [pde] table."""
     kw = config.pde_kwargs()
-    degree, t_final = kw.pop("degree"), kw.pop("t_final")
-    save_every = kw.pop("save_every", None)
-    initial = kw.pop("initial")
+    args = {k: kw.pop(k) for k in ("degree", "t_final", "initial")}
+    args["save_every"] = kw.pop("save_every", None)
+    return args, kw
+
+
+def _prepare_pde(config: RunConfig):
+    from .pde import prepare_pde
+
+    args, kw = _pde_arguments(config)
+    try:
+        return prepare_pde(config.model, **args, **kw)
+    except (ValueError, TypeError) as e:
+        raise RunRefused(f"{config.source or 'configuration'}: [pde]: {e}") from None
+
+
+def _run_pde(config: RunConfig, writer: ArchiveWriter, resume: bool, progress, log, prepared=None):
+    from .pde import PDEOptions, prepare_pde, space_for
+
+    args, kw = _pde_arguments(config)
+    degree, t_final, save_every, initial = args["degree"], args["t_final"], args["save_every"], args["initial"]
     restart = writer.truncate_to_restart("pde") if resume else None
     if restart is None:
         space = space_for(config.model.d)[1]
@@ -225,8 +285,9 @@ def _run_pde(config: RunConfig, writer: ArchiveWriter, resume: bool, progress, l
             writer.pde_snapshot(snap)
 
     try:
-        result = solve_pde(config.model, t_final, degree, initial=initial, save_every=save_every,
-                           progress=bar, callback=snapshot, restart=restart, **kw)
+        if restart is not None or prepared is None:
+            prepared = prepare_pde(config.model, **args, restart=restart, **kw)
+        result = prepared.run(progress=bar, callback=snapshot)
     finally:
         bar.close()
     with deferred_interrupt():
@@ -236,10 +297,19 @@ def _run_pde(config: RunConfig, writer: ArchiveWriter, resume: bool, progress, l
     return result
 
 
-def _run_particles(config: RunConfig, writer: ArchiveWriter, resume: bool, progress, log):
+def _prepare_particles(config: RunConfig):
+    from .particles import prepare_particles
+
+    try:
+        return prepare_particles(config.model, **config.particle_kwargs())
+    except (ValueError, TypeError) as e:
+        raise RunRefused(f"{config.source or 'configuration'}: [particles]: {e}") from None
+
+
+def _run_particles(config: RunConfig, writer: ArchiveWriter, resume: bool, progress, log, prepared=None):
     from dataclasses import asdict
 
-    from .particles import ParticleOptions, StopRule, simulate_particles
+    from .particles import ParticleOptions, StopRule, prepare_particles
 
     kw = config.particle_kwargs()
     t_final = kw["t_final"]
@@ -269,7 +339,9 @@ def _run_particles(config: RunConfig, writer: ArchiveWriter, resume: bool, progr
             writer.particles_snapshot(snap)
 
     try:
-        result = simulate_particles(config.model, progress=bar, callback=snapshot, restart=restart, **kw)
+        if restart is not None or prepared is None:
+            prepared = prepare_particles(config.model, restart=restart, **kw)
+        result = prepared.run(progress=bar, callback=snapshot)
     finally:
         bar.close()
     with deferred_interrupt():

@@ -12,10 +12,11 @@ import math
 import sys
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
-from .config import RunConfig, dump_toml, parse_config
+from .config import ConfigError, RunConfig, dump_toml, parse_config
 
 __all__ = ["parse_list", "sweep", "member_config"]
 
@@ -42,22 +43,33 @@ def member_config(config: RunConfig, beta: float) -> RunConfig:
     raw["model"]["beta"] = float(beta)
     name = config.name or "sweep"
     raw.setdefault("run", {})["name"] = f"{name}_beta{beta:g}"
-    return parse_config(dump_toml(raw), f"{config.source} (beta = {beta:g})")
+    try:
+        return parse_config(dump_toml(raw), f"{config.source} (beta = {beta:g})")
+    except ConfigError as e:
+        raise ConfigError(e.path, f"{e.detail} (sweep member beta = {beta:g})") from None
+
+
+def _log(beta: float) -> Callable[[str], None]:
+    return lambda s: print(f"[beta={beta:g}] {s}", file=sys.stderr, flush=True)
 
 
 def _member(text: str, source: str, out: str, resume: bool, force: bool) -> dict:
-    from .archive import load
     from .runner import run_config
 
     cfg = parse_config(text, source)
     path = Path(out)
-    prefix = f"[beta={cfg.model.beta:g}]"
-    log = lambda s: print(f"{prefix} {s}", file=sys.stderr, flush=True)
     resume_this = resume and path.exists()
-    outcome = run_config(cfg, path, resume=resume_this, force=force or False, progress=False, log=log,
-                         command=f"attnpde sweep (member beta = {cfg.model.beta:g})")
+    outcome = run_config(cfg, path, resume=resume_this, force=force or False, progress=False,
+                         log=_log(cfg.model.beta), command=f"attnpde sweep (member beta = {cfg.model.beta:g})")
+    return _row(cfg.model.beta, path, outcome.status)
+
+
+def _row(beta: float, path: Path, status: str) -> dict:
+    """The summary row of a member from its archive."""
+    from .archive import load
+
     run = load(path)
-    row = {"beta": cfg.model.beta, "archive": str(path), "status": outcome.status}
+    row = {"beta": beta, "archive": str(path), "status": status}
     if run.pde is not None:
         masses = run.atoms.get("pde", (None, np.zeros(0)))[1]
         row.update(pde_stop=run.pde.stop_reason, pde_t=float(run.pde.t_stop), pde_atoms=int(np.sum(masses >= 0.01)))
@@ -69,19 +81,74 @@ def _member(text: str, source: str, out: str, resume: bool, force: bool) -> dict
     return row
 
 
+def _check_members(members: list[RunConfig], paths: list[Path], resume: bool) -> list[bool]:
+    """Refuse (RunRefused, ArchiveError) before any member starts what one member would refuse once the
+    others run: a configuration the new beta makes invalid, an archive that cannot be resumed. Returns,
+    per member, whether its archive is already finished (with --resume: skipped, not refused)."""
+    from .archive import ArchiveError, open_archive
+    from .runner import RunRefused, _prepare_particles, _prepare_pde, check_resumable
+
+    finished = []
+    for m, p in zip(members, paths):
+        if resume and p.exists():
+            with open_archive(p) as f:
+                status, text = str(f.attrs.get("status", "")), str(f.attrs.get("config", ""))
+            if status == "finished":
+                try:
+                    archived = parse_config(text, str(p)).raw
+                except ConfigError as e:
+                    raise ArchiveError(f"{p}: damaged archive: its configuration does not parse ({e})") from None
+                if archived != m.raw:
+                    raise RunRefused(f"{p}: is finished, but was made with another configuration than "
+                                     f"{m.source}; use --force to run it again")
+                finished.append(True)
+                continue
+            check_resumable(p, m)
+        else:
+            # as the run prepares them (and refuses) before creating its archive
+            if m.pde is not None:
+                _prepare_pde(m)
+            if m.particles is not None:
+                _prepare_particles(m)
+        finished.append(False)
+    return finished
+
+
 def sweep(config: RunConfig, betas: list[float], out_dir: Path, *, workers: int = 2, resume: bool = False,
           force: bool = False) -> int:
-    out_dir.mkdir(parents=True, exist_ok=True)
+    """Run one member per beta (module docstring) into ``out_dir``; returns the exit status (130 if a
+    member was interrupted).
+
+    Every member is checked before the first starts: two betas naming one archive, or a member that
+    would be refused (ValueError, RunRefused, ArchiveError), refuse the whole sweep, and ``out_dir`` is
+    not created. With ``resume`` finished members are skipped (their rows read from their archives),
+    the others resumed or started.
+    """
     members = [member_config(config, b) for b in betas]
     paths = [out_dir / f"{m.name}.h5" for m in members]
+    seen: dict[Path, float] = {}
+    for b, p in zip(betas, paths):
+        if p in seen:
+            same = "is given twice" if seen[p] == b else f"and {seen[p]!r} give the same archive name"
+            raise ValueError(f"--beta: {b!r} {same} ({p}: archives are named by beta to 6 significant digits); "
+                             "give distinct values")
+        seen[p] = b
     existing = [p for p in paths if p.exists()]
     if existing and not (resume or force):
         raise FileExistsError(f"{existing[0]} exists; use --force to overwrite or --resume to continue")
+    finished = _check_members(members, paths, resume)
+    out_dir.mkdir(parents=True, exist_ok=True)
     rows = []
-    with ProcessPoolExecutor(max_workers=workers) as pool:
-        futs = {pool.submit(_member, m.text, m.source, str(p), resume, force): m for m, p in zip(members, paths)}
-        for fut in as_completed(futs):
-            rows.append(fut.result())
+    for m, p, done in zip(members, paths, finished):
+        if done:
+            _log(m.model.beta)(f"{p} is finished: skipped")
+            rows.append(_row(m.model.beta, p, "finished"))
+    todo = [(m, p) for m, p, done in zip(members, paths, finished) if not done]
+    if todo:
+        with ProcessPoolExecutor(max_workers=min(workers, len(todo))) as pool:
+            futs = {pool.submit(_member, m.text, m.source, str(p), resume, force): m for m, p in todo}
+            for fut in as_completed(futs):
+                rows.append(fut.result())
     rows.sort(key=lambda r: r["beta"])
     (out_dir / "summary.json").write_text(json.dumps(rows, indent=2))
     print(f"{'beta':>8s} {'sqrt(beta)':>10s} {'PDE atoms':>9s} {'clusters':>8s} {'max mass':>8s}  stops")

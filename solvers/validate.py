@@ -31,7 +31,7 @@ import numpy as np
 
 from .config import RunConfig
 
-__all__ = ["validate", "ValidationResult", "fit_slope", "METRICS"]
+__all__ = ["validate", "ValidationResult", "fit_slope", "METRICS", "check_fit_time", "check_particle_counts"]
 
 METRICS = ("w1", "mmd", "moment_gap", "energy_gap")
 
@@ -90,10 +90,11 @@ def validate(config: RunConfig, ns: list[int], seeds: int, out: str | Path, *, w
              log: Callable[[str], None] | None = None) -> ValidationResult:
     """Run the convergence study of the module docstring; returns its result (also in the archive).
 
-    Raises RunRefused for an existing archive without ``force``, ValueError for bad arguments.
+    Raises RunRefused for an existing archive without ``force``, ValueError for bad arguments (before
+    the archive is created: see :func:`check_fit_time` and :func:`check_particle_counts`).
     """
     from .archive import _replace
-    from .runner import _run_pde, new_archive
+    from .runner import _prepare_pde, _run_pde, new_archive
 
     log = log or (lambda s: print(s, file=sys.stderr, flush=True))
     if config.pde is None or config.particles is None:
@@ -104,9 +105,13 @@ def validate(config: RunConfig, ns: list[int], seeds: int, out: str | Path, *, w
     if seeds < 1:
         raise ValueError("--seeds must be >= 1")
     out = Path(out)
+    # everything that would stop the study once the PDE has run is refused before it (and the archive)
+    check_fit_time(config, at)
+    check_particle_counts(config, ns)
+    prepared = _prepare_pde(config)
     writer = new_archive(config, out, force=force, command=command)
     try:
-        pde = _run_pde(config, writer, False, False, log)
+        pde = _run_pde(config, writer, False, False, log, prepared=prepared)
         if pde.stop_reason == "interrupted":
             writer.set_status("interrupted")
             raise KeyboardInterrupt
@@ -152,6 +157,83 @@ def validate(config: RunConfig, ns: list[int], seeds: int, out: str | Path, *, w
         return res
     finally:
         writer.close()
+
+
+def snapshot_times(t_final: float, save_every: float | None) -> np.ndarray | None:
+    """The snapshot times after t = 0 of a solver run to ``t_final`` (min(k save_every, t_final), k >= 1,
+    as both solvers take them; only t_final without save_every); None when there are too many to list."""
+    if save_every is None:
+        return np.array([float(t_final)])
+    k = math.ceil(t_final / save_every - 1e-9)
+    if k > 1_000_000:
+        return None
+    return np.minimum(np.arange(1, k + 1) * save_every, t_final)
+
+
+def common_snapshot_times(config: RunConfig) -> np.ndarray | None:
+    """The snapshot times after t = 0 that the configuration's PDE and particles share (as
+    ``solvers.comparison`` matches them: equal to 1e-9 relative); None when there are too many to list."""
+    pde, part = config.pde, config.particles
+    tp = snapshot_times(pde["t_final"], pde.get("save_every"))
+    tq = snapshot_times(part["t_final"], part.get("save_every"))
+    if tp is None or tq is None:
+        return None
+    j = np.clip(np.searchsorted(tq, tp), 1, len(tq) - 1) if len(tq) > 1 else np.zeros(len(tp), dtype=int)
+    near = np.minimum(np.abs(tq[j] - tp), np.abs(tq[j - 1] - tp)) if len(tq) > 1 else np.abs(tq[0] - tp)
+    return tp[near <= 1e-9 * np.maximum(1.0, np.abs(tp))]
+
+
+def check_fit_time(config: RunConfig, at: float | None) -> None:
+    """ValueError unless the study can fit its slopes: a time ``at`` (--at) within both runs, and a
+    snapshot time after t = 0 that the PDE and the particles share (at t = 0 the distances measure only
+    the initial sampling, not the dynamics)."""
+    pde, part = config.pde, config.particles
+    tp, tq = pde["t_final"], part["t_final"]
+    common = common_snapshot_times(config)
+    if at is not None and not (math.isfinite(at) and 0 <= at <= min(tp, tq)):
+        hint = f"; e.g. --at {common[-1]:g} (a snapshot time of both)" if common is not None and len(common) else ""
+        raise ValueError(f"--at {at:g}: the time of the fit must be a finite number in [0, {min(tp, tq):g}] "
+                         f"(pde.t_final = {tp:g}, particles.t_final = {tq:g}){hint}")
+    if common is not None and not len(common):
+        def saves(table: str, v: float | None) -> str:
+            return f"{table}.save_every = {v:g}" if v is not None else f"{table}.save_every unset"
+        raise ValueError(f"{config.source or 'configuration'}: the PDE (pde.t_final = {tp:g}, "
+                         f"{saves('pde', pde.get('save_every'))}) and the particles (particles.t_final = {tq:g}, "
+                         f"{saves('particles', part.get('save_every'))}) share no snapshot time after t = 0, "
+                         "where the slopes would be fitted; set pde.save_every and particles.save_every to the "
+                         "same value (or the same t_final in both tables)")
+
+
+def check_particle_counts(config: RunConfig, ns: list[int]) -> None:
+    """ValueError (naming --n) for a particle count the particle runs would refuse, found before the PDE
+    runs: the arguments that do not depend on N are checked by preparing the smallest run in full (its
+    initial particles placed); what depends on N (the memory of the snapshots, the quadrature grid on
+    S^2, ...) for every N, on stand-in positions (so that 10^6 particles are not sampled to be checked)."""
+    from .config import quadrature_count_problem
+    from .particles import prepare_particles
+
+    model, d = config.model, config.model.d
+    kw = config.particle_kwargs()
+    kw.pop("n", None)
+    init = kw.get("init", "random")
+    where = config.source or "configuration"
+    for n in ns:
+        problem = quadrature_count_problem(d, n) if init == "quadrature" else None
+        if problem is not None:
+            raise ValueError(f"--n {n}: {problem} ({where}: particles.init = 'quadrature')")
+    try:
+        prepare_particles(model, n=ns[0], **kw)
+    except (ValueError, TypeError) as e:
+        raise ValueError(f"{where}: [particles] with --n {ns[0]}: {e}") from None
+    generic = {k: v for k, v in kw.items() if k not in ("init", "density")}
+    for n in ns[1:]:
+        # all on one point, a read-only view (no memory until the solver copies it, after the checks of
+        # what depends on N alone, such as the memory of the snapshots)
+        x0 = np.broadcast_to(np.eye(d)[0], (n, d))
+        try:
+            prepare_particles(model, x0=x0, **generic)
+        except (ValueError, TypeError) as e:
+            raise ValueError(f"{where}: [particles] with --n {n}: {e}") from None
 
 
 def _assemble(results: list[dict], ns: list[int], seeds: list[int], at: float | None) -> ValidationResult:

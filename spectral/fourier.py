@@ -22,17 +22,24 @@ import numpy as np
 import pyfftw
 import scipy.fft
 
-__all__ = ["FourierBasis", "Transform", "evaluate", "series", "interpolate", "spectral_tail", "l2_norm", "resize"]
+__all__ = ["FourierBasis", "Transform", "dealiased_size", "inverse_cdf", "evaluate", "series", "interpolate", "spectral_tail", "l2_norm", "resize"]
 
 _EFFORTS = ("FFTW_ESTIMATE", "FFTW_MEASURE", "FFTW_PATIENT", "FFTW_EXHAUSTIVE")
 
 
 def _fast_size(n: int) -> int:
-    """Smallest even 2^a 3^b 5^c 7^d >= n (even so the real transform has a Nyquist bin)."""
+    """Smallest even 5-smooth integer 2^a 3^b 5^c >= n (scipy's ``next_fast_len`` for real transforms,
+    a fixed table: even so the real transform has a Nyquist bin)."""
     m = scipy.fft.next_fast_len(int(n), real=True)
     while m % 2:
         m = scipy.fft.next_fast_len(m + 1, real=True)
     return m
+
+
+def dealiased_size(K: int) -> int:
+    """The collocation grid M of K modes: the smallest even 5-smooth M >= 3K (3/2 rule). A function of K
+    alone, the same on every machine."""
+    return _fast_size(3 * int(K))
 
 
 class Transform:
@@ -87,7 +94,8 @@ class FourierBasis:
     modes : int
         Number of stored complex modes K (wavenumbers 0 .. K-1), K >= 2.
     grid_size : int, optional
-        Number of collocation points M; default the smallest fast even size >= 3K.
+        Number of collocation points M; default :func:`dealiased_size` (K), the smallest even 5-smooth
+        size >= 3K.
         Must be >= 2K - 1 (exact synthesis); >= 3K for dealiased quadratic products.
     threads : int
         FFTW threads per transform.
@@ -101,7 +109,7 @@ class FourierBasis:
         K = int(modes)
         if K < 2:
             raise ValueError(f"the number of Fourier modes must be >= 2, got {modes!r}")
-        M = _fast_size(3 * K) if grid_size is None else int(grid_size)
+        M = dealiased_size(K) if grid_size is None else int(grid_size)
         if M < 2 * K - 1 or M % 2:
             raise ValueError(f"grid_size must be even and >= 2K - 1 = {2 * K - 1}, got {grid_size!r}")
         self.K = K
@@ -247,3 +255,54 @@ def resize(c: np.ndarray, K: int) -> np.ndarray:
     n = min(K, np.shape(c)[-1])
     out[..., :n] = np.asarray(c)[..., :n]
     return out
+
+
+def inverse_cdf(c: np.ndarray, u: np.ndarray, *, tol: float = 4e-16, max_iter: int = 100) -> np.ndarray:
+    """Angles theta in [0, 2 pi] with F(theta) = u, F the CDF of the density with coefficients c.
+
+    F(theta) = ∫_0^theta f dtheta' / (2 pi) = theta c_0 / (2 pi) + sum_{k>=1} Re[c_k (e^{ik theta} - 1) / (i pi k)]
+    for f = c_0 + 2 Re sum c_k e^{ik theta} with c_0 = 1 (a probability density; ``c`` is normalised by
+    c_0 here). Solved by safeguarded Newton iterations (bisection whenever Newton leaves the bracket)
+    from a bracket tabulated on a grid of max(4K, 256) + 1 angles, to |F(theta) - u| <= tol, in O(n K)
+    work per iteration. The density must be >= 0 (F monotone); ValueError otherwise.
+    """
+    c = np.asarray(c, dtype=complex)
+    if not c[0].real > 0:
+        raise ValueError("inverse_cdf: the series has no positive mass")
+    c = c / c[0].real
+    K = c.size
+    k = np.arange(1, K)
+    ck = c[1:]
+    a_F = ck / (1j * np.pi * k)
+    a_rho = ck / np.pi
+
+    def F_and_dF(theta):
+        Fv = theta / (2.0 * np.pi)
+        dF = np.full_like(theta, 1.0 / (2.0 * np.pi))
+        if K > 1:
+            # sum_k a_k (e^{ik theta} - 1) = series(a, theta, k0=1) - sum a
+            Fv = Fv + (series(a_F, theta, k0=1) - a_F.sum()).real
+            dF = dF + series(a_rho, theta, k0=1).real
+        return Fv, dF
+
+    u = np.asarray(u, dtype=float)
+    grid = np.linspace(0.0, 2.0 * np.pi, max(4 * K, 256) + 1)
+    Fg, _ = F_and_dF(grid)
+    Fg[0], Fg[-1] = 0.0, 1.0
+    if np.any(np.diff(Fg) < 0):
+        raise ValueError("inverse_cdf: the CDF is not monotone (the density is negative somewhere)")
+    j = np.clip(np.searchsorted(Fg, u, side="right") - 1, 0, len(grid) - 2)
+    lo, hi = grid[j].copy(), grid[j + 1].copy()
+    theta = lo + (hi - lo) * (u - Fg[j]) / np.maximum(Fg[j + 1] - Fg[j], 1e-300)
+    for _ in range(max_iter):
+        Fv, dF = F_and_dF(theta)
+        r = Fv - u
+        if np.max(np.abs(r), initial=0.0) <= tol:
+            break
+        lo = np.where(r < 0, theta, lo)
+        hi = np.where(r > 0, theta, hi)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            new = theta - r / dF
+        bad = ~((new > lo) & (new < hi))
+        theta = np.where(bad, 0.5 * (lo + hi), new)
+    return theta

@@ -24,9 +24,13 @@ layout, used by the transforms. The *canonical* layout is l-major, index l(l+1)/
 coefficients of degree <= L are a prefix of those of degree <= 2L (exact re-representation by
 zero-padding). :meth:`SphereBasis.to_canonical` / :meth:`SphereBasis.from_canonical` convert.
 
-The Gauss grid is chosen by SHTns for the 3/2 rule (``nl_order=2``: nlat >= 3(L+1)/2 latitudes,
-nphi >= 3(L+1) longitudes), so that the product of two fields of degree <= L is analysed back to
-degree L without aliasing. Vector fields are given by their components (v_theta, v_phi) on
+The Gauss grid of degree L is chosen here, from L alone, by :func:`dealiased_grid` — never by SHTns,
+whose own choice (``set_grid(nl_order=2)``) rounds nlat to its SIMD vector length and so differs
+between an AVX2 and an AVX-512 machine (L = 128: 196 or 200 latitudes). The rule keeps the 3/2 rule
+(nlat >= 3(L+1)/2 latitudes, nphi >= 3(L+1) longitudes), so that the product of two fields of degree
+<= L is analysed back to degree L without aliasing: nlat is the smallest multiple of 8 (the longest
+SIMD vector, 8 doubles; shorter vectors divide it) >= max(3(L+1)/2, 32), nphi the smallest even
+7-smooth integer >= 3(L+1). These are the sizes SHTns picks on an AVX-512 machine. Vector fields are given by their components (v_theta, v_phi) on
 (e_theta, e_phi); SHTns's spheroidal/toroidal decomposition v = grad S + (curl of T e_r) gives
 div v = -l(l+1) S_lm.
 
@@ -67,14 +71,17 @@ shtns = _import_shtns_quietly()
 __all__ = [
     "SphereBasis", "ncoef", "degree_of", "canonical_degrees", "native_to_canonical_index",
     "evaluate", "evaluate_grid", "evaluate_equiangular", "spectral_tail", "l2_norm", "resize", "equiangular_grid",
-    "unit_vectors", "tangents", "grid_neighbours",
+    "unit_vectors", "tangents", "grid_neighbours", "dealiased_grid", "fft_size",
 ]
 
 _EFFORTS = ("FFTW_ESTIMATE", "FFTW_MEASURE", "FFTW_PATIENT", "FFTW_EXHAUSTIVE")
 _SQRT_4PI = math.sqrt(4.0 * math.pi)
-# SHTns refuses nlat < 4 x (twice its SIMD width) — 16 with AVX2, 32 with AVX-512 — by exiting the
-# process; every grid made here has at least 32 latitudes
+# SHTns refuses nlat < 4 x (its SIMD width in doubles) — 16 with AVX2, 32 with AVX-512 — by exiting the
+# process; every grid made here has at least 32 latitudes, whatever the machine
 _MIN_NLAT = 32
+# nlat of a dealiased grid is a multiple of the longest SIMD vector (8 doubles, AVX-512), which every
+# shorter vector divides: the grid SHTns would pick on the widest machine, now picked on every machine
+_NLAT_MULTIPLE = 8
 
 
 # --- layouts ----------------------------------------------------------------------------------------
@@ -124,11 +131,29 @@ def native_to_canonical_index(L: int) -> np.ndarray:
 
 
 # --- the basis --------------------------------------------------------------------------------------
-def _fast_even(n: int) -> int:
-    m = scipy.fft.next_fast_len(int(n), real=True)
-    while m % 2:
-        m = scipy.fft.next_fast_len(m + 1, real=True)
-    return m
+def fft_size(n: int) -> int:
+    """Smallest even 7-smooth integer (2^a 3^b 5^c 7^d, a >= 1) >= n: an FFT length fixed by n alone."""
+    m = max(2, int(n))
+    while True:
+        if m % 2 == 0:
+            r = m
+            for p in (2, 3, 5, 7):
+                while r % p == 0:
+                    r //= p
+            if r == 1:
+                return m
+        m += 1
+
+
+def dealiased_grid(L: int) -> tuple[int, int]:
+    """The Gauss grid (nlat, nphi) of degree L for dealiased quadratic products (the module docstring):
+    nlat = the smallest multiple of 8 >= max(3(L+1)/2, 32), nphi = :func:`fft_size` (3(L+1)).
+
+    A function of L alone: the same grid, hence the same numbers, on every machine."""
+    L = int(L)
+    need = max(math.ceil(1.5 * (L + 1)), _MIN_NLAT)
+    nlat = -(-need // _NLAT_MULTIPLE) * _NLAT_MULTIPLE
+    return nlat, fft_size(3 * (L + 1))
 
 
 class SphereBasis:
@@ -139,9 +164,8 @@ class SphereBasis:
     lmax : int
         Maximal degree L >= 1 (mmax = L).
     nlat, nphi : int, optional
-        Grid size. Default: the sizes SHTns picks for dealiased quadratic products
-        (``nl_order=2``), raised to nlat >= max(3(L+1)/2, 32), nphi >= 3(L+1) when SHTns's choice
-        falls short (it does for small L). Give both to impose a grid (e.g. to share the grid of a
+        Grid size. Default: :func:`dealiased_grid` (L), the project's grid for dealiased quadratic
+        products, the same on every machine. Give both to impose a grid (e.g. to share the grid of a
         higher-degree basis): even nlat > L with nlat >= 32, even nphi > 2L.
     threads : int
         OpenMP threads of the transforms (set explicitly, never taken from OMP_NUM_THREADS).
@@ -175,24 +199,18 @@ class SphereBasis:
         if (nlat is None) != (nphi is None):
             raise ValueError("SphereBasis: give both nlat and nphi, or neither")
         if nlat is None:
-            sh = self._new_sht()
-            got = sh.set_grid(flags=self._flags, nl_order=2)
-            need_lat, need_phi = max(math.ceil(1.5 * (L + 1)), _MIN_NLAT), 3 * (L + 1)
-            if got[0] < need_lat or got[1] < need_phi:
-                nlat = max(got[0], need_lat + need_lat % 2)
-                nphi = _fast_even(max(got[1], need_phi))
-                sh = self._new_sht()
-                sh.set_grid(nlat, nphi, flags=self._flags)
-        else:
-            nlat, nphi = int(nlat), int(nphi)
-            if nlat <= L or nphi <= 2 * L or nlat % 2 or nphi % 2 or nlat < _MIN_NLAT:
-                # checked here because SHTns ends the whole process on a grid it rejects
-                raise ValueError(f"SphereBasis: an imposed grid needs even nlat > L = {L}, nlat >= {_MIN_NLAT} "
-                                 f"and even nphi > 2L = {2 * L}, got nlat={nlat}, nphi={nphi}")
-            sh = self._new_sht()
-            sh.set_grid(nlat, nphi, flags=self._flags)
+            nlat, nphi = dealiased_grid(L)
+        nlat, nphi = int(nlat), int(nphi)
+        if nlat <= L or nphi <= 2 * L or nlat % 2 or nphi % 2 or nlat < _MIN_NLAT:
+            # checked here because SHTns ends the whole process on a grid it rejects
+            raise ValueError(f"SphereBasis: an imposed grid needs even nlat > L = {L}, nlat >= {_MIN_NLAT} "
+                             f"and even nphi > 2L = {2 * L}, got nlat={nlat}, nphi={nphi}")
+        sh = self._new_sht()
+        sh.set_grid(nlat, nphi, flags=self._flags)
         self.sht = sh
         self.nlat, self.nphi = int(sh.nlat), int(sh.nphi)
+        if (self.nlat, self.nphi) != (nlat, nphi):
+            raise RuntimeError(f"SHTns set the grid ({self.nlat}, {self.nphi}) instead of ({nlat}, {nphi})")
         if tuple(sh.spat_shape) != (self.nlat, self.nphi):
             raise RuntimeError(f"SHTns spatial layout {sh.spat_shape} is not (nlat, nphi)")
         self.nlm = int(sh.nlm)

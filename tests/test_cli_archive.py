@@ -3,7 +3,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import h5py
@@ -35,8 +34,8 @@ max_degree = {max_degree}
 tail_max = 1e-2
 """
 
-# ~10^4 steps (dt_max): long enough to be interrupted mid-run on any machine
-LONG_PDE_CFG = PDE_CFG.format(t_final=2.5, save_every=0.02, max_degree=2048) + "dt_max = 2e-4\n"
+# 126 snapshots: cut after the third (see _run_until_signalled)
+LONG_PDE_CFG = PDE_CFG.format(t_final=2.5, save_every=0.02, max_degree=2048)
 
 
 def cli(*args, cwd=ROOT, timeout=300):
@@ -152,36 +151,43 @@ def test_existing_archive_is_not_overwritten(tmp_path):
     assert r.returncode == 2 and "already finished" in r.stderr
 
 
-def _start_and_wait(cfg, out, min_snapshots=3):
+# The child signals itself right after its archive holds ``after`` snapshots of the running stage: every
+# batch is written at once (the writer's flush interval set to 0 in the child only), so where the run is
+# cut does not depend on how fast the machine is, or how busy.
+_SELF_SIGNAL = """
+import os, sys
+from solvers import archive
+after, sig = int(sys.argv[1]), int(sys.argv[2])
+write = archive.ArchiveWriter.write_pending
+archive.ArchiveWriter._due = lambda self: True          # every snapshot is written at once
+def write_pending(self):
+    write(self)
+    rows = max((self.f[g].shape[0] for g in ("pde/t", "particles/t") if g in self.f), default=0)
+    if rows >= after and not getattr(self, "_signalled", False):
+        self._signalled = True
+        os.kill(os.getpid(), sig)
+archive.ArchiveWriter.write_pending = write_pending
+from solvers.cli import main
+sys.exit(main(sys.argv[3:]))
+"""
+
+
+def _run_until_signalled(cfg, out, sig, after=3):
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     # SIGINT back to its default in the child: a shell's background job inherits it ignored, and Python
     # installs its KeyboardInterrupt handler only when SIGINT is not ignored at start-up
-    proc = subprocess.Popen([sys.executable, "-m", "solvers.cli", "run", str(cfg), "--out", str(out), "--quiet"],
-                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    # signal once the archive holds min_snapshots snapshots (they reach the file at least once a second,
-    # flush_interval), read without the writer's lock; a fixed sleep let a fast machine finish the run first
-    deadline = time.time() + 60
-    while time.time() < deadline and proc.poll() is None:
-        try:
-            with h5py.File(out, "r", locking=False) as f:
-                if max((f[g].shape[0] for g in ("pde/t", "particles/t") if g in f), default=0) >= min_snapshots:
-                    break
-        except (OSError, KeyError, RuntimeError, ValueError):
-            pass                    # not created yet, or caught between two writes
-        time.sleep(0.02)
-    assert proc.poll() is None, "the run ended before it could be interrupted"
-    return proc
+    return subprocess.run([sys.executable, "-c", _SELF_SIGNAL, str(after), str(int(sig)), "run", str(cfg),
+                           "--out", str(out), "--quiet"], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=600, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
-def _full_and_cut(tmp_path, cfg, sig):
-    """Run ``cfg`` uninterrupted into full.h5, and again into cut.h5 stopped by ``sig`` mid-run."""
+def _full_and_cut(tmp_path, cfg, sig, after=3):
+    """Run ``cfg`` uninterrupted into full.h5, and again into cut.h5 stopped by ``sig`` after ``after``
+    snapshots."""
     full = tmp_path / "full.h5"
     assert cli("run", cfg, "--out", full, "--quiet").returncode == 0
     cut = tmp_path / "cut.h5"
-    proc = _start_and_wait(cfg, cut)
-    proc.send_signal(sig)
-    proc.wait(timeout=60)
+    proc = _run_until_signalled(cfg, cut, sig, after)
     return full, cut, proc
 
 
@@ -190,8 +196,7 @@ def test_killed_or_interrupted_run_resumes_to_the_same_numbers(tmp_path, sig):
     text = LONG_PDE_CFG
     cfg = write(tmp_path, text)
     full, cut, proc = _full_and_cut(tmp_path, cfg, sig)
-    if sig == signal.SIGINT:
-        assert proc.returncode == 130, proc.stderr.read()
+    assert proc.returncode == (130 if sig == signal.SIGINT else -signal.SIGKILL), proc.stderr
     run = load(cut)                                       # readable after the kill / interrupt
     assert run.status == ("interrupted" if sig == signal.SIGINT else "running")
     n_cut = len(run.pde.t)
@@ -211,9 +216,7 @@ def test_killed_or_interrupted_run_resumes_to_the_same_numbers(tmp_path, sig):
 def test_resume_refuses_other_configuration_and_bad_files(tmp_path):
     cfg = write(tmp_path, LONG_PDE_CFG)
     out = tmp_path / "a.h5"
-    proc = _start_and_wait(cfg, out)
-    proc.send_signal(signal.SIGINT)
-    proc.wait(timeout=60)
+    assert _run_until_signalled(cfg, out, signal.SIGINT).returncode == 130
     other = write(tmp_path, LONG_PDE_CFG.replace("beta = 1.0", "beta = 2.0"),
                   "other.toml")
     r = cli("run", other, "--out", out, "--resume")
@@ -340,3 +343,49 @@ def test_killed_particle_run_resumes_to_the_same_numbers(tmp_path, sig):
     assert np.abs(done.x - ref.x).max() <= 1e-12
     assert np.abs(done.energy - ref.energy).max() <= 1e-12
     assert np.array_equal(done.cluster_count, ref.cluster_count)
+
+
+CONTINUATION_CFG = """
+[model]
+d = 2
+beta = 6.0
+flow = "ascent"
+[model.perceptron]
+units = 2
+activation = "relu"
+seed = 111
+[pde]
+degree = 256
+t_final = 6.0
+save_every = 0.5
+"""
+
+
+@pytest.mark.parametrize("sig, after", [(signal.SIGKILL, 3), (signal.SIGINT, 3), (signal.SIGKILL, 13)])
+def test_continuation_resumes_to_the_same_numbers(tmp_path, sig, after):
+    """A run past its handoff (the Lagrangian continuation, default options) cut after its third snapshot,
+    or after its last one (before the error-estimate run), then resumed: the same snapshots, node
+    measures, merges, end and atoms (with their error estimate) as the uninterrupted run, bit for bit."""
+    cfg = write(tmp_path, CONTINUATION_CFG)
+    full, cut, proc = _full_and_cut(tmp_path, cfg, sig, after)
+    assert proc.returncode == (130 if sig == signal.SIGINT else -signal.SIGKILL), proc.stderr
+    part = load(cut).pde
+    assert part.lagrangian is not None and len(part.t) == after         # cut past the handoff
+    assert part.stop_reason == ("interrupted" if sig == signal.SIGINT else "killed")
+    r = cli("run", cfg, "--out", cut, "--resume", "--quiet")
+    assert r.returncode == 0, r.stderr
+    done, ref = load(cut), load(full)
+    a, b = done.pde, ref.pde
+    assert a.stop_reason == b.stop_reason == "t_final" and np.array_equal(a.t, b.t)
+    assert np.array_equal(a.coeffs, b.coeffs) and np.array_equal(a.density, b.density)
+    for na, nb in zip(a.nodes, b.nodes):
+        assert (na is None) == (nb is None)
+        if na is not None:
+            assert all(np.array_equal(na[k], nb[k]) for k in ("x", "w", "count"))
+    assert np.array_equal(a.lagrangian["merges"], b.lagrangian["merges"])
+    assert a.lagrangian["handoff"] == b.lagrangian["handoff"]
+    for u, v in zip(done.atoms["pde"], ref.atoms["pde"]):                   # positions, masses
+        assert np.array_equal(u, v)
+    for key in ("pde:mass_errors", "pde:counts"):
+        assert np.array_equal(done.atoms[key], ref.atoms[key]), key
+    assert done.atoms["pde:attrs"]["diffuse"] == ref.atoms["pde:attrs"]["diffuse"]

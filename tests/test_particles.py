@@ -296,7 +296,11 @@ def test_interrupt_non_finite_and_max_steps():
     huge = Model(2, 1.0, "ascent", strength=1e308)
     r = simulate_particles(huge, n=20, t_final=1.0, dt=0.5, seed=1)
     assert r.stop_reason == "non-finite"
-    r = simulate_particles(m, n=20, t_final=1.0, dt=0.01, max_steps=7)
+    # a fixed-step run that max_steps cannot finish is refused up front (100 steps needed) ...
+    with pytest.raises(ValueError, match="100 steps of the fixed-step integrator 'rk4' exceed max_steps = 7"):
+        simulate_particles(m, n=20, t_final=1.0, dt=0.01, max_steps=7)
+    # ... an adaptive one, whose step count is not known in advance, stops on it
+    r = simulate_particles(m, n=20, t_final=1.0, integrator="adaptive", dt=0.01, dt_max=0.01, max_steps=7)
     assert r.stop_reason == "max_steps" and r.nsteps == 7 and r.t[-1] == pytest.approx(0.07)
 
 

@@ -157,7 +157,7 @@ def test_relu_ascent_from_uniform_concentrates(beta):
     m = Model(2, beta, "ascent", perceptron=p)
     # ReLU makes rho jump at the dead-zone boundaries, so the Fourier tail decays only like
     # J / (2 pi sqrt(K)): the run accepts a tail of 1e-2 at K = 2048 (same atom as K = 8192 at 1e-3)
-    r = solve_pde(m, 10.0, 128, save_every=0.5, max_degree=2048, tail_max=1e-2)
+    r = solve_pde(m, 10.0, 128, save_every=0.5, max_degree=2048, tail_max=1e-2, continuation="none")
     assert r.stop_reason in ("t_final", "resolution")
     assert np.all(np.isfinite(r.coeffs)) and np.all(np.isfinite(r.density))
     assert len(r.refinements) >= 2 and r.degree[-1] == 2048 and np.all(np.diff(r.degree) >= 0)
@@ -179,7 +179,7 @@ def test_sa_large_beta_detects_loss_of_accuracy(beta):
     """Two antipodal atoms: Psi between them is ~exp(-beta), beyond double precision of its series."""
     p = Perceptron.random(2, 2, "gelu", 1.0, seed=111)
     m = Model(2, beta, "descent", attention="normalized", perceptron=p)
-    r = solve_pde(m, 30.0, 64, save_every=1.0, max_degree=1024, tail_max=1e-2)
+    r = solve_pde(m, 30.0, 64, save_every=1.0, max_degree=1024, tail_max=1e-2, continuation="none")
     assert r.stop_reason == "resolution" and "SA" in r.message
     assert np.all(np.isfinite(r.density)) and np.all(np.isfinite(r.energy))
     assert len(r.atoms().masses) == 2
@@ -228,8 +228,12 @@ def test_keyboard_interrupt_stops_cleanly():
 
 def test_max_steps_and_filter_are_reported():
     m = Model(2, 1.0, "ascent", perceptron=Perceptron.random(2, 2, "gelu", 1.0, seed=1))
-    r = solve_pde(m, 5.0, 32, max_steps=7)
-    assert r.stop_reason == "max_steps" and r.nsteps == 7 and r.t_stop < 5
+    # a budget below the CFL bound of the first step is refused before any step (30 steps at least) ...
+    with pytest.raises(ValueError, match="t_final = 5 needs more than max_steps = 7 steps"):
+        solve_pde(m, 5.0, 32, max_steps=7)
+    # ... one above it runs into it (the run takes 1117 steps)
+    r = solve_pde(m, 5.0, 32, max_steps=100, continuation="none")
+    assert r.stop_reason == "max_steps" and r.nsteps == 100 and r.t_stop < 5
     f = solve_pde(m, 0.5, 32, filter={"kind": "exponential", "alpha": 36, "order": 16})
     assert f.options["filter"] == {"kind": "exponential", "alpha": 36, "order": 16}
     assert solve_pde(m, 0.5, 32).options["filter"] is None

@@ -54,7 +54,7 @@ def test_quadrature_particles_follow_the_circle_pde_until_it_loses_resolution():
     high modes part — and the PDE says so (stop_reason "resolution")."""
     model = Model(2, 4.0, "ascent", perceptron=Perceptron.random(2, 2, "gelu", 1.0, seed=111))
     pde = solve_pde(model, 8.0, 32, save_every=0.25, max_degree=512, tail_tol=1e-12, tail_max=1e-3,
-                    rtol=1e-10, atol=1e-12)
+                    rtol=1e-10, atol=1e-12, continuation="none")
     assert pde.stop_reason == "resolution"
     t_end = math.floor(pde.t_stop / 0.25) * 0.25
     parts = simulate_particles(model, 16384, t_final=t_end, init="quadrature", integrator="rk4", dt=0.0025,
@@ -115,7 +115,7 @@ def test_atoms_of_pde_and_particles_match_in_circle_ascent():
     particles, run to the same time, hold the same atoms: same count, positions within the PDE's grid
     spacing, masses within 0.02."""
     model = Model(2, 4.0, "ascent", perceptron=Perceptron.random(2, 2, "relu", 1.0, seed=111))
-    pde = solve_pde(model, 10.0, 128, save_every=0.25, max_degree=2048, tail_max=1e-2)
+    pde = solve_pde(model, 10.0, 128, save_every=0.25, max_degree=2048, tail_max=1e-2, continuation="none")
     assert pde.stop_reason == "resolution"
     t_end = math.floor(pde.t_stop / 0.25) * 0.25
     parts = simulate_particles(model, 20000, t_final=t_end, integrator="rk4", dt=0.01, save_every=0.25, seed=3)
@@ -140,7 +140,7 @@ def test_atoms_of_pde_and_particles_match_in_circle_descent_with_explicit_filter
     perceptron = Perceptron.random(2, 2, "relu", 1.0, seed=111)
     model = Model(2, 1.0, "descent", perceptron=perceptron)
     pde = solve_pde(model, 10.0, 128, save_every=0.25, max_degree=2048, tail_max=1e-2, positivity_tol=0.1,
-                    filter=filt)
+                    filter=filt, continuation="none")
     assert pde.options["filter"]["order"] == 16
     assert pde.stop_reason in ("positivity", "resolution") and pde.t_stop > 2.0
     t_end = math.floor(pde.t_stop / 0.25) * 0.25
@@ -166,7 +166,7 @@ def test_atoms_of_pde_and_particles_match_in_sphere_descent():
     filt = {"kind": "exponential", "alpha": 36.0, "order": 16}
     model = Model(3, 1.0, "descent", perceptron=Perceptron.random(3, 3, "relu", 1.0, seed=111))
     pde = solve_pde(model, 10.0, 31, save_every=0.25, max_degree=255, tail_max=1e-2, positivity_tol=0.1,
-                    filter=filt)
+                    filter=filt, continuation="none")
     assert pde.stop_reason in ("positivity", "resolution") and pde.t_stop > 1.5
     t_end = math.floor(pde.t_stop / 0.25) * 0.25
     parts = simulate_particles(model, 20000, t_final=t_end, integrator="rk4", dt=0.025, save_every=0.25, seed=3)
@@ -255,7 +255,9 @@ def test_gibbs_oscillations_beside_a_jump_are_not_atoms():
     c = np.fft.rfft(dens)[:K] / dens.size
     raw = CircleSpace.atoms(c, threshold=10.0, smoothing=None)
     ang = np.mod(np.arctan2(raw.positions[:, 1], raw.positions[:, 0]), 2 * np.pi)
-    assert np.sum(np.abs(ang - 2.0) < 0.05) >= 2          # without smoothing: the overshoot passes for atoms
+    # without smoothing the overshoot passes for an atom (its ripples, each a local maximum, are one piece
+    # by persistence: the dips between them are shallower than 10% of their height)
+    assert np.sum(np.abs(ang - 2.0) < 0.05) >= 1
     at = CircleSpace.atoms(c, threshold=10.0)
     assert len(at) == 1
     assert abs(np.mod(np.arctan2(at.positions[0, 1], at.positions[0, 0]), 2 * np.pi) - 4.5) < 1e-3
