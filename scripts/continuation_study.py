@@ -12,9 +12,10 @@ Three studies (``--study``, all by default), each printing a table and writing J
                the diffuse mass, the wall time. S1-0 starts from rho_0 = 1 + 0.2 cos(3 theta) as in
                runs/circle_S1-0_ascent_attention.toml (the uniform density is an exact stationary state of
                pure attention: the continuation stops there at once, "stationary", with no atom).
-``convergence`` One ReLU case on each manifold (S2 at beta = 5 on S^1; sphere descent at beta = 9) at N, 2N
-               and 4N nodes, the same end time: every atom's mass at each N and the observed order
-               log2(|m_N - m_2N| / |m_2N - m_4N|).
+``convergence`` One ReLU case on each manifold (S2 at beta = 5 on S^1, 1024 to 32768 nodes to t = 400;
+               sphere descent at beta = 9, 2048 to 8192 nodes to t = 60), no error-estimate rerun: every
+               atom's mass at each N, the observed order log2(|m_N - m_2N| / |m_2N - m_4N|) of the first
+               three, and the differences from the finest N with their fitted slope against N.
 ``particles``  The particle limit at the level of atoms, S1 and S2 at beta = 5: the paper's particle protocol
                (explicit Euler, dt = 0.1, its stopping rule: cluster count unchanged over 5 snapshots and max
                drift <= 5e-4, linkage scale 0.5), N = 1e3 and 1e4 (8 seeds) and 1e5 (2 seeds), against the
@@ -116,17 +117,22 @@ def _terminal_job(arg: tuple) -> dict:
 
 
 # --- convergence in the node count -------------------------------------------------------------------------
-CONVERGENCE = {2: ((2, "S2", 5.0), 1024, 400.0), 3: ((3, "descent-relu", 9.0), 2048, 60.0)}
+#: d -> (case, node counts, end time): N, 2N, 4N, ... (on S^2 each rounded to a Gauss grid 2 nlat^2)
+CONVERGENCE = {2: ((2, "S2", 5.0), (1024, 2048, 4096, 8192, 16384, 32768), 400.0),
+               3: ((3, "descent-relu", 9.0), (2048, 4096, 8192), 60.0)}
 
 
 def convergence(d: int, quick: bool) -> dict:
-    case, n0, t_final = CONVERGENCE[d]
+    """Atom masses at each node count of CONVERGENCE (the same end time, no error-estimate rerun): the
+    observed order log2(|m_N - m_2N| / |m_2N - m_4N|) of the first three, and the differences from the
+    finest count with the least-squares slope of log(mean difference) against log(N)."""
+    case, counts, t_final = CONVERGENCE[d]
     if quick:
-        n0, t_final = n0 // 4, t_final / 10
-    runs = [terminal(case, t_final=t_final, nodes=n0 * k, error_estimate=False) for k in (1, 2, 4)]
-    base = np.array(runs[0]["positions"])
+        counts, t_final = tuple(n // 4 for n in counts[:3]), t_final / 10
+    runs = [terminal(case, t_final=t_final, nodes=n, error_estimate=False) for n in counts]
+    finest = np.array(runs[-1]["positions"]).reshape(-1, d)
     table = []
-    for i, p in enumerate(base):
+    for p in finest:
         ms = []
         for r in runs:
             pos = np.array(r["positions"]).reshape(-1, d)
@@ -134,8 +140,13 @@ def convergence(d: int, quick: bool) -> dict:
             ms.append(r["masses"][j] if j >= 0 and math.acos(min(1.0, float(pos[j] @ p))) < 0.1 else float("nan"))
         d1, d2 = abs(ms[0] - ms[1]), abs(ms[1] - ms[2])
         order = math.log2(d1 / d2) if d1 > 0 and d2 > 0 else float("nan")
-        table.append({"position": p.tolist(), "masses": ms, "order": order})
+        table.append({"position": p.tolist(), "masses": ms, "order": order,
+                      "difference_from_finest": [abs(m - ms[-1]) for m in ms[:-1]]})
+    nodes = np.array([r["nodes"] for r in runs[:-1]], dtype=float)
+    mean = np.nanmean([a["difference_from_finest"] for a in table], axis=0) if table else np.zeros(0)
+    slope = float(np.polyfit(np.log(nodes), np.log(mean), 1)[0]) if len(mean) > 1 and np.all(mean > 0) else float("nan")
     return {"case": case, "nodes": [r["nodes"] for r in runs], "t_final": t_final, "atoms": table,
+            "mean_difference_from_finest": mean.tolist(), "slope": slope,
             "diffuse": [r["diffuse"] for r in runs], "walls": [r["wall"] for r in runs]}
 
 
@@ -145,7 +156,10 @@ def print_convergence(res: dict) -> None:
           f"(walls {', '.join(f'{w:.0f}' for w in res['walls'])} s); diffuse {', '.join(f'{v:.5f}' for v in res['diffuse'])}")
     for a in res["atoms"]:
         print(f"  atom at {np.round(a['position'], 3).tolist()}: masses {', '.join(f'{m:.6f}' for m in a['masses'])}; "
-              f"observed order {a['order']:.2f}", flush=True)
+              f"observed order (N, 2N, 4N) {a['order']:.2f}; differences from the finest "
+              f"{', '.join(f'{v:.1e}' for v in a['difference_from_finest'])}", flush=True)
+    print(f"  mean difference from the finest: {', '.join(f'{v:.1e}' for v in res['mean_difference_from_finest'])}; "
+          f"fitted slope against N {res['slope']:.2f} (one node weighs 1/N: {', '.join(f'{1 / n:.1e}' for n in res['nodes'][:-1])})")
 
 
 # --- the particle limit ------------------------------------------------------------------------------------

@@ -10,7 +10,11 @@
   (coefficients w.r.t. sigma-orthonormal harmonics, lambda_l the Funk–Hecke multipliers of k);
 - ``moment_gap``: max over 1 <= l <= L of |rho_lm - mu_lm| (same normalisation);
 - ``cdf_drift`` (S^1 only): max_i |F_t(theta_i(t)) - F_0(theta_i(0))| — the exact flow keeps each
-  particle's CDF value, so this measures how far the particles are from characteristics of the PDE;
+  particle's CDF value, so this measures how far the particles are from characteristics of the PDE
+  (nan past the PDE's handoff to its node measure, whose CDF jumps at its atoms);
+
+Past the handoff (``PDEResult.nodes``) the PDE is a node measure: W1 is then exact between two point
+sets, and its atoms and cap masses are those of its points; its coefficients are exact (moments, MMD).
 - ``energy_gap``: |E[rho_t] - E[mu_t]|;
 - ``matched_atoms``: at the last common time, the atoms of both measures found by one and the same
   procedure (:func:`common_atoms`), paired one to one (Hungarian assignment on geodesic distance),
@@ -136,6 +140,25 @@ def circle_w1(c: np.ndarray, theta: np.ndarray, w: np.ndarray, npoints: int | No
     return float(area.sum())
 
 
+def _point_cdf(theta: np.ndarray, w: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """F(a) = sum of the weights at angles <= a, angles in [-pi, pi) (a discrete measure's CDF from -pi)."""
+    theta = np.mod(np.asarray(theta, dtype=float) + np.pi, 2 * np.pi) - np.pi
+    o = np.argsort(theta)
+    cw = np.concatenate([[0.0], np.cumsum(np.asarray(w, dtype=float)[o])])
+    return cw[np.searchsorted(theta[o], np.asarray(at, dtype=float), side="right")]
+
+
+def circle_w1_points(theta_a: np.ndarray, w_a: np.ndarray, theta_b: np.ndarray, w_b: np.ndarray) -> float:
+    """Exact W1 on the unit circle between two discrete measures: min_c ∫ |F_a - F_b - c| dtheta, F_a - F_b
+    piecewise constant between the points, c the weighted median of its values."""
+    pts = np.sort(np.mod(np.concatenate([theta_a, theta_b]) + np.pi, 2 * np.pi) - np.pi)
+    edges = np.concatenate([[-np.pi], pts, [np.pi]])
+    mid = 0.5 * (edges[:-1] + edges[1:])
+    diff = _point_cdf(theta_a, w_a, mid) - _point_cdf(theta_b, w_b, mid)
+    h = np.diff(edges)
+    return float(np.sum(h * np.abs(diff - _weighted_median(diff, h))))
+
+
 def _weighted_median(v: np.ndarray, wts: np.ndarray) -> float:
     o = np.argsort(v)
     cw = np.cumsum(wts[o])
@@ -221,9 +244,12 @@ def compare(pde, particles, *, moments: int = 8, mmd_beta: float = 4.0, atom_thr
     mmd, mgap, egap = np.empty(T), np.empty(T), np.empty(T)
     w = np.asarray(particles.w, dtype=float)
     F0 = None
-    if model.d == 2:
-        th0 = np.arctan2(particles.x[iq[0], :, 1], particles.x[iq[0], :, 0])
-        F0 = space.cdf(pde.coefficients(int(ip[0])), th0)
+    # past the handoff the PDE is a node measure: its coefficients are exact (moments, MMD), but its
+    # CDF, cap masses and atoms are those of its points, not of its truncated series
+    nodes = {int(i): pde.node_measure(int(i)) for i in ip} if getattr(pde, "nodes", None) else {}
+    angle = lambda p: np.arctan2(p[:, 1], p[:, 0])                     # noqa: E731
+    if model.d == 2 and nodes.get(int(ip[0])) is None:
+        F0 = space.cdf(pde.coefficients(int(ip[0])), angle(particles.x[iq[0]]))
     for n, (i, j) in enumerate(zip(ip, iq)):
         c = pde.coefficients(int(i))
         x = particles.x[j]
@@ -243,12 +269,25 @@ def compare(pde, particles, *, moments: int = 8, mmd_beta: float = 4.0, atom_thr
         e_p = float(particles.energy[j]) if particles.energy is not None else np.nan
         egap[n] = abs(float(pde.energy[i]) - e_p)
         if model.d == 2:
-            th = np.arctan2(x[:, 1], x[:, 0])
-            w1[n] = circle_w1(c, th, w)
-            cdf_drift[n] = float(np.abs(_wrap01(space.cdf(c, th) - F0)).max())
+            th = angle(x)
+            node = nodes.get(int(i))
+            if node is None:
+                w1[n] = circle_w1(c, th, w)
+                cdf_drift[n] = float(np.abs(_wrap01(space.cdf(c, th) - F0)).max())
+            else:
+                # the CDF drift stays nan: the CDF of a measure with atoms jumps at them, so its value at
+                # a particle 1e-7 rad beside an atom says nothing about the flow
+                w1[n] = circle_w1_points(angle(node.x), node.w, th, w)
     radius, h = atom_scales(model, atom_radius, smoothing, cluster_scale)
-    pa, qa = common_atoms(space, pde.coefficients(int(ip[-1])), particles.x[iq[-1]], w, threshold=atom_threshold,
-                          radius=radius, smoothing=h, min_mass=min_mass)
+    last = nodes.get(int(ip[-1]))
+    if last is None:
+        pa, qa = common_atoms(space, pde.coefficients(int(ip[-1])), particles.x[iq[-1]], w,
+                              threshold=atom_threshold, radius=radius, smoothing=h, min_mass=min_mass)
+    else:
+        kw = dict(degree=int(pde.degree[int(ip[-1])]), threshold=atom_threshold, radius=radius, smoothing=h,
+                  min_mass=min_mass)
+        pa = measure_atoms(space, x=last.x, w=last.w, **kw)
+        qa = measure_atoms(space, x=particles.x[iq[-1]], w=w, **kw)
     pairs, up, uq = match_atoms((pa.positions, pa.masses), (qa.positions, qa.masses), radius)
     return Comparison(t=np.asarray(pde.t)[ip], w1=w1, mmd=mmd, moment_gap=mgap, energy_gap=egap,
                       cdf_drift=cdf_drift, matched_atoms=pairs, unmatched_pde=up, unmatched_particles=uq,
@@ -412,7 +451,8 @@ def concentration(result, atoms_positions: np.ndarray, radius: float, *, kind: s
                   cells: int = 512) -> dict:
     """Per snapshot: mass within ``radius`` of the given atoms, effective support, ∫ rho^2 (on cells).
 
-    ``kind`` is "pde" (a PDEResult; masses by quadrature of rho from its coefficients) or "particles".
+    ``kind`` is "pde" (a PDEResult; masses by quadrature of rho from its coefficients, or past the handoff
+    those of its node measure) or "particles".
     The effective support is the measure (fraction of S^{d-1}) of the fewest cells of a fixed partition
     into ``cells`` cells that carry 1 - eps of the mass; ∫ rho^2 is that of the cell-averaged density.
     """
@@ -423,7 +463,10 @@ def concentration(result, atoms_positions: np.ndarray, radius: float, *, kind: s
     T = len(result.t)
     near, support, l2 = np.empty(T), np.empty(T), np.empty(T)
     for i in range(T):
-        if kind == "pde":
+        nodes = result.node_measure(i) if kind == "pde" else None
+        if nodes is not None:                   # past the handoff: the node measure itself
+            pts, mass = nodes.x, nodes.w
+        elif kind == "pde":
             pts, wts, rho = result.space.quadrature(result.coefficients(i))
             mass = rho * wts
         else:

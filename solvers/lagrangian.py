@@ -143,10 +143,7 @@ def _circle_nodes(c: np.ndarray, n: int) -> tuple[Nodes, float, str]:
 def _sphere_nodes(c: np.ndarray, L: int, n: int) -> tuple[Nodes, float, str]:
     nlat = _sphere_nlat(n)
     nphi = 2 * nlat
-    z, wz = np.polynomial.legendre.leggauss(nlat)
-    theta = np.arccos(z[::-1])                            # north first
-    x = sphere.unit_vectors(theta[:, None], 2.0 * np.pi * np.arange(nphi)[None, :] / nphi).reshape(-1, 3)
-    q = np.repeat(wz[::-1] / 2.0 / nphi, nphi)            # probability weights
+    x, q = sphere.gauss_nodes(nlat)
     c = sphere.resize(c, L)
     if nlat > L and nlat >= 32:
         b = sphere.SphereBasis(L, nlat, nphi)             # the same nodes, by SHTns

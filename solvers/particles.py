@@ -38,7 +38,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from spectral import fourier
+from spectral import fourier, sphere
 from ._blas import blas_threads
 from ._memory import refuse_if_too_big
 from .atoms import single_linkage_clusters
@@ -286,12 +286,8 @@ def _sphere_quadrature(n: int, density: Callable | None) -> tuple[np.ndarray, np
         near = sorted({2 * max(nlat - 1, 1) ** 2, 2 * max(nlat, 1) ** 2, 2 * (nlat + 1) ** 2})
         raise ValueError(f"init='quadrature' on S^2 uses a Gauss grid of nlat x 2 nlat nodes: n must be 2 nlat^2, "
                          f"got n = {n} (nearest: {near})")
-    z, wz = np.polynomial.legendre.leggauss(nlat)
     nphi = 2 * nlat
-    phi = 2.0 * np.pi * np.arange(nphi) / nphi
-    s = np.sqrt(1.0 - z * z)
-    x = np.stack([np.outer(s, np.cos(phi)), np.outer(s, np.sin(phi)), np.outer(z, np.ones(nphi))], axis=-1).reshape(-1, 3)
-    q = np.repeat(wz / 2.0, nphi) / nphi            # quadrature weights of the probability measure
+    x, q = sphere.gauss_nodes(nlat)                 # q: weights of the probability measure
     if density is None:
         return x, q / q.sum(), f"quadrature (Gauss grid {nlat} x {nphi}, uniform)"
     vals = density_values(density, x)

@@ -71,7 +71,7 @@ shtns = _import_shtns_quietly()
 __all__ = [
     "SphereBasis", "ncoef", "degree_of", "canonical_degrees", "native_to_canonical_index",
     "evaluate", "evaluate_grid", "evaluate_equiangular", "spectral_tail", "l2_norm", "resize", "equiangular_grid",
-    "unit_vectors", "tangents", "grid_neighbours", "dealiased_grid", "fft_size",
+    "unit_vectors", "tangents", "grid_neighbours", "dealiased_grid", "fft_size", "gauss_nodes",
 ]
 
 _EFFORTS = ("FFTW_ESTIMATE", "FFTW_MEASURE", "FFTW_PATIENT", "FFTW_EXHAUSTIVE")
@@ -380,6 +380,20 @@ def tangents(theta: np.ndarray, phi: np.ndarray) -> tuple[np.ndarray, np.ndarray
     et = np.stack([ct * cp, ct * sp, -st], axis=-1)
     ep = np.stack([-sp, cp, np.zeros_like(sp)], axis=-1)
     return et, ep
+
+
+def gauss_nodes(nlat: int) -> tuple[np.ndarray, np.ndarray]:
+    """The Gauss grid of nlat Gauss–Legendre colatitudes (north first) x 2 nlat equispaced longitudes
+    (phi_j = pi j / nlat), by numpy alone: unit vectors (2 nlat^2, 3), latitude-major, and the weights
+    of the uniform probability measure (summing to 1). The nodes and weights of :class:`SphereBasis`
+    (nlat, 2 nlat) to round-off; exact for polynomials of degree <= 2 nlat - 1 in cos(theta) and
+    longitudinal modes below 2 nlat."""
+    nlat = int(nlat)
+    z, wz = np.polynomial.legendre.leggauss(nlat)
+    nphi = 2 * nlat
+    theta = np.arccos(z[::-1])
+    x = unit_vectors(theta[:, None], 2.0 * np.pi * np.arange(nphi)[None, :] / nphi).reshape(-1, 3)
+    return x, np.repeat(wz[::-1] / 2.0 / nphi, nphi)
 
 
 def equiangular_grid(n: int) -> np.ndarray:

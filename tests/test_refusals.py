@@ -283,7 +283,7 @@ def _tree(d: Path) -> dict:
 def _cli(args, cwd):
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     return subprocess.run([sys.executable, "-m", "solvers.cli", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=60)
+                          text=True, timeout=300)
 
 
 @pytest.mark.parametrize("kind, target, pattern", [row[1:] for row in REFUSALS], ids=[row[0] for row in REFUSALS])
