@@ -14,13 +14,10 @@ velocity, flux). Best of several repeats, each timing a loop long enough to be a
 from __future__ import annotations
 
 import argparse
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from solvers import Model, Perceptron  # noqa: E402
 from solvers.pde_circle import CircleDiscretization  # noqa: E402

@@ -31,9 +31,6 @@ import time
 from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "2")
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
 
@@ -94,8 +91,8 @@ r = simulate_particles(m, n={N}, t_final=0.02, dt=0.01, integrator="rk4", sum="f
 assert r.stop_reason == "t_final", r.message
 print([l.split()[1] for l in open("/proc/self/status") if l.startswith("VmHWM")][0])
 """
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True,
-                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env=dict(os.environ))
     return int(out.stdout.strip().splitlines()[-1]) * 1024 / GIB      # VmHWM is in kB
 
 

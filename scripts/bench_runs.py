@@ -29,20 +29,15 @@ import functools
 import io
 import os
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "2")
-ROOT = Path(__file__).resolve().parents[1]
-for p in (str(ROOT), str(ROOT / "scripts")):
-    if p not in sys.path:
-        sys.path.insert(0, p)
 
 from solvers import Model, Perceptron, solve_pde  # noqa: E402
-from solvers.config import parse_config  # noqa: E402
-from solvers.runner import run_config  # noqa: E402
+from solvers.app.config import parse_config  # noqa: E402
+from solvers.app.runner import run_config  # noqa: E402
 
 ARCHIVE_TARGET = 1.05        # archived run / the same run without output
 CIRCLE = dict(beta=4.0, flow="descent", noise=0.02)
@@ -137,7 +132,7 @@ class WriterClock:
         setattr(owner, name, timed)
 
     def __enter__(self) -> "WriterClock":
-        from solvers.archive import ArchiveWriter
+        from solvers.app.archive import ArchiveWriter
         from solvers.pde import PDEResult
         for name in self.METHODS:
             self._wrap(ArchiveWriter, name, "total")

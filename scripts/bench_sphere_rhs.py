@@ -17,13 +17,10 @@ its kernel-bandwidth truncation).
 from __future__ import annotations
 
 import argparse
-import os
-import sys
 import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from solvers import Model, Perceptron  # noqa: E402
 from solvers.pde_sphere import SphereDiscretization  # noqa: E402

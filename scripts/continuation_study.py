@@ -3,7 +3,7 @@
 
 Three studies (``--study``, all by default), each printing a table and writing JSON records:
 
-``terminal``   The main paper's setups (seed 000 §4; SPEC §5) from uniform data to "stationary" (or to
+``terminal``   The main paper's setups (the main paper §4; The model §5) from uniform data to "stationary" (or to
                --t-final): on S^1 S1 (ascent, ReLU), S1-0 (ascent, no perceptron), S2 (descent, ReLU), S3
                (descent, GeLU) at beta = 1, 5, 25; on S^2 descent with ReLU and ascent with GeLU at beta = 1,
                9 (the runs/ sphere setups). Perceptron.random(d, d, activation, 1.0, seed=111), USA, gamma = 1,

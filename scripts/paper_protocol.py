@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""The main paper's particle protocol on the circle (seed 000, §4; SPEC §5), end to end, with its figures.
+"""The main paper's particle protocol on the circle (the main paper §4; The model §5), end to end, with its figures.
 
 Setups (d = 2, USA with gamma = 1 and the kernel exp(beta(<x,y> - 1)), no noise):
 
@@ -14,7 +14,7 @@ a_k uniform on the circle, c_k standard normal; the same weights for every beta 
 the activation differs), explicit Euler with dt = 0.1, one snapshot every 10 steps, stopping rule
 ``{"window": 5, "drift_tol": 5e-4, "scale": 0.5}``: the cluster count (single linkage at geodesic radius
 min(0.5 / sqrt(beta), pi / (2 d)) = min(0.5 / sqrt(beta), pi / 4)) unchanged over 5 snapshots and
-max_i |v(x_i)| <= 5e-4; at most 200000 steps. beta runs over SPEC §5's list
+max_i |v(x_i)| <= 5e-4; at most 200000 steps. beta runs over The model §5's list
 {0.01, 0.05, 0.1, 0.5, 1, 3, 5, 7, 10, 15, 25, 35, 50}.
 
 Outputs (in --out, default runs/paper_protocol/):
@@ -23,7 +23,7 @@ Outputs (in --out, default runs/paper_protocol/):
   the least-squares line count = a + b sqrt(beta) over beta >= --fit-min-beta (default 1: below
   beta = (2 d scale / pi)^2 = 0.405 the linkage radius is capped at pi/4 and does not scale), and, as a
   reference, the fastest-growing Fourier mode k* = argmax_k k^2 ive(k, beta) / beta of the linearisation
-  around the uniform state (SPEC §3.2; it predicts the first metastable cluster count of S1-0).
+  around the uniform state (The model §3.2; it predicts the first metastable cluster count of S1-0).
   The right panel counts the same final states with the greedy rule of the paper's released code
   (arcs of diameter <= the linkage radius, so a spread-out continuum is cut into pieces); in the full run
   it differed from single linkage only for S2 at beta >= 1, where mass stays spread in the ReLU dead zone.
@@ -47,7 +47,7 @@ machine with a load average near 3 (114 s and 201 s in earlier runs at loads nea
 takes under 10 s.
 
 Theorem 3.5 (anti-concentration of cluster masses in descent). Its formulas are lost in the paper's text
-extraction (/work/shared/seeds/000_*.txt, §3.2: (3.1)-(3.3) are empty placeholders); the bound is taken from
+extraction (its §3.2: (3.1)-(3.3) came out as empty placeholders); the bound is taken from
 the paper's released code (antonioalvarezl/2026-MLP-Attention-Energy, the heaviest-cluster figure:
 ``theoretical_heaviest_mass_bound`` and ``compute_c_theta``), re-implemented in :func:`theorem_3_5_bound`:
 
@@ -66,20 +66,16 @@ import argparse
 import json
 import math
 import os
-import sys
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
 
 # the reference protocol's seeds, shared with scripts/reference_experiments.py
-sys.path.insert(0, str(ROOT / "scripts"))
 from reference_experiments import PARTICLE_SEED, PERCEPTRON_SEED  # noqa: E402
 D = 2
 DT = 0.1
@@ -274,7 +270,7 @@ def _job(kind: str, setup: str, beta: float, n: int, max_steps: int) -> dict:
 
 # --- analysis ----------------------------------------------------------------------------------------
 def fastest_mode(beta: float, kmax: int = 400) -> int:
-    """k* = argmax_k k^2 ive(k, beta) / beta (USA, d = 2, SPEC §3.2); 1 in the beta -> 0 limit."""
+    """k* = argmax_k k^2 ive(k, beta) / beta (USA, d = 2, The model §3.2); 1 in the beta -> 0 limit."""
     from scipy.special import ive
     if beta <= 0:
         return 1
@@ -327,7 +323,7 @@ def plot_counts(records, fits, setups, path: Path, min_beta: float, title: str) 
                 xs = np.linspace(math.sqrt(f["beta_range"][0]), math.sqrt(f["beta_range"][1]), 50)
                 ax.plot(xs, f["intercept"] + f["slope"] * xs, "-", color=col, lw=1, alpha=0.7)
         ax.plot(np.sqrt(betas), [fastest_mode(b) for b in betas], "k:", lw=1,
-                label="k* fastest-growing mode (SPEC §3.2)")
+                label="k* fastest-growing mode (The model §3.2)")
         ax.axvline(math.sqrt(min_beta), color="0.7", lw=0.8, ls="--")
         ax.set_xlabel("sqrt(beta)")
         ax.set_title(f"clusters at the stop: {what}\nfit over beta >= {min_beta:g}", fontsize=8)
@@ -479,7 +475,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, default=ROOT / "runs" / "paper_protocol", help="output directory")
     ap.add_argument("--quick", action="store_true",
                     help=f"smoke test: beta {QUICK_BETAS}, N = {QUICK_N}, no PDE (unless given explicitly)")
-    ap.add_argument("--betas", type=str, help="comma-separated betas (default SPEC §5's 13 values)")
+    ap.add_argument("--betas", type=str, help="comma-separated betas (default The model §5's 13 values)")
     ap.add_argument("--n", type=int, help="particles (default 1000; --quick: 200)")
     ap.add_argument("--setups", type=str, default=",".join(SETUPS), help="comma-separated, from S1,S1-0,S2,S3")
     ap.add_argument("--workers", type=int, default=2, help="processes (default 2)")

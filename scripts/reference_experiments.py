@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""The particle experiments of the main paper (seed 000, §4; SPEC §5) with the project's solver.
+"""The particle experiments of the main paper (the main paper §4; The model §5) with the project's solver.
 
 Protocol (the reference code's defaults): N = 1000 particles i.i.d. uniform on S^{d-1} (particle seed
 42), a ReLU perceptron with d units, a_k uniform on the sphere and c_k standard normal (perceptron
@@ -17,14 +17,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import time
 from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "2")
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
 

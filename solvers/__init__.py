@@ -1,4 +1,4 @@
-"""attnpde solvers: the model of SPEC §1 and what evolves it.
+"""attnpde solvers: the model (README, The model §1) and what evolves it.
 
 Public names: :class:`Model`, :class:`Perceptron`, :func:`solve_pde` (spectral PDE on S^1 and S^2),
 :func:`simulate_particles` (particles on S^{d-1}, any d, with fast interaction sums on S^1 and S^2),

@@ -32,7 +32,7 @@ and the grid's cut of the basin's boundary therefore do not move it: for a bump 
 background the whole basin's mean is off by 0.44 rad, this one by 3e-6 rad; a rotated copy of a
 PDE state gives positions rotated to 1e-4 rad (the grid spacing there is 1.6e-2; measured).
 
-For particles, clusters are single-linkage components at a geodesic threshold (SPEC §5).
+For particles, clusters are single-linkage components at a geodesic threshold (The model §5).
 """
 from __future__ import annotations
 

@@ -28,7 +28,7 @@ over the particles); an atom is a connected component of {smoothed density >= at
 (uniform = 1), its position the density-weighted mean direction of the component; its mass is that
 of the *unsmoothed* measure within geodesic distance ``atom_radius`` of that position (for the PDE
 exact: the CDF on S^1, Funk–Hecke cap multipliers on S^2; for the particles, the sum of their weights).
-Single-linkage clusters (SPEC §5) are not used here: on a partly collapsed cloud they chain through
+Single-linkage clusters (The model §5) are not used here: on a partly collapsed cloud they chain through
 the diffuse part (they are what the archive's /atoms/particles and the stopping rule use).
 
 :func:`concentration` measures, per snapshot and per solver, the mass within r of the final atoms,
@@ -44,8 +44,8 @@ import numpy as np
 
 from spectral.multipliers import kernel_bandwidth, zonal_multipliers
 
-__all__ = ["terminal_atoms", "Comparison", "compare", "circle_w1", "concentration", "compare_into_archive", "describe_comparison",
-           "cap_mass", "common_atoms", "measure_atoms", "smoothed"]
+__all__ = ["terminal_atoms", "Comparison", "compare", "circle_w1", "circle_w1_points", "concentration",
+           "concentration_statement", "cap_mass", "common_atoms", "measure_atoms", "smoothed"]
 
 
 @dataclass
@@ -64,6 +64,10 @@ class Comparison:
     kernel: str
     moments_degree: int
     options: dict = field(default_factory=dict)
+    #: per solver ("pde", "particles"), when computed (``compare(..., with_concentration=True)``): the
+    #: :func:`concentration` record at the solver's own final atoms ("final_positions", "final_masses")
+    #: and its one-line "statement"
+    concentration: dict = field(default_factory=dict)
 
     def heavy_atoms(self, mass: float) -> tuple[list, list, list]:
         """The atoms of mass >= ``mass``: matched pairs where either side reaches it, and the unmatched
@@ -74,22 +78,28 @@ class Comparison:
                 [a for a in self.unmatched_particles if a[1] >= mass])
 
     def summary(self) -> str:
-        i = -1
-        parts = [f"t = {self.t[i]:.4g}:"]
-        if self.w1 is not None:
-            parts.append(f"W1 {self.w1[i]:.3e}")
-        parts += [f"MMD {self.mmd[i]:.3e}", f"moment gap (l <= {self.moments_degree}) {self.moment_gap[i]:.3e}",
-                  f"energy gap {self.energy_gap[i]:.3e}"]
-        if self.cdf_drift is not None:
-            parts.append(f"CDF drift {self.cdf_drift[i]:.3e}")
-        lines = ["  ".join(parts)]
-        r = self.options.get("atom_radius", float("nan"))
-        for p in self.matched_atoms:
-            lines.append(f"  atom: mass within {r:.3g} rad PDE {p['pde_mass']:.4f}, particles {p['particle_mass']:.4f} "
-                         f"(difference {p['mass_difference']:+.4f}); position error {p['position_error']:.3e} rad")
-        if self.unmatched_pde or self.unmatched_particles:
-            lines.append(f"  unmatched: {len(self.unmatched_pde)} PDE atom(s), "
-                         f"{len(self.unmatched_particles)} particle atom(s)")
+        """The comparison as text: the distances at the last common time, the matched atoms, and the
+        concentration statements (what ``attnpde info`` prints)."""
+        lines = []
+        if len(self.t):
+            t = self.t[-1]
+            parts = [f"at t = {t:.4g}:"]
+            for name, label in (("w1", "W1"), ("mmd", "MMD"), ("moment_gap", "moment gap"),
+                                ("energy_gap", "energy gap"), ("cdf_drift", "CDF drift")):
+                v = getattr(self, name)
+                if v is not None:
+                    parts.append(f"{label} {v[-1]:.3e}")
+            lines.append("  ".join(parts))
+            lines.append(f"kernel {self.kernel}; moments up to degree {self.moments_degree}")
+            r = self.options.get("atom_radius", float("nan"))
+            lines.append(f"matched atoms at t = {t:.4g}: {len(self.matched_atoms)} (unmatched: {len(self.unmatched_pde)} "
+                         f"PDE, {len(self.unmatched_particles)} particle atom(s)); mass within {r:.3g} rad of each:")
+            for p in self.matched_atoms:
+                lines.append(f"    PDE {p['pde_mass']:.4f} vs particles {p['particle_mass']:.4f} (difference "
+                             f"{p['mass_difference']:+.4f}), position error {p['position_error']:.2e} rad")
+        for kind in ("pde", "particles"):
+            if kind in self.concentration:
+                lines.append(f"{kind}: {self.concentration[kind]['statement']}")
         return "\n".join(lines)
 
 
@@ -213,7 +223,7 @@ def terminal_atoms(atoms, x: np.ndarray, w: np.ndarray, cluster_radius: float, *
 
 def compare(pde, particles, *, moments: int = 8, mmd_beta: float = 4.0, atom_threshold: float = 10.0,
             atom_radius: float | None = None, smoothing: float | None = None, min_mass: float = 0.01,
-            cluster_scale: float = 0.5) -> Comparison:
+            cluster_scale: float = 0.5, with_concentration: bool = False) -> Comparison:
     """Compare a PDEResult and a ParticleResult of the same model at their common snapshot times.
 
     Parameters
@@ -225,6 +235,8 @@ def compare(pde, particles, *, moments: int = 8, mmd_beta: float = 4.0, atom_thr
         matched pair; default min(cluster radius min(cluster_scale / sqrt(beta), pi / (2 d)), 0.1)
     smoothing : heat-kernel scale h (rad) of the atom detection; default atom_radius / 4
     min_mass : atoms whose cap mass is below this are left out (in either measure)
+    with_concentration : also measure each solver's concentration over all its snapshots, around its own
+        final atoms found by the same procedure (``Comparison.concentration``)
     """
     from .pde import space_for
 
@@ -289,7 +301,25 @@ def compare(pde, particles, *, moments: int = 8, mmd_beta: float = 4.0, atom_thr
         pa = measure_atoms(space, x=last.x, w=last.w, **kw)
         qa = measure_atoms(space, x=particles.x[iq[-1]], w=w, **kw)
     pairs, up, uq = match_atoms((pa.positions, pa.masses), (qa.positions, qa.masses), radius)
-    return Comparison(t=np.asarray(pde.t)[ip], w1=w1, mmd=mmd, moment_gap=mgap, energy_gap=egap,
+    conc = {}
+    if with_concentration:
+        akw = dict(threshold=atom_threshold, radius=radius, smoothing=h, min_mass=min_mass)
+        for kind, res in (("pde", pde), ("particles", particles)):
+            if len(res.t) == 0:
+                continue
+            if kind == "particles":
+                final = measure_atoms(space, x=res.x[-1], w=res.w, **akw)
+            elif res.node_measure(-1) is not None:
+                n = res.node_measure(-1)
+                final = measure_atoms(space, x=n.x, w=n.w, degree=int(res.degree[-1]), **akw)
+            else:
+                final = measure_atoms(space, coeffs=res.coefficients(len(res.t) - 1), **akw)
+            con = concentration(res, final.positions, radius, kind=kind)
+            con.update(final_positions=np.asarray(final.positions).reshape(-1, model.d),
+                       final_masses=np.asarray(final.masses, dtype=float),
+                       statement=concentration_statement(con["t"], con["mass_near_atoms"], len(final.masses), radius))
+            conc[kind] = con
+    return Comparison(concentration=conc, t=np.asarray(pde.t)[ip], w1=w1, mmd=mmd, moment_gap=mgap, energy_gap=egap,
                       cdf_drift=cdf_drift, matched_atoms=pairs, unmatched_pde=up, unmatched_particles=uq,
                       kernel=f"exp(kappa(<x,y> - 1)), kappa = {mmd_beta:g}", moments_degree=moments,
                       options={"moments": moments, "mmd_beta": mmd_beta, "atom_threshold": atom_threshold,
@@ -494,128 +524,3 @@ def concentration_statement(t: np.ndarray, near: np.ndarray, n_atoms: int, radiu
 
 
 # --- archive glue -------------------------------------------------------------------------------------
-def compare_into_archive(writer, config) -> Comparison:
-    """Compare the archived PDE and particle runs of ``config`` and write /comparison."""
-    from .archive import _replace, load
-    writer.write_pending()
-    writer.f.flush()
-    run = load(writer.path)
-    opts = dict(config.compare or {})
-    cmp = compare(run.pde, run.particles, moments=opts.get("moments", 8), mmd_beta=opts.get("mmd_beta", 4.0),
-                  atom_threshold=opts.get("atom_threshold", 10.0), atom_radius=opts.get("atom_radius"),
-                  smoothing=opts.get("smoothing"), min_mass=opts.get("min_mass", 0.01),
-                  cluster_scale=opts.get("cluster_scale", 0.5))
-    g = writer.f.require_group("comparison")
-    _replace(g, "t", cmp.t)
-    g["t"].make_scale("t")
-    for name in ("w1", "mmd", "moment_gap", "energy_gap", "cdf_drift"):
-        v = getattr(cmp, name)
-        if v is not None:
-            _replace(g, name, v)
-            g[name].dims[0].attach_scale(g["t"])
-    pairs = cmp.matched_atoms
-    _replace(g, "matched_pde_positions", np.array([p["pde_position"] for p in pairs]).reshape(-1, config.model.d))
-    _replace(g, "matched_particle_positions",
-             np.array([p["particle_position"] for p in pairs]).reshape(-1, config.model.d))
-    _replace(g, "matched_position_error", np.array([p["position_error"] for p in pairs], dtype=float))
-    _replace(g, "matched_pde_mass", np.array([p["pde_mass"] for p in pairs], dtype=float))
-    _replace(g, "matched_particle_mass", np.array([p["particle_mass"] for p in pairs], dtype=float))
-    g.attrs["kernel"] = cmp.kernel
-    g.attrs["moments_degree"] = cmp.moments_degree
-    g.attrs["unmatched_pde"] = len(cmp.unmatched_pde)
-    g.attrs["unmatched_particles"] = len(cmp.unmatched_particles)
-    for k, v in cmp.options.items():
-        g.attrs[f"option_{k}"] = v
-    # concentration of both solvers around their own final atoms (found by the same procedure)
-    o = cmp.options
-    radius = o["atom_radius"]
-    akw = dict(threshold=o["atom_threshold"], radius=radius, smoothing=o["smoothing"], min_mass=o["min_mass"])
-    space = run.pde.space
-    for kind, res in (("pde", run.pde), ("particles", run.particles)):
-        if res is None or len(res.t) == 0:
-            continue
-        if kind == "pde":
-            final = measure_atoms(space, coeffs=res.coefficients(len(res.t) - 1), **akw)
-        else:
-            final = measure_atoms(space, x=res.x[-1], w=res.w, **akw)
-        heavy = final.positions
-        con = concentration(res, heavy, radius, kind=kind)
-        cg = g.require_group(f"concentration_{kind}")
-        _replace(cg, "t", con["t"])
-        for k in ("mass_near_atoms", "effective_support", "l2"):
-            _replace(cg, k, con[k])
-        cg.attrs["radius"] = radius
-        cg.attrs["eps"] = con["eps"]
-        cg.attrs["cells"] = con["cells"]
-        cg.attrs["statement"] = concentration_statement(con["t"], con["mass_near_atoms"], len(heavy), radius)
-        _replace(cg, "final_atom_positions", np.asarray(final.positions).reshape(-1, run.model.d))
-        _replace(cg, "final_atom_masses", np.asarray(final.masses, dtype=float))
-    writer.f.flush()
-    return cmp
-
-
-def describe_comparison(run) -> list[str]:
-    """Lines for ``attnpde info`` about the comparison and the concentration of each solver."""
-    c = run.comparison
-    out = ["comparison (PDE vs particles):"]
-    t = c.get("t")
-    if t is not None and len(t):
-        parts = [f"at t = {t[-1]:.4g}:"]
-        for k, label in (("w1", "W1"), ("mmd", "MMD"), ("moment_gap", "moment gap"), ("energy_gap", "energy gap"),
-                         ("cdf_drift", "CDF drift")):
-            if k in c:
-                parts.append(f"{label} {c[k][-1]:.3e}")
-        out.append("  " + "  ".join(parts))
-        out.append(f"  kernel {c.get('attr:kernel', '')}; moments up to degree {c.get('attr:moments_degree', '')}")
-    pe, pm, qm = c.get("matched_position_error"), c.get("matched_pde_mass"), c.get("matched_particle_mass")
-    if pe is not None:
-        r = c.get("attr:option_atom_radius", float("nan"))
-        out.append(f"  matched atoms at t = {t[-1]:.4g}: {len(pe)} (unmatched: {c.get('attr:unmatched_pde', 0)} PDE, "
-                   f"{c.get('attr:unmatched_particles', 0)} particle atom(s)); mass within {r:.3g} rad of each:")
-        for e, a, b in zip(pe, pm, qm):
-            out.append(f"      PDE {a:.4f} vs particles {b:.4f} (difference {b - a:+.4f}), position error {e:.2e} rad")
-    import h5py
-    from .archive import open_archive
-    with open_archive(run.path) as f:
-        for kind in ("pde", "particles"):
-            name = f"comparison/concentration_{kind}"
-            if name in f:
-                out.append(f"  {kind}: {f[name].attrs['statement']}")
-    del h5py
-    return out
-
-
-def plot_comparison(run, out) -> list:
-    """Distances against time (log scale) and the concentration measures of both solvers."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from .archive import open_archive
-
-    c = run.comparison
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    ax = axes[0]
-    for k, label in (("w1", "W1"), ("mmd", "MMD"), ("moment_gap", "moment gap"), ("energy_gap", "energy gap"),
-                     ("cdf_drift", "CDF drift")):
-        if k in c:
-            ax.semilogy(c["t"], np.maximum(c[k], 1e-17), "o-", ms=3, label=label)
-    ax.set_xlabel("time t")
-    ax.set_title("PDE vs particles", fontsize=10)
-    ax.legend(fontsize=8)
-    ax = axes[1]
-    with open_archive(run.path) as f:
-        for kind, style in (("pde", "-"), ("particles", "--")):
-            name = f"comparison/concentration_{kind}"
-            if name in f:
-                g = f[name]
-                ax.plot(g["t"][()], g["mass_near_atoms"][()], style, label=f"{kind}: mass within r of final atoms")
-                ax.plot(g["t"][()], g["effective_support"][()], style, label=f"{kind}: effective support (95%)")
-    ax.set_xlabel("time t")
-    ax.set_ylim(-0.02, 1.02)
-    ax.set_title("concentration", fontsize=10)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    path = out / "comparison.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return [path]

@@ -1,7 +1,7 @@
 """Interaction sums of the attention kernel over a weighted point set on S^{d-1}.
 
 For sources y_j with weights w_j (any real numbers; the particle solver uses w_j > 0, sum 1) and
-evaluation points x (unit vectors), the two fields every velocity is built from (SPEC §1,
+evaluation points x (unit vectors), the two fields every velocity is built from (The model §1,
 ``Model.velocity``) are
 
     Psi(x) = sum_j w_j exp(beta(<x, y_j> - 1)),
@@ -23,7 +23,7 @@ Both are dimensionless (the kernel is <= 1; G is a tangent vector at x). Three w
 
 ``fast`` on S^2 (d = 3) — the addition theorem for the orthonormal real harmonics,
     exp(beta(<x,y> - 1)) = 4 pi sum_l lambda_l sum_{m>=0} eps_m Re[Pbar_lm(x) e^{im phi_x} Pbar_lm(y) e^{-im phi_y}],
-  eps_0 = 1, eps_m = 2, lambda_l = sqrt(pi/(2 beta)) ive(l + 1/2, beta) (Funk–Hecke, SPEC §2), Pbar the
+  eps_0 = 1, eps_m = 2, lambda_l = sqrt(pi/(2 beta)) ive(l + 1/2, beta) (Funk–Hecke, The model §2), Pbar the
   fully normalised associated Legendre functions (∫ Pbar_lm^2 sin(theta) dtheta = 1/(2 pi)) from their
   standard three-term recurrence, vectorised over points and orders. G is obtained without derivatives
   of harmonics as G = P_x H with H(x) = sum_j w_j exp(beta(<x,y_j> - 1)) y_j: four kernel sums (weights
@@ -44,6 +44,7 @@ import math
 import numpy as np
 
 from spectral.multipliers import kernel_bandwidth, potential_multipliers, zonal_multipliers
+from . import validators as check
 from ._blas import blas_threads
 
 __all__ = ["InteractionSums", "direct_fields", "CircleSums", "SphereSums", "interaction_fields",
@@ -343,8 +344,7 @@ class InteractionSums:
                  block_bytes: int = DEFAULT_BLOCK_BYTES, blas_threads: int | None = 1) -> None:
         if method not in SUM_METHODS:
             raise ValueError(f"sum method must be one of {SUM_METHODS}, got {method!r}")
-        if isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 2:
-            raise ValueError(f"d must be an integer >= 2, got {d!r}")
+        check.integer("d", d, ge=2)
         if not (math.isfinite(beta) and beta >= 0):
             raise ValueError(f"beta must be finite and >= 0, got {beta!r}")
         if not (isinstance(block_bytes, (int, np.integer)) and block_bytes >= 8):

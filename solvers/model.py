@@ -1,4 +1,4 @@
-"""The model of SPEC §1: attention (USA / SA / none) plus a perceptron drift on S^{d-1}.
+"""The model (README, The model §1): attention (USA / SA / none) plus a perceptron drift on S^{d-1}.
 
 Every solver describes the measure it evolves through two fields, evaluated at points x:
 
@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from spectral.multipliers import potential_multipliers, zonal_multipliers
+from . import validators as check
 from .perceptron import Perceptron, tangent_project
 
 __all__ = ["Model", "FLOWS", "ATTENTIONS"]
@@ -60,7 +61,7 @@ def _number(name: str, value) -> float:
 
 @dataclass(frozen=True)
 class Model:
-    """Parameters of the mean-field model (SPEC §1).
+    """Parameters of the mean-field model (The model §1).
 
     Parameters
     ----------
@@ -90,8 +91,7 @@ class Model:
     _cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        if isinstance(self.d, bool) or not isinstance(self.d, (int, np.integer)) or self.d < 2:
-            raise ValueError(f"Model: d must be an integer >= 2, got {self.d!r}")
+        check.integer("Model: d", self.d, ge=2)
         object.__setattr__(self, "d", int(self.d))
         beta = _number("beta", self.beta)
         if not (math.isfinite(beta) and beta >= 0):
@@ -144,7 +144,7 @@ class Model:
 
     @property
     def has_energy(self) -> bool:
-        """True when the flow is a Wasserstein gradient flow of E in the flat metric (SPEC §1):
+        """True when the flow is a Wasserstein gradient flow of E in the flat metric (The model §1):
         unnormalised or no attention, gradient-form or no perceptron."""
         return self.attention != "normalized" and (self.perceptron is None or self.perceptron.is_gradient)
 
@@ -221,7 +221,7 @@ class Model:
 
     # --- energy ----------------------------------------------------------------------------------
     def energy(self, pair: float, potential: float) -> float:
-        """E = (gamma/2) A + P from A = ∬ g(<x,y>) dmu dmu and P = ∫ V dmu (SPEC §1).
+        """E = (gamma/2) A + P from A = ∬ g(<x,y>) dmu dmu and P = ∫ V dmu (The model §1).
 
         With SA the same expression is reported with gamma = 1; with no attention, E = P.
         """

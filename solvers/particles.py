@@ -1,4 +1,4 @@
-"""Particle solver of the model of SPEC §1 on S^{d-1}, any d >= 2.
+"""Particle solver of the model (README, The model §1) on S^{d-1}, any d >= 2.
 
 N weighted particles x_i (w_i > 0, sum w_i = 1) move with the velocity of their empirical measure
 mu_N = sum_j w_j delta_{x_j}:
@@ -12,7 +12,7 @@ model's time (layers); positions are unit vectors; the velocity is in radians pe
 Interaction sums come from :mod:`solvers.interaction` (direct for any d; fast Fourier / harmonic
 sums on S^1 / S^2). Integrators, all staying on the sphere:
 
-- ``"euler"``: x <- (x + h v(x)) / |x + h v(x)| — the reference experiments' scheme (seed 000, §4);
+- ``"euler"``: x <- (x + h v(x)) / |x + h v(x)| — the reference experiments' scheme (the main paper §4);
 - ``"rk4"``: classical Runge–Kutta for the extension F(x) = v(x / |x|) of the field to R^d \\ {0}
   (its exact flow preserves |x|, so RK4 of F is 4th-order on the sphere), then normalisation;
 - ``"adaptive"``: Dormand–Prince 5(4) of the same F, error control on max_i |err_i| <= atol + rtol
@@ -40,6 +40,7 @@ import numpy as np
 
 from spectral import fourier, sphere
 from ._blas import blas_threads
+from . import validators as check
 from ._memory import refuse_if_too_big
 from .atoms import single_linkage_clusters
 from .interaction import DEFAULT_BLOCK_BYTES, DEFAULT_TOL, SUM_METHODS, InteractionSums
@@ -78,7 +79,7 @@ def measure_energy(model: Model, sums: InteractionSums | None, x: np.ndarray, w:
 
 
 def cluster_radius(beta: float, d: int, scale: float = 0.5) -> float:
-    """Geodesic linkage radius min(scale / sqrt(beta), pi / (2 d)) of SPEC §5 (pi / (2 d) at beta = 0)."""
+    """Geodesic linkage radius min(scale / sqrt(beta), pi / (2 d)) of The model §5 (pi / (2 d) at beta = 0)."""
     cap = math.pi / (2.0 * d)
     return cap if beta == 0 else min(scale / math.sqrt(beta), cap)
 
@@ -86,17 +87,13 @@ def cluster_radius(beta: float, d: int, scale: float = 0.5) -> float:
 # ----------------------------------------------------------------------------------------------
 # options
 # ----------------------------------------------------------------------------------------------
-def _positive(name: str, v, allow_none: bool = False) -> None:
-    if v is None and allow_none:
-        return
-    if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) \
-            or not math.isfinite(v) or v <= 0:
-        raise ValueError(f"{name} must be a finite number > 0, got {v!r}")
+#: the stopping rule looks at this many snapshots at least (one snapshot is trivially "unchanged")
+STOP_WINDOW_MIN = 2
 
 
 @dataclass
 class StopRule:
-    """The reference stopping rule (seed 000 §4, its code's defaults).
+    """The reference stopping rule (the main paper §4, its code's defaults).
 
     Attributes
     ----------
@@ -113,10 +110,9 @@ class StopRule:
     scale: float = 0.5
 
     def __post_init__(self) -> None:
-        if isinstance(self.window, bool) or not isinstance(self.window, (int, np.integer)) or self.window < 1:
-            raise ValueError(f"stop: window must be an integer >= 1, got {self.window!r}")
-        _positive("stop: drift_tol", self.drift_tol)
-        _positive("stop: scale", self.scale)
+        check.integer("stop: window", self.window, ge=STOP_WINDOW_MIN)
+        check.number("stop: drift_tol", self.drift_tol, gt=0)
+        check.number("stop: scale", self.scale, gt=0)
 
     @classmethod
     def from_arg(cls, stop) -> "StopRule | None":
@@ -170,20 +166,14 @@ class ParticleOptions:
     blas_threads: int | None = 1
 
     def __post_init__(self) -> None:
-        if self.sum not in SUM_METHODS:
-            raise ValueError(f"option sum must be one of {SUM_METHODS}, got {self.sum!r}")
+        check.choice("option sum", self.sum, SUM_METHODS)
         for name in ("sum_tol", "rtol", "atol"):
-            _positive(f"option {name}", getattr(self, name))
-        _positive("option dt_max", self.dt_max, allow_none=True)
+            check.number(f"option {name}", getattr(self, name), gt=0)
+        check.number("option dt_max", self.dt_max, gt=0, allow_none=True)
         for name in ("block_bytes", "max_steps"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-                raise ValueError(f"option {name} must be an integer >= 1, got {v!r}")
-        if self.blas_threads is not None and (isinstance(self.blas_threads, bool) or not isinstance(
-                self.blas_threads, (int, np.integer)) or self.blas_threads < 1):
-            raise ValueError(f"option blas_threads must be an integer >= 1 or None, got {self.blas_threads!r}")
-        if not isinstance(self.record_clusters, bool):
-            raise ValueError(f"option record_clusters must be True or False, got {self.record_clusters!r}")
+            check.integer(f"option {name}", getattr(self, name), ge=1)
+        check.integer("option blas_threads", self.blas_threads, ge=1, allow_none=True)
+        check.flag("option record_clusters", self.record_clusters)
 
     @classmethod
     def from_kwargs(cls, options: dict) -> "ParticleOptions":
@@ -248,7 +238,7 @@ def _rejection_sample(rng: np.random.Generator, n: int, d: int, density: Callabl
 
 
 def _circle_quadrature(n: int, density: Callable | None) -> tuple[np.ndarray, np.ndarray, str]:
-    """Inverse-CDF image of the midpoint grid u_i = (i + 1/2) / n on S^1 (SPEC §3.6), equal weights.
+    """Inverse-CDF image of the midpoint grid u_i = (i + 1/2) / n on S^1 (The model §3.6), equal weights.
 
     The CDF F(theta) = ∫_0^theta rho dtheta' / (2 pi) (rho normalised to mass 1) comes from the Fourier
     series of rho (sampled until its top half is below 1e-15), and F(theta_i) = u_i is solved by
@@ -310,7 +300,7 @@ def initial_particles(d: int, n: int, init: str = "random", density: Callable | 
     init : {"random", "quasi-uniform", "quadrature"}
         "random": i.i.d. samples of density * sigma (uniform without a density; rejection sampling
         against sigma otherwise), equal weights. "quasi-uniform" (uniform only): equispaced on S^1,
-        Fibonacci lattice on S^2, equal weights. "quadrature" (SPEC §3.6; d = 2, 3): on S^1 the
+        Fibonacci lattice on S^2, equal weights. "quadrature" (The model §3.6; d = 2, 3): on S^1 the
         inverse-CDF image of the midpoint grid, equal weights; on S^2 the Gauss grid (n = 2 nlat^2),
         weights proportional to density x Gauss weight.
     density : callable, optional
@@ -320,8 +310,7 @@ def initial_particles(d: int, n: int, init: str = "random", density: Callable | 
     """
     if init not in INITS:
         raise ValueError(f"init must be one of {INITS}, got {init!r}")
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
-        raise ValueError(f"n must be an integer >= 1, got {n!r}")
+    check.integer("n", n, ge=1)
     if density is not None and not callable(density):
         raise ValueError(f"density must be a callable on unit vectors (m, d) or None, got {type(density).__name__}")
     n = int(n)
@@ -422,7 +411,7 @@ class ParticleResult:
         """Centres (k, d) (normalised weighted means) and masses (k,), heaviest first, of the
         single-linkage clusters at geodesic radius min(scale / sqrt(beta), pi / (2 d)) at snapshot i."""
         i = self._index(i)
-        _positive("scale", scale)
+        check.number("scale", scale, gt=0)
         centres, masses, _ = single_linkage_clusters(self.x[i], self.w,
                                                      cluster_radius(self.model.beta, self.model.d, scale))
         return centres, masses
@@ -471,11 +460,7 @@ def _refuse_infeasible(d: int, n: int | None, t_final: float | None, integrator:
 
 
 def _check_time(name: str, v, allow_none: bool = True) -> float | None:
-    if v is None and allow_none:
-        return None
-    if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) or not math.isfinite(v) or v <= 0:
-        raise ValueError(f"{name} must be a finite number > 0{' or None' if allow_none else ''}, got {v!r}")
-    return float(v)
+    return check.number(name, v, gt=0, allow_none=allow_none)
 
 
 def simulate_particles(model: Model, n: int | None = None, x0: np.ndarray | None = None,
@@ -580,7 +565,7 @@ def prepare_particles(model: Model, n: int | None = None, x0: np.ndarray | None 
         raise ValueError("a stopping rule with noise > 0 needs t_final: the deterministic drift of a noisy cloud "
                          "does not fall to drift_tol, so the rule alone would run to max_steps")
     n_total = (np.shape(restart["x"])[0] if restart is not None else np.shape(x0)[0] if x0 is not None
-               else n if isinstance(n, (int, np.integer)) and not isinstance(n, bool) else None)
+               else n if check.is_integer(n) else None)
     _refuse_infeasible(d, n_total, t_final, integrator, dt, save_every, opts,
                        float(restart["t"]) if restart is not None else 0.0)
 

@@ -1,4 +1,4 @@
-"""Spectral solver of the mean-field PDE  d_t rho + div(rho v[rho]) = nu Laplacian rho  (SPEC §1, §4).
+"""Spectral solver of the mean-field PDE  d_t rho + div(rho v[rho]) = nu Laplacian rho  (The model §1, §4).
 
 :func:`solve_pde` evolves rho from its initial data with an integrating-factor embedded Runge–Kutta
 method (noise exact), adaptive steps bounded by a CFL condition, and resolution control: after every
@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from typing import Any, Callable
 
 import numpy as np
 
 from spectral.filters import make_filter
 from . import lagrangian
+from . import validators as check
 from ._memory import GIB, refuse_if_too_big
 from .atoms import DEFAULT_PROMINENCE
 from .interaction import InteractionSums
@@ -32,6 +33,9 @@ __all__ = ["solve_pde", "prepare_pde", "PDERun", "PDEResult", "PDEOptions", "STO
 
 STOP_REASONS = ("t_final", "stationary", "resolution", "positivity", "non-finite", "max_steps", "interrupted")
 CONTINUATIONS = ("lagrangian", "none")
+METHODS = ("DP54", "BS32")
+#: the smallest resolution of either space (modes on S^1, degree on S^2)
+MIN_DEGREE = 4
 #: smallest tail_tol, tail_max, positivity_tol accepted (see PDEOptions)
 _ROUND_OFF_FLOOR = 1e-14
 
@@ -142,31 +146,19 @@ class PDEOptions:
     error_estimate: bool = True
 
     def __post_init__(self) -> None:
-        def positive(name, allow_none=False):
-            v = getattr(self, name)
-            if v is None and allow_none:
-                return
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
-                raise ValueError(f"option {name} must be a finite number > 0, got {v!r}")
         for name in ("rtol", "atol", "cfl", "tail_tol", "tail_max", "positivity_tol", "sa_psi_min", "node_rtol",
                      "node_atol", "merge_tol", "drift_tol"):
-            positive(name)
+            check.number(f"option {name}", getattr(self, name), gt=0)
         for name in ("dt0", "dt_max", "handoff_at", "atom_radius"):
-            positive(name, allow_none=True)
-        if self.continuation is not None and self.continuation not in CONTINUATIONS:
-            raise ValueError(f"option continuation must be one of {CONTINUATIONS} or None, got {self.continuation!r}")
-        if not isinstance(self.error_estimate, bool):
-            raise ValueError(f"option error_estimate must be True or False, got {self.error_estimate!r}")
-        if self.method not in ("DP54", "BS32"):
-            raise ValueError(f"option method must be 'DP54' or 'BS32', got {self.method!r}")
+            check.number(f"option {name}", getattr(self, name), gt=0, allow_none=True)
+        if self.continuation is not None:
+            check.choice("option continuation", self.continuation, CONTINUATIONS)
+        check.flag("option error_estimate", self.error_estimate)
+        check.choice("option method", self.method, METHODS)
         for name in ("max_steps", "threads"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-                raise ValueError(f"option {name} must be an integer >= 1, got {v!r}")
+            check.integer(f"option {name}", getattr(self, name), ge=1)
         for name in ("max_degree", "output_points", "handoff_degree", "nodes"):
-            v = getattr(self, name)
-            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 2):
-                raise ValueError(f"option {name} must be an integer >= 2, got {v!r}")
+            check.integer(f"option {name}", getattr(self, name), ge=2, allow_none=True)
         if self.tail_max < self.tail_tol:
             raise ValueError(f"option tail_max ({self.tail_max}) must be >= tail_tol ({self.tail_tol})")
         for name in ("tail_tol", "tail_max", "positivity_tol"):
@@ -510,15 +502,10 @@ def prepare_pde(model: Model, t_final: float, degree: int, initial="uniform", sa
         raise TypeError(f"model must be a solvers.Model, got {type(model).__name__}")
     Disc, space = space_for(model.d)
     opts = PDEOptions.from_kwargs(options)
-    if isinstance(t_final, bool) or not isinstance(t_final, (int, float)) or not math.isfinite(t_final) \
-            or t_final <= 0:
-        raise ValueError(f"t_final must be a finite number > 0, got {t_final!r}")
-    if save_every is not None and (isinstance(save_every, bool) or not isinstance(save_every, (int, float))
-                                   or not math.isfinite(save_every) or save_every <= 0):
-        raise ValueError(f"save_every must be a finite number > 0 or None, got {save_every!r}")
+    check.number("t_final", t_final, gt=0)
+    check.number("save_every", save_every, gt=0, allow_none=True)
     max_degree = opts.max_degree or space.default_max_degree
-    if isinstance(degree, bool) or not isinstance(degree, (int, np.integer)) or degree < space.min_degree:
-        raise ValueError(f"degree must be an integer >= {space.min_degree}, got {degree!r}")
+    check.integer("degree", degree, ge=space.min_degree)
     if degree > max_degree:
         raise ValueError(f"degree {degree} exceeds max_degree {max_degree}")
     if opts.continuation is None:

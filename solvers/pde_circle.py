@@ -1,4 +1,4 @@
-"""The mean-field PDE on the circle S^1, discretised in Fourier space (SPEC §1–§4).
+"""The mean-field PDE on the circle S^1, discretised in Fourier space (The model §1–§4).
 
 State: the coefficients c_0..c_{K-1} of rho (``spectral.fourier`` conventions; c_0 = mass = 1).
 Right-hand side, evaluated pseudo-spectrally on the dealiased grid of M >= 3K points:
@@ -11,8 +11,6 @@ The l = 0 coefficient is untouched by the divergence: mass is conserved to round
 """
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from spectral import fourier
@@ -20,6 +18,7 @@ from spectral.fourier import FourierBasis
 from spectral.multipliers import kernel_bandwidth
 from .atoms import DEFAULT_PROMINENCE, Atoms, atoms_from_graph, circle_neighbours
 from .model import Model, density_values
+from .pde import MIN_DEGREE
 
 __all__ = ["CircleDiscretization", "CircleSpace"]
 
@@ -38,7 +37,7 @@ class CircleSpace:
     default_max_degree = 1 << 16
     default_handoff_degree = 1024       # the continuation's largest Eulerian resolution
     default_output_points = 1024
-    min_degree = 4
+    min_degree = MIN_DEGREE
     mass_coefficient = 1.0      # c_0 of the uniform probability density
 
     @staticmethod
@@ -277,7 +276,7 @@ class CircleDiscretization:
                          "vmax": float(np.abs(v).max())}
             if psi is not None:
                 # Psi's round-off is eps times its series' absolute sum: log Psi is only as accurate as
-                # psi / that sum allows (SPEC §4)
+                # psi / that sum allows (The model §4)
                 a = np.abs(self._mult_psi * c[: self.Ka])
                 self.last["psi_ratio"] = float(psi.min() / (a[0] + 2.0 * a[1:].sum()))
         fwd.execute()
@@ -302,7 +301,7 @@ class CircleDiscretization:
         return self.model.energy(pair, pot)
 
     def dissipation(self, c: np.ndarray) -> float:
-        """s ∫ rho |v|^2 dsigma: the energy rate of the noiseless USA gradient flow (SPEC §3.3)."""
+        """s ∫ rho |v|^2 dsigma: the energy rate of the noiseless USA gradient flow (The model §3.3)."""
         rho, v, _ = self.velocity(c)
         return float(self.model.sign * np.mean(rho * v * v))
 

@@ -1,4 +1,4 @@
-"""The mean-field PDE on the sphere S^2, discretised in spherical harmonics over SHTns (SPEC §1–§4).
+"""The mean-field PDE on the sphere S^2, discretised in spherical harmonics over SHTns (The model §1–§4).
 
 State: the coefficients of rho in SHTns's native (m-major) layout, orthonormal harmonics for the
 area measure (``spectral.sphere`` conventions: the uniform probability density has c_00 = sqrt(4 pi)).
@@ -29,6 +29,7 @@ from spectral.multipliers import kernel_bandwidth
 from spectral.sphere import SphereBasis
 from .atoms import DEFAULT_PROMINENCE, Atoms, atoms_from_graph
 from .model import Model, density_values
+from .pde import MIN_DEGREE
 
 __all__ = ["SphereDiscretization", "SphereSpace"]
 
@@ -56,7 +57,7 @@ class SphereSpace:
     default_max_degree = 511
     default_handoff_degree = 127        # the continuation's largest Eulerian resolution
     default_output_points = 96
-    min_degree = 4
+    min_degree = MIN_DEGREE
     mass_coefficient = _SQRT_4PI     # c_00 of the uniform probability density
 
     @staticmethod
@@ -329,7 +330,7 @@ class SphereDiscretization:
         Psi's round-off is eps times the sup of its terms: for degree l, |sum_m c_lm Y_lm(x)| <=
         sqrt((2l+1)/4pi) ||c_l|| by the addition theorem (attained by a zonal field at its pole), so
         the absolute sum is sum_l lambda_l sqrt((2l+1)/4pi) ||c_l||. log Psi (hence the SA velocity)
-        is only as accurate as psi / that sum allows (SPEC §4)."""
+        is only as accurate as psi / that sum allows (The model §4)."""
         src = u if self._kidx is None else u[self._kidx]
         p2 = np.bincount(self._kl, weights=self._km2 * np.abs(src) ** 2, minlength=self.La + 1)
         return float(psi.min() / float(np.einsum("i,i->", self._psi_bound, np.sqrt(p2))))

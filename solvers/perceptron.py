@@ -1,4 +1,4 @@
-"""The two-layer perceptron drift of SPEC §1: activations, potential, tangent drift.
+"""The two-layer perceptron drift of The model §1: activations, potential, tangent drift.
 
 Gradient form (scalar weights c_k):
 
@@ -69,7 +69,7 @@ def tangent_project(x: np.ndarray, y: np.ndarray) -> np.ndarray:
 
 
 class Perceptron:
-    """Two-layer perceptron with m units on R^d (SPEC §1).
+    """Two-layer perceptron with m units on R^d (The model §1).
 
     Parameters
     ----------

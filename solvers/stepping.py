@@ -8,7 +8,7 @@ the integrating-factor (Lawson) Runge–Kutta method treats L exactly:
     err   = h sum_j (b_j - bhat_j) e^{(1 - c_j) h L} N_j      (embedded estimate)
 
 With nodes c increasing every factor is a decaying exponential, so the scheme is stable for any
-stiffness of L and exact for the linear part (SPEC §4: noise never explicit). With L = None it is
+stiffness of L and exact for the linear part (The model §4: noise never explicit). With L = None it is
 the plain Runge–Kutta method. Step sizes follow Hairer's DOPRI5 controller (PI with Lund
 stabilisation) and an optional external bound (CFL), supplied by the caller.
 """

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from solvers import Model, Perceptron, solve_pde
-from solvers.archive import ArchiveError, load
-from solvers.config import ConfigError, load_config, parse_config
+from solvers.app.archive import ArchiveError, load
+from solvers.app.config import ConfigError, load_config, parse_config
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -40,7 +40,7 @@ LONG_PDE_CFG = PDE_CFG.format(t_final=2.5, save_every=0.02, max_degree=2048)
 
 def cli(*args, cwd=ROOT, timeout=300):
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    return subprocess.run([sys.executable, "-m", "solvers.cli", *map(str, args)], cwd=cwd, env=env,
+    return subprocess.run([sys.executable, "-m", "solvers.app.cli", *map(str, args)], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=timeout)
 
 
@@ -156,7 +156,7 @@ def test_existing_archive_is_not_overwritten(tmp_path):
 # cut does not depend on how fast the machine is, or how busy.
 _SELF_SIGNAL = """
 import os, sys
-from solvers import archive
+from solvers.app import archive
 after, sig = int(sys.argv[1]), int(sys.argv[2])
 write = archive.ArchiveWriter.write_pending
 archive.ArchiveWriter._due = lambda self: True          # every snapshot is written at once
@@ -167,7 +167,7 @@ def write_pending(self):
         self._signalled = True
         os.kill(os.getpid(), sig)
 archive.ArchiveWriter.write_pending = write_pending
-from solvers.cli import main
+from solvers.app.cli import main
 sys.exit(main(sys.argv[3:]))
 """
 
@@ -312,8 +312,8 @@ def test_particle_round_trip_with_comparison_and_plots(tmp_path):
     c_run, c_ref = p.clusters(-1, 0.5), ref.clusters(-1, 0.5)
     assert np.array_equal(c_run[1], c_ref[1]) and np.allclose(run.atoms["particles"][1], c_ref[1])
     # quadrature particles of a smooth (uniform) start follow the PDE: the archived comparison says so
-    assert run.comparison is not None and run.comparison["w1"].shape == run.comparison["t"].shape
-    assert run.comparison["w1"][0] < 1e-2 and np.all(np.isfinite(run.comparison["mmd"]))
+    assert run.comparison is not None and run.comparison.w1.shape == run.comparison.t.shape
+    assert run.comparison.w1[0] < 1e-2 and np.all(np.isfinite(run.comparison.mmd))
     with h5py.File(cfg.with_suffix(".h5")) as f:
         assert f["particles/x"].dims[0][0] == f["particles/t"] and f["particles/x"].shape == (5, 400, 2)
         assert f["particles/n_clusters"].dims[0][0] == f["particles/t"]

@@ -16,10 +16,10 @@ import pytest
 
 import shtns
 from solvers import Model, Perceptron, solve_pde
-from solvers.config import parse_config
+from solvers.app.config import parse_config
 from solvers.pde_circle import CircleSpace
 from solvers.pde_sphere import SphereDiscretization, SphereSpace
-from solvers.runner import run_config
+from solvers.app.runner import run_config
 from spectral import sphere
 from spectral.sphere import SphereBasis
 
@@ -265,7 +265,7 @@ def test_rotated_pde_state_gives_the_rotated_atoms():
 def test_resume_refuses_an_archive_computed_on_another_grid(tmp_path):
     """An unfinished sphere run whose archive records a grid this machine would not use (the AVX2 kind
     of SHTns's own choice, as written before the grid was fixed), or no grid at all, is not resumed."""
-    from solvers.runner import RunRefused, check_resumable
+    from solvers.app.runner import RunRefused, check_resumable
 
     config = parse_config(SPHERE_CFG)
     out = tmp_path / "a.h5"

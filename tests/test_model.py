@@ -1,4 +1,4 @@
-"""The model of SPEC §1: validation, activations, drift = grad V, velocity and energy definitions."""
+"""The model (README, The model §1): validation, activations, drift = grad V, velocity and energy definitions."""
 import math
 
 import numpy as np
@@ -110,7 +110,7 @@ def test_general_form_drift_and_no_potential():
 
 # --- velocity and energy from their definitions -------------------------------------------------
 def brute_velocity(model, x, y, w):
-    """SPEC §1 written out point by point, independently of Model.velocity."""
+    """The model §1 written out point by point, independently of Model.velocity."""
     s = 1.0 if model.flow == "ascent" else -1.0
     out = []
     for xi in x:

@@ -1,4 +1,4 @@
-"""Funk–Hecke multipliers against direct quadrature (SPEC §2) and their limits."""
+"""Funk–Hecke multipliers against direct quadrature (The model §2) and their limits."""
 import math
 
 import numpy as np
@@ -67,7 +67,7 @@ def test_large_beta_is_finite_and_decaying(d):
 
 
 def test_bandwidth_matches_spec_estimates():
-    # SPEC §2: about 14 modes at beta = 1, 44 at 25, 115 at 200 resolve the kernel to 1e-14 on the circle
+    # The model §2: about 14 modes at beta = 1, 44 at 25, 115 at 200 resolve the kernel to 1e-14 on the circle
     for beta, ref in [(1.0, 14), (25.0, 44), (200.0, 115)]:
         L = kernel_bandwidth(beta, 2, 1e-14)
         assert abs(L - ref) <= 3, (beta, L)

@@ -1,5 +1,5 @@
 """Smoke test of scripts/paper_protocol.py (--quick): the protocol runs end to end, writes its outputs,
-and reproduces facts stated outside this code (seed 000 §4; SPEC §5)."""
+and reproduces facts stated outside this code (the main paper §4; The model §5)."""
 from __future__ import annotations
 
 import importlib
@@ -41,13 +41,13 @@ def test_outputs_written(quick):
 
 
 def test_pure_attention_at_small_beta_collapses_to_one_cluster(quick):
-    # beta -> 0 is the Kuramoto limit: ascent synchronises everything (seed 003; seed 000 §4, S1-0)
+    # beta -> 0 is the Kuramoto limit: ascent synchronises everything (Geshkovski et al., "A mathematical perspective on Transformers"; the main paper §4, S1-0)
     _, summary = quick
     assert rec(summary, "S1-0", 0.01)["clusters"] == 1
 
 
 def test_relu_descent_keeps_mass_frozen_in_the_dead_zone(quick):
-    # seed 000 §4: "a visible fraction of the mass remains trapped where the ReLU is identically zero"
+    # the main paper §4: "a visible fraction of the mass remains trapped where the ReLU is identically zero"
     _, summary = quick
     r = rec(summary, "S2", 5.0)
     assert r["frozen_mass"] > 0.05
@@ -55,7 +55,7 @@ def test_relu_descent_keeps_mass_frozen_in_the_dead_zone(quick):
 
 
 def test_descent_clusters_obey_the_theorem_3_5_bound(quick):
-    # seed 000 §3.2 / §4: in descent the heaviest cluster is bounded once beta is large enough
+    # the main paper §3.2 / §4: in descent the heaviest cluster is bounded once beta is large enough
     _, summary = quick
     checked = 0
     for setup in ("S2", "S3"):

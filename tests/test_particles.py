@@ -1,4 +1,4 @@
-"""The particle solver against exact results (SPEC §3.3, §3.4, §3.6), independent methods (the circle
+"""The particle solver against exact results (The model §3.3, §3.4, §3.6), independent methods (the circle
 PDE, the heat kernel, scalar ODEs) and the reference experiments' stopping rule."""
 import math
 
@@ -10,7 +10,7 @@ from solvers import Model, Perceptron, ParticleResult, simulate_particles, solve
 from solvers.particles import cluster_radius, initial_particles
 
 
-# --- SPEC §3.4: equiangular particles ------------------------------------------------------------
+# --- The model §3.4: equiangular particles ------------------------------------------------------------
 def equiangular_rhs(beta, n, attention):
     def f(t, r):
         r = r[0]
@@ -23,7 +23,7 @@ def equiangular_rhs(beta, n, attention):
 @pytest.mark.parametrize("n, d, sums", [(2, 2, "fast"), (3, 3, "fast"), (4, 6, "direct")])
 @pytest.mark.parametrize("attention", ["unnormalized", "normalized"])
 def test_equiangular_particles_follow_the_scalar_ode(n, d, sums, attention):
-    """n orthonormal vectors stay equiangular; rho(t) solves the ODE of SPEC §3.4 (unshifted gamma = e^beta)."""
+    """n orthonormal vectors stay equiangular; rho(t) solves the ODE of The model §3.4 (unshifted gamma = e^beta)."""
     beta = 1.0
     m = Model(d, beta, "ascent", attention=attention, strength=math.exp(beta) if attention == "unnormalized" else 1.0)
     r = simulate_particles(m, x0=np.eye(d)[:n], t_final=2.0, integrator="rk4", dt=0.01, save_every=0.25, sum=sums)
@@ -36,7 +36,7 @@ def test_equiangular_particles_follow_the_scalar_ode(n, d, sums, attention):
     assert off[-1, 0] > 0.5                                  # the run really moved
 
 
-# --- SPEC §3.3: energy monotonicity and the dissipation identity ----------------------------------
+# --- The model §3.3: energy monotonicity and the dissipation identity ----------------------------------
 @pytest.mark.parametrize("d, N, activation", [(2, 300, "gelu"), (3, 300, "gelu"), (4, 150, "relu")])
 @pytest.mark.parametrize("flow", ["ascent", "descent"])
 def test_energy_monotone_and_dissipation_identity(d, N, activation, flow):
@@ -91,7 +91,7 @@ def test_equatorial_particles_on_the_sphere_are_circle_particles(attention, flow
         assert r3.energy[-1] == pytest.approx(r2.energy[-1], rel=1e-12, abs=1e-14)
 
 
-# --- SPEC §3.6: quadrature particles are a spectrally accurate Lagrangian PDE solver ----------------
+# --- The model §3.6: quadrature particles are a spectrally accurate Lagrangian PDE solver ----------------
 RHO0 = staticmethod(lambda x: np.exp(0.8 * x[:, 0] + 0.3 * x[:, 1] ** 2 - 0.4 * x[:, 1]))
 
 

@@ -1,4 +1,4 @@
-"""The Fourier PDE solver on S^1 against the exact results of SPEC §3 and independent computations."""
+"""The Fourier PDE solver on S^1 against the exact results of The model §3 and independent computations."""
 import math
 
 import numpy as np

@@ -1,4 +1,4 @@
-"""The spherical-harmonic PDE solver on S^2 against the exact results of SPEC §3 and independent computations."""
+"""The spherical-harmonic PDE solver on S^2 against the exact results of The model §3 and independent computations."""
 import math
 
 import numpy as np

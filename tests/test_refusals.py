@@ -4,7 +4,7 @@ Every row is ``(id, kind, target, pattern)``:
 
 * ``"api"``: ``target`` is a callable of no argument; it must raise ValueError (ConfigError is one) or
   TypeError whose message matches ``pattern``.
-* ``"config"``: ``target`` is TOML text; :func:`solvers.config.parse_config` must raise ConfigError.
+* ``"config"``: ``target`` is TOML text; :func:`solvers.app.config.parse_config` must raise ConfigError.
 * ``"cli"``: ``target`` is ``(argv, config_text)`` or ``(argv, config_text, setup)``. The configuration
   is written to ``c.toml`` in a fresh directory (none when ``config_text`` is None), ``setup(dir)``
   adds what the row needs there (archives, directories), and ``attnpde argv...`` runs in that
@@ -25,7 +25,7 @@ import pytest
 from scipy.special import eval_legendre
 
 from solvers import Model, Perceptron, simulate_particles, solve_pde
-from solvers.config import parse_config
+from solvers.app.config import parse_config
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -49,7 +49,7 @@ FAST_SPHERE = BASE3 + '[particles]\nn = 10\nt_final = 0.1\nsum = "fast"\n'
 def archive(name, status="running", config=SMALL):
     """An archive as ``attnpde run`` creates it, with the given status and no snapshot (nothing is run)."""
     def setup(d: Path) -> None:
-        from solvers.archive import ArchiveWriter
+        from solvers.app.archive import ArchiveWriter
 
         cfg = parse_config(config)
         (d / name).parent.mkdir(parents=True, exist_ok=True)
@@ -70,12 +70,12 @@ def both(*setups):
 
 
 def _validate_one():
-    from solvers.validate import check_fit_time
+    from solvers.app.validate import check_fit_time
     check_fit_time(parse_config(ONLY_T0), None)
 
 
 def _sweep_list():
-    from solvers.sweep import parse_list
+    from solvers.app.sweep import parse_list
     parse_list("1,x", "--beta")
 
 
@@ -282,7 +282,7 @@ def _tree(d: Path) -> dict:
 
 def _cli(args, cwd):
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    return subprocess.run([sys.executable, "-m", "solvers.cli", *args], cwd=cwd, env=env, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "solvers.app.cli", *args], cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=300)
 
 
@@ -294,7 +294,7 @@ def test_refused_up_front(tmp_path, kind, target, pattern):
         assert re.search(pattern, str(e.value)), str(e.value)
         return
     if kind == "config":
-        from solvers.config import ConfigError
+        from solvers.app.config import ConfigError
         with pytest.raises(ConfigError) as e:
             parse_config(target)
         assert re.search(pattern, str(e.value)), str(e.value)
@@ -319,8 +319,8 @@ def test_refused_up_front(tmp_path, kind, target, pattern):
 def test_sweep_resume_skips_finished_members(tmp_path):
     """--resume over a sweep whose members are all finished: each is skipped (and said so), the summary is
     rebuilt from the archives; nothing runs."""
-    from solvers.config import load_config
-    from solvers.sweep import member_config
+    from solvers.app.config import load_config
+    from solvers.app.sweep import member_config
 
     cfg = tmp_path / "c.toml"
     cfg.write_text(SMALL)

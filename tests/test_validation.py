@@ -12,10 +12,10 @@ import pytest
 
 from solvers import Model, Perceptron, compare, simulate_particles, solve_pde
 from solvers.comparison import cap_mass, common_atoms
-from solvers.config import initial_density
+from solvers.app.config import initial_density
 from solvers.pde_circle import CircleSpace
 from solvers.pde_sphere import SphereSpace
-from solvers.validate import fit_slope, read_validation
+from solvers.app.validate import fit_slope, read_validation
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -47,7 +47,7 @@ def test_cap_mass_is_exact_for_closed_forms():
             assert abs(cap_mass(SphereSpace, c, p, r)[0] - exact) < 1e-14
 
 
-# --- quadrature particles (SPEC §3.6) ----------------------------------------------------------------------
+# --- quadrature particles (The model §3.6) ----------------------------------------------------------------------
 def test_quadrature_particles_follow_the_circle_pde_until_it_loses_resolution():
     """While the PDE's spectral tail is small, N = 16384 quadrature particles agree with it in every
     Fourier mode to 1e-9 (MMD 1e-10); once it runs at its maximal resolution with a growing tail, the
@@ -216,7 +216,7 @@ def test_validate_command_writes_table_archive_and_figure(tmp_path):
     cfg = tmp_path / "v.toml"
     cfg.write_text(VALIDATE_CFG)
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    run = lambda *a: subprocess.run([sys.executable, "-m", "solvers.cli", *map(str, a)], cwd=ROOT, env=env,
+    run = lambda *a: subprocess.run([sys.executable, "-m", "solvers.app.cli", *map(str, a)], cwd=ROOT, env=env,
                                     capture_output=True, text=True, timeout=300)
     r = run("validate", cfg, "--n", "50,200,800", "--seeds", "2", "--workers", "2")
     assert r.returncode == 0, r.stderr

@@ -1,0 +1,265 @@
+"""The ``attnpde`` command line.
+
+    attnpde run CONFIG [--out PATH] [--resume] [--force] [--quiet]
+    attnpde info ARCHIVE
+    attnpde plot ARCHIVE [--out DIR]
+    attnpde sweep CONFIG --beta LIST [--workers N] [--out DIR] [--resume] [--force]
+    attnpde validate CONFIG --n LIST [--seeds M] [--workers N] [--at T] [--out PATH] [--force]
+
+Exit status: 0 done, 1 the run failed after its archive was created (status "failed", attr ``failure``),
+2 bad input (configuration, arguments, archive), 130 interrupted.
+"""
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from pathlib import Path
+
+EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+
+def _err(msg: str) -> int:
+    print(f"attnpde: error: {msg}", file=sys.stderr)
+    return EXIT_BAD_INPUT
+
+
+def _command(subcommand: str) -> str:
+    """The command line as typed (recorded in the archive)."""
+    return "attnpde " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv else f"attnpde {subcommand}"
+
+
+def _config_and_list(path: str, text: str, flag: str):
+    """(configuration, values of the comma-separated list ``text`` given to ``flag``, None), or
+    (None, None, exit status) after printing the error."""
+    from .config import ConfigError, load_config
+    from .sweep import parse_list
+    try:
+        return load_config(path), parse_list(text, flag), None
+    except ConfigError as e:
+        return None, None, _config_error(path, e)
+    except ValueError as e:
+        return None, None, _err(str(e))
+
+
+def _default_out(config_path: str) -> Path:
+    return Path(config_path).with_suffix(".h5")
+
+
+def _config_error(path: str, e: Exception) -> int:
+    """The error of a configuration file, naming the file once."""
+    msg = str(e)
+    return _err(msg if msg.startswith(f"{path}:") else f"{path}: {msg}")
+
+
+def _unwritable(out: Path, what: str, *, directory: bool = False) -> str | None:
+    """Why no file (``directory``: no directory) can be created at ``out`` (None if one can), found before
+    anything is written: the nearest existing ancestor must be a directory in which a file can be
+    created (probed with a temporary file, which also catches read-only and pseudo file systems such as
+    /proc, even as root)."""
+    import tempfile
+
+    anc = out if directory else out.parent
+    while not anc.exists() and anc != anc.parent:
+        anc = anc.parent
+    if not anc.is_dir():
+        return f"{what} {out}: cannot be created: {anc} is not a directory"
+    try:
+        with tempfile.TemporaryFile(dir=anc):
+            pass
+    except OSError as e:
+        return f"{what} {out}: cannot be created: no file can be written in {anc} ({e.strerror or e})"
+    return None
+
+
+def _archive_path_problem(out: Path, config_path: str, given: bool) -> str | None:
+    """Why ``out`` cannot receive the archive of the configuration at ``config_path`` (None if it can).
+    Checked before the run: --force must never replace the configuration or meet a directory."""
+    what = "--out" if given else "the archive path (default)"
+    if out.is_dir():
+        return f"{what} {out}: is a directory; give a file path (e.g. {out / (Path(config_path).stem + '.h5')})"
+    try:
+        same = out.exists() and out.samefile(config_path)
+    except OSError:
+        same = False
+    if same:
+        other = _default_out(config_path)
+        other = other if other != out else out.with_name(out.stem + "_run.h5")
+        return f"{what} {out}: is the configuration itself; give the archive another path (e.g. {other})"
+    return _unwritable(out, what)
+
+
+def cmd_run(args) -> int:
+    from .archive import ArchiveError
+    from .config import ConfigError, load_config
+    from .runner import RunFailed, RunRefused, run_config
+
+    try:
+        config = load_config(args.config)
+    except ConfigError as e:
+        return _config_error(args.config, e)
+    out = Path(args.out) if args.out else _default_out(args.config)
+    if args.resume and args.force:
+        return _err("--resume and --force exclude each other")
+    problem = _archive_path_problem(out, args.config, bool(args.out))
+    if problem:
+        return _err(problem)
+    command = _command("run")
+    try:
+        outcome = run_config(config, out, resume=args.resume, force=args.force, command=command,
+                             progress=None if not args.quiet else False)
+    except (RunRefused, ArchiveError) as e:
+        return _err(str(e))
+    except RunFailed as e:
+        print(f"attnpde: error: {e}", file=sys.stderr)
+        return EXIT_FAILED
+    except OSError as e:
+        # creating the archive (the checks above cannot foresee every file system); a stage's own
+        # errors come as RunFailed
+        return _err(f"{out}: cannot create the archive ({e.strerror or e})")
+    print(f"archive: {outcome.path} ({outcome.status})")
+    if outcome.status == "interrupted":
+        print(f"interrupted: continue with  attnpde run {shlex.quote(args.config)} --out {shlex.quote(str(out))} --resume")
+        return EXIT_INTERRUPTED
+    from .info import describe
+    print(describe(outcome.path))
+    return EXIT_OK
+
+
+def cmd_info(args) -> int:
+    from .archive import ArchiveError
+    from .info import describe
+
+    try:
+        print(describe(args.archive))
+    except ArchiveError as e:
+        return _err(str(e))
+    return EXIT_OK
+
+
+def cmd_plot(args) -> int:
+    from .archive import ArchiveError
+
+    try:
+        from .plots import plot_archive
+        files = plot_archive(args.archive, args.out)
+    except ArchiveError as e:
+        return _err(str(e))
+    for f in files:
+        print(f)
+    return EXIT_OK
+
+
+def cmd_sweep(args) -> int:
+    from .archive import ArchiveError
+    from .config import ConfigError
+    from .runner import RunRefused
+    from .sweep import sweep
+
+    config, betas, rc = _config_and_list(args.config, args.beta, "--beta")
+    if rc is not None:
+        return rc
+    if args.workers < 1:
+        return _err("--workers must be >= 1")
+    if args.resume and args.force:
+        return _err("--resume and --force exclude each other")
+    out_dir = Path(args.out) if args.out else Path(args.config).with_suffix("")
+    what = "--out" if args.out else "the archive directory (default: the configuration's path without .toml)"
+    if out_dir.exists() and not out_dir.is_dir():
+        return _err(f"{what} {out_dir}: exists and is not a directory; give a directory for the archives")
+    problem = _unwritable(out_dir, what, directory=True)
+    if problem:
+        return _err(problem)
+    try:
+        rc = sweep(config, betas, out_dir, workers=args.workers, resume=args.resume, force=args.force)
+    except ConfigError as e:
+        return _config_error(args.config, e)
+    except (RunRefused, ArchiveError, ValueError, FileExistsError) as e:
+        return _err(str(e))
+    except OSError as e:
+        return _err(f"{out_dir}: {e.strerror or e}")
+    return rc
+
+
+def cmd_validate(args) -> int:
+    from .archive import ArchiveError
+    from .runner import RunRefused
+    from .validate import plot_validation, validate
+
+    config, ns, rc = _config_and_list(args.config, args.n, "--n")
+    if rc is not None:
+        return rc
+    if any(v != int(v) or v < 1 for v in ns):
+        return _err("--n: particle counts must be integers >= 1")
+    if args.seeds < 1 or args.workers < 1:
+        return _err("--seeds and --workers must be >= 1")
+    if config.pde is None or config.particles is None:
+        return _err(f"{args.config}: validate needs both a [pde] and a [particles] table")
+    if config.particles.get("stop") is not None:
+        return _err(f"{args.config}: particles.stop: validate compares every N at the same times; "
+                    "remove the stopping rule")
+    out = Path(args.out) if args.out else Path(args.config).with_name(Path(args.config).stem + "_validation.h5")
+    problem = _archive_path_problem(out, args.config, bool(args.out))
+    if problem:
+        return _err(problem)
+    command = _command("validate")
+    try:
+        res = validate(config, [int(v) for v in ns], args.seeds, out, workers=args.workers, force=args.force,
+                       at=args.at, command=command)
+    except (RunRefused, ArchiveError, ValueError) as e:
+        return _err(str(e))
+    print(res.table)
+    png = plot_validation(res, out.with_suffix(".png"),
+                          f"{config.name}: S^{config.model.d - 1}, beta = {config.model.beta:g}, {config.model.flow}")
+    print(f"archive: {out}; figure: {png}")
+    return EXIT_OK
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="attnpde", description="Mean-field attention PDE and particle runs")
+    sub = ap.add_subparsers(dest="command", required=True)
+    r = sub.add_parser("run", help="run a configuration into an HDF5 archive")
+    r.add_argument("config", help="TOML configuration")
+    r.add_argument("--out", help="archive path (default: the configuration's path with .h5)")
+    r.add_argument("--resume", action="store_true", help="continue a killed or interrupted run")
+    r.add_argument("--force", action="store_true", help="overwrite an existing archive")
+    r.add_argument("--quiet", action="store_true", help="no progress bar (plain periodic lines)")
+    r.set_defaults(func=cmd_run)
+    i = sub.add_parser("info", help="what a run was, how it ended, its key numbers")
+    i.add_argument("archive")
+    i.set_defaults(func=cmd_info)
+    p = sub.add_parser("plot", help="PNG figures of a run")
+    p.add_argument("archive")
+    p.add_argument("--out", help="directory for the PNGs (default: next to the archive)")
+    p.set_defaults(func=cmd_plot)
+    s = sub.add_parser("sweep", help="one run per beta, in parallel; table and cluster count vs sqrt(beta)")
+    s.add_argument("config")
+    s.add_argument("--beta", required=True, help="comma-separated values, e.g. 1,5,25")
+    s.add_argument("--workers", type=int, default=2)
+    s.add_argument("--out", help="directory of the archives (default: the configuration's path without .toml)")
+    s.add_argument("--resume", action="store_true")
+    s.add_argument("--force", action="store_true")
+    s.set_defaults(func=cmd_sweep)
+    v = sub.add_parser("validate", help="particles -> PDE: distances against N (log-log, fitted slope)")
+    v.add_argument("config", help="TOML configuration with [pde] and [particles] (its n is replaced)")
+    v.add_argument("--n", required=True, help="comma-separated particle counts, e.g. 100,1000,10000")
+    v.add_argument("--seeds", type=int, default=1, help="seeds per N (particles.seed, +1, ...)")
+    v.add_argument("--workers", type=int, default=2)
+    v.add_argument("--at", type=float, help="time of the fit (default: the last common snapshot)")
+    v.add_argument("--out", help="archive path (default: CONFIG's stem + _validation.h5)")
+    v.add_argument("--force", action="store_true", help="overwrite an existing archive")
+    v.set_defaults(func=cmd_validate)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except KeyboardInterrupt:
+        print("attnpde: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,524 @@
+"""Run configurations: TOML files validated before any work is done.
+
+A configuration has these tables (either solver may be absent, not both)::
+
+    [run]                   name, description; archive: compression ("density" | "all" | "none"),
+                            flush_interval (seconds between archive writes, 0 = every snapshot)
+    [model]                 d, beta, flow, attention, strength, noise
+    [model.perceptron]      random: units, activation, scale, seed, form, bias_scale
+                            or explicit: a, c | w, b, activation
+    [initial]               rho_0 of both solvers: kind = "uniform" | "von_mises" | "zonal_harmonic"
+    [pde]                   degree, t_final, save_every, and the options of solvers.pde.PDEOptions
+    [particles]             n, init, seed, integrator, dt, t_final, save_every, sum, sum_tol, max_steps,
+                            rtol, atol, dt_max
+    [particles.stop]        the reference stopping rule: window, drift_tol, scale
+    [compare]               PDE <-> particle comparison (needs both solvers)
+
+Every problem is reported as a :class:`ConfigError` naming the key path (``model.beta``) and what is
+allowed. :func:`load_config` parses and validates; nothing is run or written.
+"""
+from __future__ import annotations
+
+import math
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+from ..model import ATTENTIONS, FLOWS, Model
+from ..particles import INITS, INTEGRATORS, STOP_WINDOW_MIN
+from ..interaction import SUM_METHODS
+from ..pde import CONTINUATIONS, METHODS, MIN_DEGREE
+from ..validators import is_integer, is_number
+from ..perceptron import ACTIVATIONS, Perceptron
+
+__all__ = ["ConfigError", "RunConfig", "load_config", "parse_config", "initial_density", "dump_toml"]
+
+
+class ConfigError(ValueError):
+    """A configuration problem: ``path`` is the dotted key path, the message says what is allowed."""
+
+    def __init__(self, path: str, message: str) -> None:
+        self.path = path
+        self.detail = message
+        super().__init__(f"{path}: {message}" if path else message)
+
+
+# --- field specifications ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Num:
+    min: float | None = None      # inclusive
+    gt: float | None = None       # exclusive
+    max: float | None = None
+
+    def check(self, path: str, v: Any) -> float:
+        if not is_number(v):
+            raise ConfigError(path, f"must be a number{self._range()}, got {v!r} ({type(v).__name__})")
+        v = float(v)
+        if not math.isfinite(v):
+            raise ConfigError(path, f"must be a finite number{self._range()}, got {v!r}")
+        if (self.min is not None and v < self.min) or (self.gt is not None and v <= self.gt) or \
+                (self.max is not None and v > self.max):
+            raise ConfigError(path, f"must be a number{self._range()}, got {v!r}")
+        return v
+
+    def _range(self) -> str:
+        parts = []
+        if self.min is not None:
+            parts.append(f">= {self.min:g}")
+        if self.gt is not None:
+            parts.append(f"> {self.gt:g}")
+        if self.max is not None:
+            parts.append(f"<= {self.max:g}")
+        return (" " + " and ".join(parts)) if parts else ""
+
+
+@dataclass(frozen=True)
+class Int:
+    min: int | None = None
+    max: int | None = None
+
+    def check(self, path: str, v: Any) -> int:
+        if not is_integer(v):
+            raise ConfigError(path, f"must be an integer{self._range()}, got {v!r} ({type(v).__name__})")
+        if (self.min is not None and v < self.min) or (self.max is not None and v > self.max):
+            raise ConfigError(path, f"must be an integer{self._range()}, got {v!r}")
+        return v
+
+    def _range(self) -> str:
+        parts = ([f">= {self.min}"] if self.min is not None else []) + ([f"<= {self.max}"] if self.max is not None else [])
+        return (" " + " and ".join(parts)) if parts else ""
+
+
+@dataclass(frozen=True)
+class Choice:
+    options: tuple
+
+    def check(self, path: str, v: Any) -> Any:
+        if v not in self.options or isinstance(v, bool) != isinstance(self.options[0], bool):
+            raise ConfigError(path, f"must be one of {', '.join(repr(o) for o in self.options)}, got {v!r}")
+        return v
+
+
+@dataclass(frozen=True)
+class Str:
+    def check(self, path: str, v: Any) -> str:
+        if not isinstance(v, str):
+            raise ConfigError(path, f"must be a string, got {v!r}")
+        return v
+
+
+@dataclass(frozen=True)
+class Array:
+    """A list of numbers (ndim 1) or a list of equal-length lists of numbers (ndim 2)."""
+
+    ndim: int
+
+    def check(self, path: str, v: Any) -> np.ndarray:
+        what = "a list of numbers" if self.ndim == 1 else "a list of lists of numbers (one row per unit)"
+        if not isinstance(v, list) or not v:
+            raise ConfigError(path, f"must be {what}, got {v!r}")
+        rows = v if self.ndim == 2 else [v]
+        width = None
+        for row in rows:
+            if not isinstance(row, list) or not row:
+                raise ConfigError(path, f"must be {what}, got {v!r}")
+            if width is not None and len(row) != width:
+                raise ConfigError(path, f"rows must all have the same length, got {[len(r) for r in rows]}")
+            width = len(row)
+            for x in row:
+                if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x):
+                    raise ConfigError(path, f"must be {what} (finite), got an entry {x!r}")
+        return np.array(v, dtype=float)
+
+
+@dataclass(frozen=True)
+class Table:
+    fields: dict
+    required: tuple = ()
+
+    def check(self, path: str, v: Any) -> dict:
+        if not isinstance(v, dict):
+            raise ConfigError(path, f"must be a table, got {v!r}")
+        unknown = sorted(set(v) - set(self.fields))
+        if unknown:
+            key = unknown[0]
+            raise ConfigError(_join(path, key), f"unknown key; allowed in [{path or 'top level'}]: "
+                                                f"{', '.join(sorted(self.fields))}")
+        for key in self.required:
+            if key not in v:
+                raise ConfigError(_join(path, key), "is required")
+        return {k: spec.check(_join(path, k), v[k]) for k, spec in self.fields.items() if k in v}
+
+
+def _join(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+POS = Num(gt=0)
+NONNEG = Num(min=0)
+
+PERCEPTRON = Table({
+    "units": Int(min=1), "activation": Choice(ACTIVATIONS), "scale": POS, "seed": Int(min=0),
+    "form": Choice(("gradient", "general")), "bias_scale": NONNEG,
+    "a": Array(2), "c": Array(1), "w": Array(2), "b": Array(1),
+})
+
+MODEL = Table({
+    "d": Int(min=2), "beta": NONNEG, "flow": Choice(FLOWS), "attention": Choice(ATTENTIONS),
+    "strength": POS, "noise": NONNEG, "perceptron": PERCEPTRON,
+}, required=("d", "beta", "flow"))
+
+INITIAL = Table({
+    "kind": Choice(("uniform", "von_mises", "zonal_harmonic")), "mu": Array(1), "kappa": POS,
+    "axis": Array(1), "degree": Int(min=1), "amplitude": Num(min=-1.0, max=1.0),
+}, required=("kind",))
+
+PDE = Table({
+    "degree": Int(min=MIN_DEGREE), "t_final": POS, "save_every": POS, "rtol": POS, "atol": POS,
+    "method": Choice(METHODS), "cfl": POS, "dt0": POS, "dt_max": POS, "max_degree": Int(min=MIN_DEGREE),
+    "tail_tol": POS, "tail_max": POS, "positivity_tol": POS, "sa_psi_min": POS,
+    "filter": Table({"kind": Choice(("exponential",)), "alpha": POS, "order": Int(min=2)}),
+    "max_steps": Int(min=1), "output_points": Int(min=2), "threads": Int(min=1),
+    "planner": Choice(("FFTW_ESTIMATE", "FFTW_MEASURE", "FFTW_PATIENT", "FFTW_EXHAUSTIVE")),
+    "continuation": Choice(CONTINUATIONS), "handoff_degree": Int(min=MIN_DEGREE), "handoff_at": POS,
+    "nodes": Int(min=2), "node_rtol": POS, "node_atol": POS, "merge_tol": POS, "drift_tol": POS,
+    "atom_radius": POS, "error_estimate": Choice((True, False)),
+}, required=("degree", "t_final"))
+
+PARTICLES = Table({
+    "n": Int(min=1), "init": Choice(INITS), "seed": Int(min=0),
+    "integrator": Choice(INTEGRATORS), "dt": POS, "t_final": POS, "save_every": POS,
+    "sum": Choice(SUM_METHODS), "sum_tol": POS, "max_steps": Int(min=1), "rtol": POS, "atol": POS,
+    "dt_max": POS,
+    "stop": Table({"window": Int(min=STOP_WINDOW_MIN), "drift_tol": POS, "scale": POS}),
+}, required=("n", "t_final"))
+
+COMPARE = Table({
+    "moments": Int(min=1), "mmd_beta": NONNEG, "atom_radius": POS, "smoothing": POS, "atom_threshold": POS,
+    "min_mass": Num(min=0, max=1), "cluster_scale": POS,
+})
+
+RUN = Table({"name": Str(), "description": Str(), "compression": Choice(("density", "all", "none")),
+             "flush_interval": NONNEG})
+
+SCHEMA = Table({"run": RUN, "model": MODEL, "initial": INITIAL, "pde": PDE, "particles": PARTICLES,
+                "compare": COMPARE}, required=("model",))
+
+
+# --- the validated configuration -----------------------------------------------------------------------
+@dataclass
+class RunConfig:
+    """A validated run: the model, the initial density and each solver's arguments."""
+
+    text: str
+    raw: dict
+    model: Model
+    initial: dict
+    pde: dict | None
+    particles: dict | None
+    compare: dict | None
+    name: str = ""
+    source: str = ""
+    extra: dict = field(default_factory=dict)
+
+    def initial_density(self) -> Callable | str:
+        """The initial density as solve_pde / simulate_particles take it ("uniform" or a callable)."""
+        return initial_density(self.initial, self.model.d)
+
+    def pde_kwargs(self) -> dict:
+        """Keyword arguments of solve_pde (without model and the hooks)."""
+        kw = dict(self.pde)
+        kw["initial"] = self.initial_density()
+        return kw
+
+    def particle_kwargs(self) -> dict:
+        kw = dict(self.particles)
+        init = self.initial_density()
+        if init != "uniform":
+            kw["density"] = init
+        if "stop" in kw:
+            kw["stop"] = dict(kw["stop"])
+        return kw
+
+
+def _perceptron(spec: dict, d: int) -> Perceptron:
+    explicit = {"a", "c", "w", "b"} & set(spec)
+    random_keys = {"units", "scale", "seed", "form", "bias_scale"} & set(spec)
+    path = "model.perceptron"
+    if explicit and random_keys:
+        raise ConfigError(path, f"give either random weights ({', '.join(sorted(random_keys))}) or explicit "
+                                f"weights ({', '.join(sorted(explicit))}), not both")
+    activation = spec.get("activation", "relu")
+    if explicit:
+        if "a" not in spec:
+            raise ConfigError(f"{path}.a", "is required with explicit weights (one direction per unit)")
+        a = spec["a"]
+        if a.shape[1] != d:
+            raise ConfigError(f"{path}.a", f"each direction must have d = {d} entries, got {a.shape[1]}")
+        try:
+            return Perceptron(a, c=spec.get("c"), w=spec.get("w"), b=spec.get("b"), activation=activation)
+        except ValueError as e:
+            raise ConfigError(path, str(e).replace("Perceptron: ", "")) from None
+    return Perceptron.random(d, spec.get("units", d), activation, spec.get("scale", 1.0), spec.get("seed", 0),
+                             general=spec.get("form", "gradient") == "general",
+                             bias_scale=spec.get("bias_scale", 0.0))
+
+
+def initial_density(spec: dict, d: int) -> Callable | str:
+    """rho_0 from an [initial] table: "uniform", or a callable on unit vectors (n, d) (unnormalised)."""
+    kind = spec.get("kind", "uniform")
+    if kind == "uniform":
+        return "uniform"
+    if kind == "von_mises":
+        mu = np.asarray(spec["mu"], dtype=float)
+        mu = mu / np.linalg.norm(mu)
+        kappa = float(spec["kappa"])
+
+        def von_mises(x: np.ndarray) -> np.ndarray:
+            return np.exp(kappa * (np.asarray(x) @ mu - 1.0))
+        return von_mises
+    axis = np.asarray(spec.get("axis", np.eye(d)[-1 if d > 2 else 0]), dtype=float)
+    axis = axis / np.linalg.norm(axis)
+    degree, amplitude = int(spec["degree"]), float(spec["amplitude"])
+    from scipy.special import eval_gegenbauer
+
+    def zonal_harmonic(x: np.ndarray) -> np.ndarray:
+        t = np.clip(np.asarray(x) @ axis, -1.0, 1.0)
+        if d == 2:
+            p = np.cos(degree * np.arccos(t))
+        else:
+            alpha = (d - 2) / 2.0
+            p = eval_gegenbauer(degree, alpha, t) / eval_gegenbauer(degree, alpha, 1.0)
+        return 1.0 + amplitude * p
+    return zonal_harmonic
+
+
+def _initial(spec: dict | None, d: int) -> dict:
+    spec = dict(spec or {"kind": "uniform"})
+    kind = spec["kind"]
+    need = {"uniform": (), "von_mises": ("mu", "kappa"), "zonal_harmonic": ("degree", "amplitude")}[kind]
+    allowed = set(need) | {"kind"} | ({"axis"} if kind == "zonal_harmonic" else set())
+    for key in need:
+        if key not in spec:
+            raise ConfigError(f"initial.{key}", f"is required for kind = {kind!r}")
+    for key in spec:
+        if key not in allowed:
+            raise ConfigError(f"initial.{key}", f"does not apply to kind = {kind!r} (allowed: {', '.join(sorted(allowed))})")
+    for key in ("mu", "axis"):
+        if key in spec:
+            v = spec[key]
+            if v.shape != (d,):
+                raise ConfigError(f"initial.{key}", f"must have d = {d} entries, got {v.size}")
+            if not np.linalg.norm(v) > 0:
+                raise ConfigError(f"initial.{key}", "must be a non-zero vector")
+    return spec
+
+
+def _largest_resolution(pde: dict, d: int) -> int:
+    """pde.max_degree, or the solver's default for S^{d-1} (Fourier modes K on S^1, degree L on S^2)."""
+    from ..pde import space_for
+    return pde.get("max_degree", space_for(d)[1].default_max_degree)
+
+
+#: relative size below which the comparison drops the MMD kernel's multipliers (``comparison.compare``
+#: sets its degree as kernel_bandwidth(mmd_beta, d, 1e-16))
+_MMD_TOL = 1e-16
+
+
+def _mmd_degree_fits(mmd_beta: float, d: int, top: int) -> bool:
+    """Whether the MMD kernel of ``mmd_beta`` needs no harmonic degree above ``top``.
+
+    kernel_bandwidth(mmd_beta, d, tol) is the last degree before the first multiplier <= tol lambda_0;
+    the multipliers decrease with the degree, so it is <= top exactly when lambda_{top+1} <= tol lambda_0.
+    Evaluated at top + 1 only: kernel_bandwidth itself would first try a degree of about
+    sqrt(2 mmd_beta log(1/tol)), which for a huge mmd_beta is an array of that many entries.
+    """
+    from spectral.multipliers import zonal_multipliers
+
+    if mmd_beta == 0:
+        return True
+    lam = zonal_multipliers(mmd_beta, d, top + 1)
+    # lambda_0 underflows to 0 only for an mmd_beta far beyond any resolution
+    return bool(lam[0] > 0 and lam[top + 1] <= _MMD_TOL * lam[0])
+
+
+def _check_compare(compare: dict, pde: dict, d: int) -> None:
+    """Refuse a [compare] table that needs degrees beyond the PDE's largest resolution: the comparison
+    would build the coefficients of every particle measure up to that degree, only after both solvers
+    ran (at moments = 10^5 on S^2, arrays of tens of GiB)."""
+    res = _largest_resolution(pde, d)
+    # the circle's resolution counts the modes 0..K-1, the sphere's the largest degree L
+    top = res - 1 if d == 2 else res
+    what = (f"pde.max_degree = {res}" + (" Fourier modes" if d == 2 else "")
+            + ("" if "max_degree" in pde else ", the default"))
+    moments = compare.get("moments", 8)
+    if moments > top:
+        raise ConfigError("compare.moments", f"must be <= {top}, the largest degree the PDE resolves ({what}), "
+                                             f"got {moments}: lower moments")
+    mmd_beta = compare.get("mmd_beta", 4.0)
+    if not _mmd_degree_fits(mmd_beta, d, top):
+        # the largest kappa whose kernel fits, to 3 significant digits, rounded down (bisection in log kappa)
+        lo, hi = 0.0, mmd_beta
+        for _ in range(60):
+            mid = math.sqrt(max(lo, 1e-3) * hi)
+            lo, hi = (mid, hi) if _mmd_degree_fits(mid, d, top) else (lo, mid)
+            if hi - lo <= 1e-4 * hi:
+                break
+        unit = 10.0 ** (math.floor(math.log10(lo)) - 2) if lo > 0 else 1.0
+        limit = float(f"{math.floor(lo / unit) * unit:.3g}")
+        raise ConfigError("compare.mmd_beta", f"{mmd_beta:g} makes the MMD kernel exp(kappa(<x,y> - 1)) need harmonic "
+                                              f"degrees above {top}, the largest the PDE resolves ({what}): set "
+                                              f"mmd_beta <= {limit:g}")
+
+
+def quadrature_count_problem(d: int, n: int) -> str | None:
+    """Why init = "quadrature" cannot place ``n`` particles on S^{d-1} (None if it can): on S^2 it takes
+    a Gauss grid of 2 nlat^2 nodes. The message is the particle solver's own."""
+    nlat = int(round(math.sqrt(n / 2.0)))
+    if d != 3 or (nlat >= 1 and 2 * nlat * nlat == n):
+        return None
+    from ..particles import initial_particles
+    try:
+        # refuses such an n before it builds anything
+        initial_particles(d, n, "quadrature")
+    except ValueError as e:
+        return str(e)
+    return None
+
+
+def parse_config(text: str, source: str = "<string>") -> RunConfig:
+    """Parse and validate TOML text; raise ConfigError naming the first problem."""
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError("", f"not valid TOML: {e}") from None
+    cfg = SCHEMA.check("", raw)
+    if "pde" not in cfg and "particles" not in cfg:
+        raise ConfigError("", "nothing to run: give a [pde] table, a [particles] table, or both")
+    m = cfg["model"]
+    d = m["d"]
+    perceptron = _perceptron(m["perceptron"], d) if "perceptron" in m else None
+    if m.get("attention") == "normalized" and m.get("strength", 1.0) != 1.0:
+        raise ConfigError("model.strength", "plays no role with attention = 'normalized' (SA): remove it or set 1.0")
+    try:
+        model = Model(d=d, beta=m["beta"], flow=m["flow"], attention=m.get("attention", "unnormalized"),
+                      strength=m.get("strength", 1.0), perceptron=perceptron, noise=m.get("noise", 0.0))
+    except ValueError as e:
+        raise ConfigError("model", str(e).replace("Model: ", "")) from None
+    initial = _initial(cfg.get("initial"), d)
+
+    pde = cfg.get("pde")
+    if pde is not None:
+        if d not in (2, 3):
+            raise ConfigError("pde", f"the spectral PDE solver works on the circle (d = 2) and the sphere (d = 3); "
+                                     f"model.d = {d}: remove [pde] or change d (particles work for any d)")
+        if "max_degree" in pde and pde["max_degree"] < pde["degree"]:
+            raise ConfigError("pde.max_degree", f"must be >= pde.degree = {pde['degree']}, got {pde['max_degree']}")
+        top = _largest_resolution(pde, d)
+        if "max_degree" not in pde and pde["degree"] > top:
+            # the solver would refuse it only once the run is under way
+            raise ConfigError("pde.degree", f"must be <= pde.max_degree (default {top} on S^{d - 1}), got "
+                                            f"{pde['degree']}: lower degree, or set max_degree >= {pde['degree']}")
+        if "save_every" in pde and pde["save_every"] > pde["t_final"]:
+            raise ConfigError("pde.save_every", f"must be <= pde.t_final = {pde['t_final']}")
+        from ..pde import PDEOptions
+        opts = {k: v for k, v in pde.items() if k not in ("degree", "t_final", "save_every")}
+        if "filter" in opts:
+            opts["filter"] = {"kind": "exponential", **opts["filter"]}
+        try:
+            PDEOptions.from_kwargs(opts)
+        except (TypeError, ValueError) as e:
+            raise ConfigError("pde", str(e).replace("option ", "")) from None
+        pde = {**pde, **({"filter": opts["filter"]} if "filter" in opts else {})}
+
+    particles = cfg.get("particles")
+    if particles is not None:
+        init = particles.get("init", "random")
+        if init in ("quasi-uniform", "quadrature") and d not in (2, 3):
+            raise ConfigError("particles.init", f"{init!r} is defined on S^1 and S^2 only (d = 2, 3); model.d = {d}")
+        if init == "quasi-uniform" and initial["kind"] != "uniform":
+            raise ConfigError("particles.init", "'quasi-uniform' places particles for the uniform density only; "
+                                                f"[initial] is {initial['kind']!r}: use 'random' or 'quadrature'")
+        if particles.get("integrator") == "adaptive" and model.noise > 0:
+            raise ConfigError("particles.integrator", "'adaptive' has no error control for the noise: use "
+                                                      "'euler' or 'rk4' (Euler–Maruyama noise step) with noise > 0")
+        if "save_every" in particles and particles["save_every"] > particles["t_final"]:
+            raise ConfigError("particles.save_every", f"must be <= particles.t_final = {particles['t_final']}")
+        if init == "quadrature":
+            problem = quadrature_count_problem(d, particles["n"])
+            if problem is not None:
+                raise ConfigError("particles.n", problem)
+
+    compare = cfg.get("compare")
+    if compare is not None and (pde is None or particles is None):
+        raise ConfigError("compare", "needs both a [pde] and a [particles] table")
+    if compare is not None:
+        _check_compare(compare, pde, d)
+
+    run = cfg.get("run", {})
+    return RunConfig(text=text, raw=raw, model=model, initial=initial, pde=pde, particles=particles,
+                     compare=compare, name=run.get("name", ""), source=source)
+
+
+def load_config(path: str | Path) -> RunConfig:
+    """Read and validate a TOML configuration file."""
+    p = Path(path)
+    try:
+        text = p.read_bytes().decode("utf-8")
+    except OSError as e:
+        raise ConfigError("", f"cannot read {p}: {e.strerror}") from None
+    except UnicodeDecodeError:
+        raise ConfigError("", f"{p}: not a UTF-8 TOML file (an archive? give the .toml configuration)") from None
+    cfg = parse_config(text, str(p))
+    if not cfg.name:
+        cfg.name = p.stem
+    return cfg
+
+
+def _toml_value(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        return repr(v) if math.isfinite(v) else ("inf" if v > 0 else "-inf" if v < 0 else "nan")
+    if isinstance(v, str):
+        return json_string(v)
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{k} = {_toml_value(x)}" for k, x in v.items()) + "}"
+    raise TypeError(f"cannot write {type(v).__name__} as TOML")
+
+
+def json_string(s: str) -> str:
+    import json
+    return json.dumps(s)
+
+
+def dump_toml(raw: dict) -> str:
+    """TOML text of a configuration dict (tables of scalars, arrays and sub-tables), e.g. for sweeps."""
+    lines: list[str] = []
+
+    def table(d: dict, name: str) -> None:
+        scalars = {k: v for k, v in d.items() if not isinstance(v, dict)}
+        subs = {k: v for k, v in d.items() if isinstance(v, dict)}
+        if name and (scalars or not subs):
+            lines.append(f"[{name}]")
+        for k, v in scalars.items():
+            lines.append(f"{k} = {_toml_value(v)}")
+        if scalars or (name and not subs):
+            lines.append("")
+        for k, v in subs.items():
+            table(v, f"{name}.{k}" if name else k)
+
+    table(raw, "")
+    return "\n".join(lines).rstrip() + "\n"

@@ -1,0 +1,106 @@
+"""Plain-text description of an archive: what the run was, how it ended, its key numbers."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from .archive import load
+
+__all__ = ["describe"]
+
+
+def _vec(v) -> str:
+    return "(" + ", ".join(f"{x:+.4f}" for x in np.asarray(v).ravel()) + ")"
+
+
+def _continuation_lines(r) -> list[str]:
+    """The Lagrangian continuation of a PDE run: handoff, nodes, merges."""
+    h, merges = r.lagrangian["handoff"], r.lagrangian["merges"]
+    last = next((n for n in reversed(r.nodes) if n is not None), None)
+    out = [f"  handoff to the Lagrangian continuation at t = {h['t']:.6g} ({h['reason']}): {h['message']}",
+           f"    from degree {h['degree']}: {h['description']}; clipped mass {h['clipped_mass']:.2e}",
+           f"    {len(merges)} steps with merges; nodes {h['nodes']} -> {len(last['w']) if last else '?'}; "
+           f"max |v| over the nodes at the end {last['max_drift']:.3g}" if last else "    no node snapshot"]
+    return out
+
+
+def _atoms_lines(positions, masses, limit: int = 8, errors=None) -> list[str]:
+    lines = []
+    for k, (p, m) in enumerate(list(zip(positions, masses))[:limit]):
+        err = "" if errors is None else f" ± {errors[k]:.1e}"
+        lines.append(f"      mass {m:.4f}{err} at {_vec(p)}")
+    if len(masses) > limit:
+        lines.append(f"      ... {len(masses) - limit} more (total mass {np.sum(masses):.4f})")
+    return lines
+
+
+def describe(path: str | Path) -> str:
+    run = load(path)
+    a = run.attrs
+    m = run.model
+    out = [f"archive {run.path}  ({a.get('format')} v{a.get('format_version')}, attnpde {a.get('software_version')})",
+           f"  name: {a.get('name', '')}   status: {run.status}   created {a.get('created')}   updated {a.get('updated')}",
+           f"  command: {a.get('command', '')}"]
+    if int(a.get("resumed", 0)):
+        out.append(f"  resumed {int(a['resumed'])} time(s)")
+    p = m.perceptron
+    out.append(f"model: S^{m.d - 1} (d = {m.d}), beta = {m.beta:g}, {m.flow}, attention {m.attention}, "
+               f"strength {m.strength:g}, noise {m.noise:g}")
+    out.append("  perceptron: none" if p is None else
+               f"  perceptron: {p.units} units, {p.activation}, {'gradient' if p.is_gradient else 'general'} form")
+    if run.pde is not None:
+        r = run.pde
+        out.append("pde:")
+        out.append(f"  initial: {r.initial}")
+        if run.status == "running" and not r.stop_reason or r.stop_reason == "killed":
+            out.append(f"  no end recorded (killed, or still running): last snapshot at t = {r.t[-1]:.6g}")
+        else:
+            out.append(f"  ended: {r.stop_reason} at t = {r.t_stop:.6g} — {r.message}")
+        out.append(f"  {len(r.t)} snapshots (t = {r.t[0]:.4g} .. {r.t[-1]:.4g}), {r.nsteps} steps "
+                   f"({r.nrejected} rejected), resolution {int(r.degree[0])} -> {int(r.degree[-1])}, "
+                   f"{len(r.refinements)} refinement(s), wall {r.wall_time:.1f} s")
+        out.append(f"  energy {r.energy[0]:.10g} -> {r.energy[-1]:.10g}; max |mass - 1| = "
+                   f"{np.max(np.abs(r.mass - 1)):.2e}; min rho (last) {r.min_density[-1]:.3g}; "
+                   f"spectral tail (last) {r.tail[-1]:.2e}")
+        if r.lagrangian is not None:
+            out += _continuation_lines(r)
+        if "pde" in run.atoms:
+            pos, mass = run.atoms["pde"]
+            heavy = int(np.sum(mass >= 0.01))
+            extra = run.atoms.get("pde:attrs", {})
+            if extra.get("kind") == "node groups":
+                errs = run.atoms.get("pde:mass_errors")
+                est = (f", error estimate from the rerun with {int(extra['check_nodes'])} nodes" if errs is not None
+                       else ", no error estimate (error_estimate = false, or the run did not end)")
+                out.append(f"  atoms: {len(mass)} node groups within {extra['radius']:.2g} rad holding >= 2 initial "
+                           f"nodes (mass >= 0.01: {heavy}), total mass {np.sum(mass):.4f}; diffuse mass "
+                           f"{extra['diffuse']:.4f}" + (f" ± {extra['diffuse_error']:.1e}" if errs is not None else "")
+                           + est)
+                out += _atoms_lines(pos, mass, errors=errs)
+            else:
+                out.append(f"  atoms: {len(mass)} (mass >= 0.01: {heavy}), total mass {np.sum(mass):.4f}")
+                out += _atoms_lines(pos, mass)
+    if run.particles is not None:
+        r = run.particles
+        out.append("particles:")
+        out.append(f"  N = {r.x.shape[1]}, {len(r.t)} snapshots (t = {r.t[0]:.4g} .. {r.t[-1]:.4g})")
+        if not getattr(r, "stop_reason", "") or r.stop_reason == "killed":
+            out.append(f"  no end recorded (killed, or still running): last snapshot at t = {r.t[-1]:.6g}")
+        else:
+            out.append(f"  ended: {r.stop_reason} at t = {r.t_stop:.6g} — {getattr(r, 'message', '')}")
+        if "particles" in run.atoms:
+            pos, mass = run.atoms["particles"]
+            out.append(f"  single-linkage clusters at the end (The model §5; chain through any diffuse part): {len(mass)} "
+                       f"(mass >= 0.01: {int(np.sum(mass >= 0.01))})")
+            out += _atoms_lines(pos, mass)
+    if run.comparison is not None:
+        out.append("comparison (PDE vs particles):")
+        out += ["  " + line for line in run.comparison.summary().splitlines()]
+    from .validate import read_validation
+    val = read_validation(path)
+    if val is not None:
+        out.append(f"validation: particles -> PDE for N = {', '.join(str(int(n)) for n in val.n)} "
+                   f"({len(val.seeds)} seed(s) each)")
+        out += ["  " + line for line in val.table.splitlines()]
+    return "\n".join(out)

@@ -1,0 +1,363 @@
+"""Running a configuration end to end into one archive: PDE, particles, comparison.
+
+:func:`run_config` is what ``attnpde run`` does. Stages run in order (PDE, particles, comparison);
+each appends its snapshots to the archive as it goes. Ctrl-C ends the current stage cleanly
+(``stop_reason="interrupted"``, archive status "interrupted"); ``resume=True`` continues a killed or
+interrupted run from the last snapshot of each unfinished stage and ends at the same numbers as an
+uninterrupted run.
+"""
+from __future__ import annotations
+
+import contextlib
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from .archive import ArchiveError, ArchiveWriter, open_archive
+from .config import ConfigError, RunConfig, parse_config
+
+__all__ = ["run_config", "RunOutcome", "RunRefused", "RunFailed", "Progress"]
+
+
+class RunRefused(RuntimeError):
+    """The run cannot start as asked (existing archive, nothing to resume, different configuration)."""
+
+
+class RunFailed(RuntimeError):
+    """A stage failed after the archive was created (its status is then "failed", attr ``failure``)."""
+
+
+@dataclass
+class RunOutcome:
+    path: Path
+    status: str                       # "finished" or "interrupted"
+    pde: object | None = None
+    particles: object | None = None
+    comparison: object | None = None
+    skipped: list = field(default_factory=list)
+
+
+class Progress:
+    """Progress of a stage: a tqdm bar on a terminal, plain periodic lines otherwise.
+
+    Called with the dict a solver's ``progress`` hook receives (t, t_final, dt, degree or n, ...).
+    """
+
+    def __init__(self, stage: str, t_final: float, t0: float = 0.0, *, stream=None, tty: bool | None = None,
+                 every: float = 5.0) -> None:
+        self.stage, self.t_final, self.stream = stage, t_final, stream or sys.stderr
+        self.tty = self.stream.isatty() if tty is None else tty
+        self.every = every
+        self.start = time.perf_counter()
+        self.t_start = t0
+        self.last = -1e9
+        self.bar = None
+        if self.tty:
+            from tqdm.auto import tqdm
+            self.bar = tqdm(total=t_final, initial=t0, desc=stage, unit="t", file=self.stream,
+                            bar_format="{desc}: {percentage:3.0f}%|{bar}| t={n:.4g}/{total:.4g} "
+                                       "[{elapsed}<{remaining}] {postfix}")
+
+    def __call__(self, info: dict) -> None:
+        # called after every step: return before any formatting unless something is shown
+        t = float(info["t"])
+        now = time.perf_counter()
+        if self.bar is not None:
+            if now - self.last < 0.1 and t < self.t_final:
+                return
+            self.last = now
+            self.bar.n = min(t, self.t_final)
+            self.bar.set_postfix_str(self._extra(info), refresh=False)
+            self.bar.update(0)
+            return
+        if now - self.last < self.every and t < self.t_final:
+            return
+        self.last = now
+        extra = self._extra(info)
+        elapsed = now - self.start
+        frac = (t - self.t_start) / max(self.t_final - self.t_start, 1e-300)
+        eta = elapsed * (1 - frac) / frac if frac > 0 else float("nan")
+        print(f"[{self.stage}] t={t:.6g}/{self.t_final:g} ({100 * t / self.t_final:.1f}%) {extra} "
+              f"elapsed {elapsed:.0f}s eta {eta:.0f}s", file=self.stream, flush=True)
+
+    @staticmethod
+    def _extra(info: dict) -> str:
+        return " ".join(f"{k}={_fmt(info[k])}" for k in ("dt", "degree", "nodes", "nsteps", "n_clusters") if k in info)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _fmt(v) -> str:
+    return f"{v:.3g}" if isinstance(v, float) else str(v)
+
+
+@contextlib.contextmanager
+def deferred_interrupt():
+    """Hold Ctrl-C until the block ends (so an archive write is never cut in half); then raise it."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    hit = []
+    old = signal.signal(signal.SIGINT, lambda *a: hit.append(a))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)
+        if hit:
+            raise KeyboardInterrupt
+
+
+def _differences(a: dict, b: dict, path: str = "") -> list[str]:
+    out = []
+    for k in sorted(set(a) | set(b)):
+        p = f"{path}.{k}" if path else k
+        if k not in a or k not in b:
+            out.append(f"{p} ({'absent' if k not in a else repr(a[k])} vs {'absent' if k not in b else repr(b[k])})")
+        elif isinstance(a[k], dict) and isinstance(b[k], dict):
+            out += _differences(a[k], b[k], p)
+        elif a[k] != b[k]:
+            out.append(f"{p} ({a[k]!r} in the archive vs {b[k]!r})")
+    return out
+
+
+def check_resumable(path: Path, config: RunConfig) -> None:
+    """Refuse (RunRefused/ArchiveError) unless ``path`` is an unfinished run of the same configuration."""
+    with open_archive(path) as f:
+        status = str(f.attrs.get("status", ""))
+        text = str(f.attrs.get("config", ""))
+        pde = f.get("pde")
+        resumes_pde = pde is not None and "restart" in pde and not bool(pde.attrs.get("complete", False))
+        grids = pde["grids"][()] if resumes_pde and "grids" in pde else None
+    if status == "finished":
+        raise RunRefused(f"{path}: the run is already finished; nothing to resume "
+                         "(use --force to start it again from scratch)")
+    try:
+        archived = parse_config(text, str(path))
+    except ConfigError as e:
+        raise ArchiveError(f"{path}: damaged archive: its configuration does not parse ({e})") from None
+    diff = _differences(archived.raw, config.raw)
+    if diff:
+        raise RunRefused(f"{path}: was made with a different configuration; differences: " + "; ".join(diff[:5]))
+    if resumes_pde:
+        _check_grids(path, config, grids)
+
+
+def _check_grids(path: Path, config: RunConfig, grids) -> None:
+    """Refuse to resume a PDE run whose computational grids differ from the ones this machine and version
+    would use: the continuation would not be the uninterrupted run."""
+    from ..pde import space_for
+
+    space = space_for(config.model.d)[1]
+    advice = "start it again with --force (the finished part would be recomputed)"
+    if grids is None:
+        if config.model.d == 3:
+            raise RunRefused(f"{path}: the archive records no computational grids (written before attnpde "
+                             "fixed the sphere's grid by the degree, when SHTns picked it by the machine's SIMD "
+                             f"width): resuming could continue on another grid; {advice}")
+        return
+    for row in np.asarray(grids, dtype=np.int64):
+        degree, sizes = int(row[0]), tuple(int(v) for v in row[1:])
+        here = tuple(space.computational_grid(degree))
+        if here != sizes:
+            raise RunRefused(f"{path}: the PDE ran at degree {degree} on the grid {sizes}; this machine and "
+                             f"version would use {here}, so the resumed run would not be the uninterrupted one; "
+                             f"{advice}")
+
+
+def new_archive(config: RunConfig, out: Path, *, force: bool, command: str, hint: str = "") -> ArchiveWriter:
+    """A new archive for ``config`` at ``out`` (refused if it exists, unless ``force``), with the [run]
+    table's compression and flush interval. ``hint`` is added to the refusal's advice."""
+    if out.exists() and not force:
+        raise RunRefused(f"{out} exists; use --force to overwrite it{hint}")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    run = config.raw.get("run", {})
+    return ArchiveWriter(out, "create", config_text=config.text, name=config.name, command=command,
+                         model=config.model, compression=run.get("compression", "density"),
+                         flush_interval=run.get("flush_interval", 1.0))
+
+
+def run_config(config: RunConfig, out: str | Path, *, resume: bool = False, force: bool = False,
+               command: str = "", progress: bool | None = None, log: Callable[[str], None] | None = None
+               ) -> RunOutcome:
+    """Run every stage of ``config`` into the archive ``out`` (see the module docstring).
+
+    Raises RunRefused / ArchiveError before doing any work when the archive situation is wrong.
+    """
+    out = Path(out)
+    log = log or (lambda s: print(s, file=sys.stderr, flush=True))
+    # a fresh PDE stage is prepared (its initial state built and checked) before the archive exists, so
+    # that a refusal neither creates nor, with --force, replaces one
+    prepared = _prepare_pde(config) if config.pde is not None and not resume else None
+    prepared_particles = _prepare_particles(config) if config.particles is not None and not resume else None
+    if resume:
+        if not out.exists():
+            raise RunRefused(f"{out}: no archive to resume (run without --resume to start)")
+        check_resumable(out, config)
+        writer = ArchiveWriter(out, "resume", command=command,
+                               flush_interval=config.raw.get("run", {}).get("flush_interval", 1.0))
+    else:
+        writer = new_archive(config, out, force=force, command=command, hint=" or --resume to continue it")
+    outcome = RunOutcome(path=out, status="running")
+    try:
+        stages = []
+        if config.pde is not None:
+            stages.append(("pde", lambda *a: _run_pde(*a, prepared=prepared)))
+        if config.particles is not None:
+            stages.append(("particles", lambda *a: _run_particles(*a, prepared=prepared_particles)))
+        for name, stage in stages:
+            done = writer.f.get(name) is not None and bool(writer.f[name].attrs.get("complete", False))
+            if done:
+                outcome.skipped.append(name)
+                log(f"[{name}] already complete in the archive: skipped")
+                continue
+            result = stage(config, writer, resume, progress, log)
+            setattr(outcome, name, result)
+            if result.stop_reason == "interrupted":
+                writer.set_status("interrupted")
+                outcome.status = "interrupted"
+                return outcome
+        if config.compare is not None:
+            outcome.comparison = _run_comparison(writer, config)
+        writer.set_status("finished")
+        outcome.status = "finished"
+        return outcome
+    except KeyboardInterrupt:
+        writer.set_status("interrupted")
+        outcome.status = "interrupted"
+        return outcome
+    except (ValueError, MemoryError, OSError, RuntimeError) as e:
+        # what the checks before the archive could not foresee: the archive says so, and keeps what it holds
+        reason = f"{type(e).__name__}: {e}"
+        writer.f.attrs["failure"] = reason
+        writer.set_status("failed")
+        raise RunFailed(f"{out}: the run failed ({reason}); the archive keeps what was written, status 'failed'") \
+            from e
+    finally:
+        writer.close()
+
+
+def _pde_arguments(config: RunConfig) -> tuple[dict, dict]:
+    """(positional arguments, options) of prepare_pde for the [pde] table."""
+    kw = config.pde_kwargs()
+    args = {k: kw.pop(k) for k in ("degree", "t_final", "initial")}
+    args["save_every"] = kw.pop("save_every", None)
+    return args, kw
+
+
+def _prepare_pde(config: RunConfig):
+    from ..pde import prepare_pde
+
+    args, kw = _pde_arguments(config)
+    try:
+        return prepare_pde(config.model, **args, **kw)
+    except (ValueError, TypeError) as e:
+        raise RunRefused(f"{config.source or 'configuration'}: [pde]: {e}") from None
+
+
+def _run_pde(config: RunConfig, writer: ArchiveWriter, resume: bool, progress, log, prepared=None):
+    from ..pde import PDEOptions, prepare_pde, space_for
+
+    args, kw = _pde_arguments(config)
+    degree, t_final, save_every, initial = args["degree"], args["t_final"], args["save_every"], args["initial"]
+    restart = writer.truncate_to_restart("pde") if resume else None
+    if restart is None:
+        space = space_for(config.model.d)[1]
+        opts = PDEOptions.from_kwargs(kw)
+        grid = space.output_grid(opts.output_points or space.default_output_points)
+        writer.pde_begin(grid, opts.to_dict(), "uniform" if initial == "uniform" else
+                         f"[initial] {config.initial}")
+        log(f"[pde] S^{config.model.d - 1}, degree {degree}, t_final {t_final}, save_every {save_every}")
+    else:
+        log(f"[pde] resuming from the snapshot at t = {restart['t']:.6g} (degree {restart['degree']})")
+    bar = Progress("pde", t_final, float(restart["t"]) if restart else 0.0, tty=progress)
+
+    def snapshot(snap):
+        with deferred_interrupt():
+            writer.pde_snapshot(snap)
+
+    try:
+        if restart is not None or prepared is None:
+            prepared = prepare_pde(config.model, **args, restart=restart, **kw)
+        result = prepared.run(progress=bar, callback=snapshot)
+    finally:
+        bar.close()
+    with deferred_interrupt():
+        writer.pde_finish(result)
+    log(f"[pde] {result.stop_reason} at t = {result.t_stop:.6g}: {result.message} "
+        f"({result.nsteps} steps, {result.wall_time:.1f} s)")
+    return result
+
+
+def _run_comparison(writer: ArchiveWriter, config: RunConfig):
+    """Compare the archived PDE and particle runs (``solvers.compare`` with the [compare] table) and write
+    /comparison."""
+    from ..comparison import compare
+    from .archive import load, write_comparison
+
+    writer.write_pending()
+    run = load(writer.path)
+    cmp = compare(run.pde, run.particles, with_concentration=True, **(config.compare or {}))
+    write_comparison(writer, cmp, config.model.d)
+    return cmp
+
+
+def _prepare_particles(config: RunConfig):
+    from ..particles import prepare_particles
+
+    try:
+        return prepare_particles(config.model, **config.particle_kwargs())
+    except (ValueError, TypeError) as e:
+        raise RunRefused(f"{config.source or 'configuration'}: [particles]: {e}") from None
+
+
+def _run_particles(config: RunConfig, writer: ArchiveWriter, resume: bool, progress, log, prepared=None):
+    from dataclasses import asdict
+
+    from ..particles import ParticleOptions, StopRule, prepare_particles
+
+    kw = config.particle_kwargs()
+    t_final = kw["t_final"]
+    restart = writer.truncate_to_restart("particles") if resume else None
+    if restart is not None:
+        # the restart state carries the particles; the rest of the arguments must be those of the run
+        for k in ("n", "density"):
+            kw.pop(k, None)
+        log(f"[particles] resuming from the snapshot at t = {float(restart['t']):.6g}")
+    else:
+        log(f"[particles] N = {kw['n']} on S^{config.model.d - 1}, t_final {t_final}")
+    solver_keys = {"n", "init", "seed", "integrator", "dt", "t_final", "save_every", "stop", "density"}
+    options = ParticleOptions.from_kwargs({k: v for k, v in kw.items() if k not in solver_keys}).to_dict()
+    rule = StopRule.from_arg(kw.get("stop"))
+    bar = Progress("particles", t_final, float(restart["t"]) if restart else 0.0, tty=progress)
+    state = {"begun": restart is not None}
+
+    def snapshot(snap):
+        with deferred_interrupt():
+            if not state["begun"]:
+                r = snap["restart"]
+                settings = {k: v for k, v in kw.items() if k in solver_keys - {"density"}}
+                settings.update(n=len(r["w"]), dt=r["settings"]["dt"], save_every=r["settings"]["save_every"],
+                                stop=None if rule is None else asdict(rule), **options)
+                writer.particles_begin(r["w"], settings, str(r["initial"]))
+                state["begun"] = True
+            writer.particles_snapshot(snap)
+
+    try:
+        if restart is not None or prepared is None:
+            prepared = prepare_particles(config.model, restart=restart, **kw)
+        result = prepared.run(progress=bar, callback=snapshot)
+    finally:
+        bar.close()
+    with deferred_interrupt():
+        writer.particles_finish(result, cluster_scale=rule.scale if rule is not None else 0.5)
+    log(f"[particles] {result.stop_reason} at t = {result.t_stop:.6g}: {result.message} "
+        f"({result.nsteps} steps, {result.wall_time:.1f} s)")
+    return result

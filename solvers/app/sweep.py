@@ -1,0 +1,182 @@
+"""``attnpde sweep``: one archive per beta, run in parallel processes (the main paper's Figure 9 protocol).
+
+Each member is the configuration with ``model.beta`` replaced (and ``run.name`` suffixed), written as its
+own archive ``<out>/<name>_beta<beta>.h5``; the sweep prints a table (beta, sqrt(beta), atoms and
+clusters, stop reasons), writes it as ``summary.json`` and plots cluster counts against sqrt(beta).
+"""
+from __future__ import annotations
+
+import copy
+import json
+import math
+import sys
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from .config import ConfigError, RunConfig, dump_toml, parse_config
+
+__all__ = ["parse_list", "sweep", "member_config"]
+
+
+def parse_list(text: str, what: str) -> list[float]:
+    """'1,5,25' -> [1.0, 5.0, 25.0]; refuses empty, non-numeric, negative or non-finite entries."""
+    vals = []
+    for tok in text.split(","):
+        tok = tok.strip()
+        try:
+            v = float(tok)
+        except ValueError:
+            raise ValueError(f"{what}: {tok!r} is not a number (give comma-separated values, e.g. 1,5,25)") from None
+        if not math.isfinite(v) or v < 0:
+            raise ValueError(f"{what}: values must be finite and >= 0, got {tok!r}")
+        vals.append(v)
+    if not vals:
+        raise ValueError(f"{what}: give at least one value")
+    return vals
+
+
+def member_config(config: RunConfig, beta: float) -> RunConfig:
+    raw = copy.deepcopy(config.raw)
+    raw["model"]["beta"] = float(beta)
+    name = config.name or "sweep"
+    raw.setdefault("run", {})["name"] = f"{name}_beta{beta:g}"
+    try:
+        return parse_config(dump_toml(raw), f"{config.source} (beta = {beta:g})")
+    except ConfigError as e:
+        raise ConfigError(e.path, f"{e.detail} (sweep member beta = {beta:g})") from None
+
+
+def _log(beta: float) -> Callable[[str], None]:
+    return lambda s: print(f"[beta={beta:g}] {s}", file=sys.stderr, flush=True)
+
+
+def _member(text: str, source: str, out: str, resume: bool, force: bool) -> dict:
+    from .runner import run_config
+
+    cfg = parse_config(text, source)
+    path = Path(out)
+    resume_this = resume and path.exists()
+    outcome = run_config(cfg, path, resume=resume_this, force=force or False, progress=False,
+                         log=_log(cfg.model.beta), command=f"attnpde sweep (member beta = {cfg.model.beta:g})")
+    return _row(cfg.model.beta, path, outcome.status)
+
+
+def _row(beta: float, path: Path, status: str) -> dict:
+    """The summary row of a member from its archive."""
+    from .archive import load
+
+    run = load(path)
+    row = {"beta": beta, "archive": str(path), "status": status}
+    if run.pde is not None:
+        masses = run.atoms.get("pde", (None, np.zeros(0)))[1]
+        row.update(pde_stop=run.pde.stop_reason, pde_t=float(run.pde.t_stop), pde_atoms=int(np.sum(masses >= 0.01)))
+    if run.particles is not None:
+        masses = run.atoms.get("particles", (None, np.zeros(0)))[1]
+        row.update(particles_stop=run.particles.stop_reason, particles_t=float(run.particles.t_stop),
+                   clusters=int(np.sum(masses >= 0.01)), clusters_all=int(len(masses)),
+                   max_cluster_mass=float(masses.max()) if len(masses) else float("nan"))
+    return row
+
+
+def _check_members(members: list[RunConfig], paths: list[Path], resume: bool) -> list[bool]:
+    """Refuse (RunRefused, ArchiveError) before any member starts what one member would refuse once the
+    others run: a configuration the new beta makes invalid, an archive that cannot be resumed. Returns,
+    per member, whether its archive is already finished (with --resume: skipped, not refused)."""
+    from .archive import ArchiveError, open_archive
+    from .runner import RunRefused, _prepare_particles, _prepare_pde, check_resumable
+
+    finished = []
+    for m, p in zip(members, paths):
+        if resume and p.exists():
+            with open_archive(p) as f:
+                status, text = str(f.attrs.get("status", "")), str(f.attrs.get("config", ""))
+            if status == "finished":
+                try:
+                    archived = parse_config(text, str(p)).raw
+                except ConfigError as e:
+                    raise ArchiveError(f"{p}: damaged archive: its configuration does not parse ({e})") from None
+                if archived != m.raw:
+                    raise RunRefused(f"{p}: is finished, but was made with another configuration than "
+                                     f"{m.source}; use --force to run it again")
+                finished.append(True)
+                continue
+            check_resumable(p, m)
+        else:
+            # as the run prepares them (and refuses) before creating its archive
+            if m.pde is not None:
+                _prepare_pde(m)
+            if m.particles is not None:
+                _prepare_particles(m)
+        finished.append(False)
+    return finished
+
+
+def sweep(config: RunConfig, betas: list[float], out_dir: Path, *, workers: int = 2, resume: bool = False,
+          force: bool = False) -> int:
+    """Run one member per beta (module docstring) into ``out_dir``; returns the exit status (130 if a
+    member was interrupted).
+
+    Every member is checked before the first starts: two betas naming one archive, or a member that
+    would be refused (ValueError, RunRefused, ArchiveError), refuse the whole sweep, and ``out_dir`` is
+    not created. With ``resume`` finished members are skipped (their rows read from their archives),
+    the others resumed or started.
+    """
+    members = [member_config(config, b) for b in betas]
+    paths = [out_dir / f"{m.name}.h5" for m in members]
+    seen: dict[Path, float] = {}
+    for b, p in zip(betas, paths):
+        if p in seen:
+            same = "is given twice" if seen[p] == b else f"and {seen[p]!r} give the same archive name"
+            raise ValueError(f"--beta: {b!r} {same} ({p}: archives are named by beta to 6 significant digits); "
+                             "give distinct values")
+        seen[p] = b
+    existing = [p for p in paths if p.exists()]
+    if existing and not (resume or force):
+        raise FileExistsError(f"{existing[0]} exists; use --force to overwrite or --resume to continue")
+    finished = _check_members(members, paths, resume)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for m, p, done in zip(members, paths, finished):
+        if done:
+            _log(m.model.beta)(f"{p} is finished: skipped")
+            rows.append(_row(m.model.beta, p, "finished"))
+    todo = [(m, p) for m, p, done in zip(members, paths, finished) if not done]
+    if todo:
+        with ProcessPoolExecutor(max_workers=min(workers, len(todo))) as pool:
+            futs = {pool.submit(_member, m.text, m.source, str(p), resume, force): m for m, p in todo}
+            for fut in as_completed(futs):
+                rows.append(fut.result())
+    rows.sort(key=lambda r: r["beta"])
+    (out_dir / "summary.json").write_text(json.dumps(rows, indent=2))
+    print(f"{'beta':>8s} {'sqrt(beta)':>10s} {'PDE atoms':>9s} {'clusters':>8s} {'max mass':>8s}  stops")
+    for r in rows:
+        print(f"{r['beta']:8g} {math.sqrt(r['beta']):10.3f} {r.get('pde_atoms', '-')!s:>9s} "
+              f"{r.get('clusters', '-')!s:>8s} {r.get('max_cluster_mass', float('nan')):8.3f}  "
+              f"{r.get('pde_stop', '')} {r.get('particles_stop', '')}")
+    _plot(rows, out_dir / "clusters_vs_sqrt_beta.png", config)
+    print(f"summary: {out_dir / 'summary.json'}; figure: {out_dir / 'clusters_vs_sqrt_beta.png'}")
+    return 130 if any(r["status"] == "interrupted" for r in rows) else 0
+
+
+def _plot(rows: list[dict], path: Path, config: RunConfig) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sb = np.sqrt([r["beta"] for r in rows])
+    fig, ax = plt.subplots(figsize=(6, 4))
+    if any("clusters" in r for r in rows):
+        ax.plot(sb, [r.get("clusters", np.nan) for r in rows], "o-", label="particle clusters (mass >= 0.01)")
+    if any("pde_atoms" in r for r in rows):
+        ax.plot(sb, [r.get("pde_atoms", np.nan) for r in rows], "s--", label="PDE atoms (mass >= 0.01)")
+    ax.set_xlabel("sqrt(beta)")
+    ax.set_ylabel("count")
+    ax.set_title(f"{config.name}: S^{config.model.d - 1}, {config.model.flow}", fontsize=10)
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,312 @@
+"""``attnpde validate``: convergence of the particle system to the PDE as N grows.
+
+The PDE of a configuration is solved once (into the archive's /pde, exactly as ``attnpde run`` does);
+then for every N in the list and every seed s = particles.seed, ..., particles.seed + seeds - 1 the
+particles of the configuration are run with that N and seed, and :func:`solvers.compare` measures
+their distance to the PDE at the common snapshot times. The particle trajectories are not kept (they
+would dominate the archive); the distances are, in ``/validation``::
+
+    /validation   n (nN), seed (nS), t (T) [scale],
+                  w1 (S^1 only), mmd, moment_gap, energy_gap: (nN, nS, T),
+                  wall (nN, nS), stop_reason (nN, nS);
+                  attrs: at (the time of the fit), slopes (JSON: metric -> fitted slope of
+                  log mean distance against log N), config of the comparison, table (text)
+
+For i.i.d. initial particles the distances at a fixed time should decrease like N^{-1/2} (slope -1/2)
+while the PDE is resolved; quadrature particles (init = "quadrature") are not random and converge
+at the rate of the quadrature instead.
+"""
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from .config import RunConfig
+
+__all__ = ["validate", "ValidationResult", "fit_slope", "METRICS", "check_fit_time", "check_particle_counts"]
+
+METRICS = ("w1", "mmd", "moment_gap", "energy_gap")
+
+
+@dataclass
+class ValidationResult:
+    """Distances (nN, nS, T) per metric at times t, the fit time and the fitted slopes."""
+
+    n: np.ndarray
+    seeds: np.ndarray
+    t: np.ndarray
+    distances: dict
+    at: float
+    slopes: dict
+    table: str
+    path: Path | None = None
+
+
+def fit_slope(n: np.ndarray, values: np.ndarray) -> float:
+    """Least-squares slope of log(values) against log(n) (NaN if fewer than two positive values)."""
+    n, values = np.asarray(n, dtype=float), np.asarray(values, dtype=float)
+    ok = np.isfinite(values) & (values > 0)
+    if ok.sum() < 2:
+        return float("nan")
+    return float(np.polyfit(np.log(n[ok]), np.log(values[ok]), 1)[0])
+
+
+def _job(pde, config_text: str, n: int, seed: int, compare_opts: dict) -> dict:
+    from ..comparison import compare
+    from .config import parse_config
+    from ..particles import simulate_particles
+
+    # the configuration travels as text: its initial density is a closure, which does not pickle
+    config = parse_config(config_text)
+    kw = config.particle_kwargs()
+    kw.pop("seed", None)
+    kw.pop("n", None)
+    t0 = time.perf_counter()
+    r = simulate_particles(config.model, n=n, seed=seed, **kw)
+    cmp = compare(pde, r, **compare_opts)
+    out = {"n": n, "seed": seed, "t": cmp.t, "stop_reason": r.stop_reason, "wall": time.perf_counter() - t0}
+    for k in METRICS:
+        v = getattr(cmp, k)
+        out[k] = None if v is None else np.asarray(v)
+    return out
+
+
+def _compare_opts(config: RunConfig) -> dict:
+    o = dict(config.compare or {})
+    return {k: o[k] for k in ("moments", "mmd_beta", "atom_threshold", "atom_radius", "smoothing", "min_mass",
+                              "cluster_scale") if k in o}
+
+
+def validate(config: RunConfig, ns: list[int], seeds: int, out: str | Path, *, workers: int = 2,
+             force: bool = False, at: float | None = None, command: str = "",
+             log: Callable[[str], None] | None = None) -> ValidationResult:
+    """Run the convergence study of the module docstring; returns its result (also in the archive).
+
+    Raises RunRefused for an existing archive without ``force``, ValueError for bad arguments (before
+    the archive is created: see :func:`check_fit_time` and :func:`check_particle_counts`).
+    """
+    from .archive import _replace
+    from .runner import _prepare_pde, _run_pde, new_archive
+
+    log = log or (lambda s: print(s, file=sys.stderr, flush=True))
+    if config.pde is None or config.particles is None:
+        raise ValueError("validate needs a configuration with both [pde] and [particles]")
+    ns = sorted({int(v) for v in ns})
+    if not ns or ns[0] < 1:
+        raise ValueError("--n: give particle counts >= 1")
+    if seeds < 1:
+        raise ValueError("--seeds must be >= 1")
+    out = Path(out)
+    # everything that would stop the study once the PDE has run is refused before it (and the archive)
+    check_fit_time(config, at)
+    check_particle_counts(config, ns)
+    prepared = _prepare_pde(config)
+    writer = new_archive(config, out, force=force, command=command)
+    try:
+        pde = _run_pde(config, writer, False, False, log, prepared=prepared)
+        if pde.stop_reason == "interrupted":
+            writer.set_status("interrupted")
+            raise KeyboardInterrupt
+        base_seed = int(config.particles.get("seed", 0))
+        copts = _compare_opts(config)
+        jobs = [(n, base_seed + s) for n in ns for s in range(seeds)]
+        log(f"[validate] {len(jobs)} particle runs (N in {ns}, {seeds} seed(s)) on {workers} worker(s)")
+        results = []
+        # largest first: the long jobs start early and the pool drains evenly
+        order = sorted(jobs, key=lambda j: -j[0])
+        if workers == 1:
+            for n, s in order:
+                results.append(_job(pde, config.text, n, s, copts))
+                log(f"[validate] N = {n}, seed {s}: {results[-1]['wall']:.1f} s")
+        else:
+            with ProcessPoolExecutor(max_workers=workers) as pool:
+                futs = [pool.submit(_job, pde, config.text, n, s, copts) for n, s in order]
+                for f in futs:
+                    results.append(f.result())
+                    log(f"[validate] N = {results[-1]['n']}, seed {results[-1]['seed']}: "
+                        f"{results[-1]['wall']:.1f} s")
+        res = _assemble(results, ns, [base_seed + s for s in range(seeds)], at)
+        g = writer.f.require_group("validation")
+        _replace(g, "n", np.asarray(res.n))
+        _replace(g, "seed", np.asarray(res.seeds))
+        _replace(g, "t", res.t)
+        g["t"].make_scale("t")
+        for k, v in res.distances.items():
+            _replace(g, k, v)
+            g[k].dims[2].attach_scale(g["t"])
+        by = {(r["n"], r["seed"]): r for r in results}
+        _replace(g, "wall", np.array([[by[(n, s)]["wall"] for s in res.seeds] for n in res.n]))
+        _replace(g, "stop_reason", np.array([[by[(n, s)]["stop_reason"] for s in res.seeds] for n in res.n],
+                                            dtype="S16"))
+        g.attrs["at"] = res.at
+        g.attrs["slopes"] = json.dumps(res.slopes)
+        g.attrs["compare"] = json.dumps(copts)
+        g.attrs["table"] = res.table
+        g.attrs["pde_stop_reason"] = pde.stop_reason
+        g.attrs["pde_t_stop"] = float(pde.t_stop)
+        writer.set_status("finished")
+        res.path = out
+        return res
+    finally:
+        writer.close()
+
+
+def snapshot_times(t_final: float, save_every: float | None) -> np.ndarray | None:
+    """The snapshot times after t = 0 of a solver run to ``t_final`` (min(k save_every, t_final), k >= 1,
+    as both solvers take them; only t_final without save_every); None when there are too many to list."""
+    if save_every is None:
+        return np.array([float(t_final)])
+    k = math.ceil(t_final / save_every - 1e-9)
+    if k > 1_000_000:
+        return None
+    return np.minimum(np.arange(1, k + 1) * save_every, t_final)
+
+
+def common_snapshot_times(config: RunConfig) -> np.ndarray | None:
+    """The snapshot times after t = 0 that the configuration's PDE and particles share (as
+    ``solvers.comparison`` matches them: equal to 1e-9 relative); None when there are too many to list."""
+    pde, part = config.pde, config.particles
+    tp = snapshot_times(pde["t_final"], pde.get("save_every"))
+    tq = snapshot_times(part["t_final"], part.get("save_every"))
+    if tp is None or tq is None:
+        return None
+    j = np.clip(np.searchsorted(tq, tp), 1, len(tq) - 1) if len(tq) > 1 else np.zeros(len(tp), dtype=int)
+    near = np.minimum(np.abs(tq[j] - tp), np.abs(tq[j - 1] - tp)) if len(tq) > 1 else np.abs(tq[0] - tp)
+    return tp[near <= 1e-9 * np.maximum(1.0, np.abs(tp))]
+
+
+def check_fit_time(config: RunConfig, at: float | None) -> None:
+    """ValueError unless the study can fit its slopes: a time ``at`` (--at) within both runs, and a
+    snapshot time after t = 0 that the PDE and the particles share (at t = 0 the distances measure only
+    the initial sampling, not the dynamics)."""
+    pde, part = config.pde, config.particles
+    tp, tq = pde["t_final"], part["t_final"]
+    common = common_snapshot_times(config)
+    if at is not None and not (math.isfinite(at) and 0 <= at <= min(tp, tq)):
+        hint = f"; e.g. --at {common[-1]:g} (a snapshot time of both)" if common is not None and len(common) else ""
+        raise ValueError(f"--at {at:g}: the time of the fit must be a finite number in [0, {min(tp, tq):g}] "
+                         f"(pde.t_final = {tp:g}, particles.t_final = {tq:g}){hint}")
+    if common is not None and not len(common):
+        def saves(table: str, v: float | None) -> str:
+            return f"{table}.save_every = {v:g}" if v is not None else f"{table}.save_every unset"
+        raise ValueError(f"{config.source or 'configuration'}: the PDE (pde.t_final = {tp:g}, "
+                         f"{saves('pde', pde.get('save_every'))}) and the particles (particles.t_final = {tq:g}, "
+                         f"{saves('particles', part.get('save_every'))}) share no snapshot time after t = 0, "
+                         "where the slopes would be fitted; set pde.save_every and particles.save_every to the "
+                         "same value (or the same t_final in both tables)")
+
+
+def check_particle_counts(config: RunConfig, ns: list[int]) -> None:
+    """ValueError (naming --n) for a particle count the particle runs would refuse, found before the PDE
+    runs: the arguments that do not depend on N are checked by preparing the smallest run in full (its
+    initial particles placed); what depends on N (the memory of the snapshots, the quadrature grid on
+    S^2, ...) for every N, on stand-in positions (so that 10^6 particles are not sampled to be checked)."""
+    from .config import quadrature_count_problem
+    from ..particles import prepare_particles
+
+    model, d = config.model, config.model.d
+    kw = config.particle_kwargs()
+    kw.pop("n", None)
+    init = kw.get("init", "random")
+    where = config.source or "configuration"
+    for n in ns:
+        problem = quadrature_count_problem(d, n) if init == "quadrature" else None
+        if problem is not None:
+            raise ValueError(f"--n {n}: {problem} ({where}: particles.init = 'quadrature')")
+    try:
+        prepare_particles(model, n=ns[0], **kw)
+    except (ValueError, TypeError) as e:
+        raise ValueError(f"{where}: [particles] with --n {ns[0]}: {e}") from None
+    generic = {k: v for k, v in kw.items() if k not in ("init", "density")}
+    for n in ns[1:]:
+        # all on one point, a read-only view (no memory until the solver copies it, after the checks of
+        # what depends on N alone, such as the memory of the snapshots)
+        x0 = np.broadcast_to(np.eye(d)[0], (n, d))
+        try:
+            prepare_particles(model, x0=x0, **generic)
+        except (ValueError, TypeError) as e:
+            raise ValueError(f"{where}: [particles] with --n {n}: {e}") from None
+
+
+def _assemble(results: list[dict], ns: list[int], seeds: list[int], at: float | None) -> ValidationResult:
+    t = results[0]["t"]
+    for r in results:
+        if r["t"].shape != t.shape or not np.allclose(r["t"], t):
+            raise RuntimeError("particle runs of different N ended at different times (a stopping rule?); "
+                               "validate needs the same snapshot times for every N: remove [particles.stop]")
+    if at is None:
+        i = len(t) - 1
+    else:
+        i = int(np.argmin(np.abs(t - at)))
+    dist = {}
+    for k in METRICS:
+        if results[0][k] is None:
+            continue
+        arr = np.full((len(ns), len(seeds), len(t)), np.nan)
+        for r in results:
+            arr[ns.index(r["n"]), seeds.index(r["seed"])] = r[k]
+        dist[k] = arr
+    slopes = {k: fit_slope(np.array(ns), v[:, :, i].mean(axis=1)) for k, v in dist.items()}
+    head = f"distances to the PDE at t = {t[i]:.4g} (mean over {len(seeds)} seed(s))"
+    cols = list(dist)
+    lines = [head, f"{'N':>9s} " + " ".join(f"{c:>12s}" for c in cols)]
+    for a, n in enumerate(ns):
+        lines.append(f"{n:9d} " + " ".join(f"{dist[c][a, :, i].mean():12.4e}" for c in cols))
+    lines.append(f"{'slope':>9s} " + " ".join(f"{slopes[c]:12.3f}" for c in cols))
+    return ValidationResult(n=np.array(ns), seeds=np.array(seeds), t=t, distances=dist, at=float(t[i]),
+                            slopes=slopes, table="\n".join(lines))
+
+
+def plot_validation(res: ValidationResult, path: Path, title: str = "") -> Path:
+    """Distances against N on log axes, fitted slopes, and the N^{-1/2} reference."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    i = int(np.argmin(np.abs(res.t - res.at)))
+    fig, ax = plt.subplots(figsize=(6.4, 4.6))
+    n = res.n.astype(float)
+    for k, v in res.distances.items():
+        vals = v[:, :, i]
+        mean = vals.mean(axis=1)
+        line, = ax.loglog(n, mean, "o-", label=f"{k} (slope {res.slopes[k]:.2f})")
+        if vals.shape[1] > 1:
+            ax.loglog(np.repeat(n, vals.shape[1]), vals.reshape(-1), ".", color=line.get_color(), alpha=0.35)
+        ok = np.isfinite(mean) & (mean > 0)
+        if ok.sum() >= 2 and math.isfinite(res.slopes[k]):
+            b = np.mean(np.log(mean[ok]) - res.slopes[k] * np.log(n[ok]))
+            ax.loglog(n, np.exp(b) * n ** res.slopes[k], ":", color=line.get_color(), lw=1)
+    ref = [v[:, :, i].mean(axis=1) for v in res.distances.values()]
+    top = np.nanmax([r[0] for r in ref])
+    ax.loglog(n, top * 1.5 * (n / n[0]) ** -0.5, "k--", lw=1, label="N^-1/2")
+    ax.set_xlabel("number of particles N")
+    ax.set_ylabel(f"distance to the PDE at t = {res.at:.3g}")
+    ax.set_title(title or "particles -> PDE", fontsize=10)
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3, which="both")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def read_validation(path: str | Path) -> ValidationResult | None:
+    """The /validation group of an archive as a ValidationResult (None if absent)."""
+    from .archive import open_archive
+
+    with open_archive(path) as f:
+        if "validation" not in f:
+            return None
+        g = f["validation"]
+        dist = {k: g[k][()] for k in METRICS if k in g}
+        return ValidationResult(n=g["n"][()], seeds=g["seed"][()], t=g["t"][()], distances=dist,
+                                at=float(g.attrs["at"]), slopes=json.loads(g.attrs["slopes"]),
+                                table=str(g.attrs["table"]), path=Path(path))

@@ -1,0 +1,69 @@
+"""Checks of user input, shared by the Python API (the solvers' arguments and options) and the
+configuration files (:mod:`solvers.app.config` checks its scalar entries with the same functions and
+takes its bounds from the solvers' own constants), so that both accept exactly the same values.
+
+Each function returns the value converted (``float``, ``int``, ``bool``) or raises ValueError naming it:
+``"<name> must be a finite number > 0, got 0.0"``. Booleans are never numbers here (``True`` is not 1).
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+__all__ = ["number", "integer", "flag", "choice", "is_number", "is_integer"]
+
+
+def is_number(v: Any) -> bool:
+    """A real number (Python or numpy), not a bool."""
+    return not isinstance(v, (bool, np.bool_)) and isinstance(v, (int, float, np.integer, np.floating))
+
+
+def is_integer(v: Any) -> bool:
+    """An integer (Python or numpy), not a bool."""
+    return not isinstance(v, (bool, np.bool_)) and isinstance(v, (int, np.integer))
+
+
+def _bounds(gt, ge, le) -> str:
+    parts = [f"> {gt:g}" if gt is not None else None, f">= {ge:g}" if ge is not None else None,
+             f"<= {le:g}" if le is not None else None]
+    parts = [p for p in parts if p]
+    return (" " + " and ".join(parts)) if parts else ""
+
+
+def number(name: str, v: Any, *, gt: float | None = None, ge: float | None = None, le: float | None = None,
+           allow_none: bool = False) -> float | None:
+    """A finite real number within the bounds (``gt``: exclusive, ``ge``/``le``: inclusive)."""
+    if v is None and allow_none:
+        return None
+    ok = is_number(v) and math.isfinite(v) and (gt is None or v > gt) and (ge is None or v >= ge) \
+        and (le is None or v <= le)
+    if not ok:
+        raise ValueError(f"{name} must be a finite number{_bounds(gt, ge, le)}{' or None' if allow_none else ''}, "
+                         f"got {v!r}")
+    return float(v)
+
+
+def integer(name: str, v: Any, *, ge: int | None = None, allow_none: bool = False) -> int | None:
+    """An integer >= ``ge``."""
+    if v is None and allow_none:
+        return None
+    if not is_integer(v) or (ge is not None and v < ge):
+        raise ValueError(f"{name} must be an integer{f' >= {ge}' if ge is not None else ''}"
+                         f"{' or None' if allow_none else ''}, got {v!r}")
+    return int(v)
+
+
+def flag(name: str, v: Any) -> bool:
+    """True or False (not 0, 1 or a string)."""
+    if not isinstance(v, (bool, np.bool_)):
+        raise ValueError(f"{name} must be True or False, got {v!r}")
+    return bool(v)
+
+
+def choice(name: str, v: Any, options: tuple) -> Any:
+    """One of ``options``."""
+    if isinstance(v, (bool, np.bool_)) or v not in options:
+        raise ValueError(f"{name} must be one of {options}, got {v!r}")
+    return v
