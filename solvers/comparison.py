@@ -45,7 +45,7 @@ import numpy as np
 from spectral.multipliers import kernel_bandwidth, zonal_multipliers
 
 __all__ = ["terminal_atoms", "Comparison", "compare", "circle_w1", "circle_w1_points", "concentration",
-           "concentration_statement", "cap_mass", "common_atoms", "measure_atoms", "smoothed"]
+           "concentration_statement", "common_atoms", "measure_atoms", "smoothed"]
 
 
 @dataclass
@@ -251,8 +251,8 @@ def compare(pde, particles, *, moments: int = 8, mmd_beta: float = 4.0, atom_thr
     Lk = kernel_bandwidth(mmd_beta, model.d, 1e-16) if mmd_beta > 0 else 1
     lam = zonal_multipliers(mmd_beta, model.d, Lk)
     T = ip.size
-    w1 = np.full(T, np.nan) if model.d == 2 else None
-    cdf_drift = np.full(T, np.nan) if model.d == 2 else None
+    w1 = np.full(T, np.nan) if space.has_cdf else None
+    cdf_drift = np.full(T, np.nan) if space.has_cdf else None
     mmd, mgap, egap = np.empty(T), np.empty(T), np.empty(T)
     w = np.asarray(particles.w, dtype=float)
     F0 = None
@@ -260,12 +260,12 @@ def compare(pde, particles, *, moments: int = 8, mmd_beta: float = 4.0, atom_thr
     # CDF, cap masses and atoms are those of its points, not of its truncated series
     nodes = {int(i): pde.node_measure(int(i)) for i in ip} if getattr(pde, "nodes", None) else {}
     angle = lambda p: np.arctan2(p[:, 1], p[:, 0])                     # noqa: E731
-    if model.d == 2 and nodes.get(int(ip[0])) is None:
+    if space.has_cdf and nodes.get(int(ip[0])) is None:
         F0 = space.cdf(pde.coefficients(int(ip[0])), angle(particles.x[iq[0]]))
     for n, (i, j) in enumerate(zip(ip, iq)):
         c = pde.coefficients(int(i))
         x = particles.x[j]
-        L = _space_degree(space, max(Lk, moments))
+        L = space.degree_holding(max(Lk, moments))
         nc = space.ncoef(L)
         cp = np.zeros(nc, dtype=complex)
         cp[: min(nc, c.size)] = c[: min(nc, c.size)]
@@ -280,7 +280,7 @@ def compare(pde, particles, *, moments: int = 8, mmd_beta: float = 4.0, atom_thr
         mgap[n] = float(np.abs(diff[low]).max() * scale) if low.any() else 0.0
         e_p = float(particles.energy[j]) if particles.energy is not None else np.nan
         egap[n] = abs(float(pde.energy[i]) - e_p)
-        if model.d == 2:
+        if space.has_cdf:
             th = angle(x)
             node = nodes.get(int(i))
             if node is None:
@@ -304,27 +304,32 @@ def compare(pde, particles, *, moments: int = 8, mmd_beta: float = 4.0, atom_thr
     conc = {}
     if with_concentration:
         akw = dict(threshold=atom_threshold, radius=radius, smoothing=h, min_mass=min_mass)
-        for kind, res in (("pde", pde), ("particles", particles)):
-            if len(res.t) == 0:
-                continue
-            if kind == "particles":
-                final = measure_atoms(space, x=res.x[-1], w=res.w, **akw)
-            elif res.node_measure(-1) is not None:
-                n = res.node_measure(-1)
-                final = measure_atoms(space, x=n.x, w=n.w, degree=int(res.degree[-1]), **akw)
-            else:
-                final = measure_atoms(space, coeffs=res.coefficients(len(res.t) - 1), **akw)
-            con = concentration(res, final.positions, radius, kind=kind)
-            con.update(final_positions=np.asarray(final.positions).reshape(-1, model.d),
-                       final_masses=np.asarray(final.masses, dtype=float),
-                       statement=concentration_statement(con["t"], con["mass_near_atoms"], len(final.masses), radius))
-            conc[kind] = con
+        conc = {kind: _concentration_at_final_atoms(space, res, kind, akw)
+                for kind, res in (("pde", pde), ("particles", particles)) if len(res.t)}
     return Comparison(concentration=conc, t=np.asarray(pde.t)[ip], w1=w1, mmd=mmd, moment_gap=mgap, energy_gap=egap,
                       cdf_drift=cdf_drift, matched_atoms=pairs, unmatched_pde=up, unmatched_particles=uq,
                       kernel=f"exp(kappa(<x,y> - 1)), kappa = {mmd_beta:g}", moments_degree=moments,
                       options={"moments": moments, "mmd_beta": mmd_beta, "atom_threshold": atom_threshold,
                                "atom_radius": radius, "smoothing": h, "min_mass": min_mass,
                                "cluster_scale": cluster_scale})
+
+
+def _concentration_at_final_atoms(space, res, kind: str, akw: dict) -> dict:
+    """:func:`concentration` of one solver's run around its own final atoms (found like the compared ones),
+    with those atoms and the one-line statement."""
+    if kind == "particles":
+        final = measure_atoms(space, x=res.x[-1], w=res.w, **akw)
+    elif res.node_measure(-1) is not None:
+        n = res.node_measure(-1)
+        final = measure_atoms(space, x=n.x, w=n.w, degree=int(res.degree[-1]), **akw)
+    else:
+        final = measure_atoms(space, coeffs=res.coefficients(len(res.t) - 1), **akw)
+    radius = akw["radius"]
+    con = concentration(res, final.positions, radius, kind=kind)
+    con.update(final_positions=np.asarray(final.positions).reshape(-1, space.d),
+               final_masses=np.asarray(final.masses, dtype=float),
+               statement=concentration_statement(con["t"], con["mass_near_atoms"], len(final.masses), radius))
+    return con
 
 
 def atom_scales(model, atom_radius: float | None = None, smoothing: float | None = None,
@@ -346,44 +351,6 @@ def smoothed(space, c: np.ndarray, h: float) -> np.ndarray:
     return space.heat_smooth(c, h)
 
 
-def _degree_param(space, ncoef: int) -> int:
-    from spectral import sphere
-    return ncoef if space.d == 2 else sphere.degree_of(ncoef)
-
-
-def cap_mass(space, c: np.ndarray, p: np.ndarray, r: float) -> np.ndarray:
-    """Mass of the density with coefficients c within geodesic distance r of each unit vector p (k, d).
-
-    Exact for the truncated series: on S^1 from the CDF; on S^2 by Funk–Hecke, the cap indicator having
-    multipliers lambda_l = (1/2) ∫_{cos r}^1 P_l(t) dt = (P_{l-1}(cos r) - P_{l+1}(cos r)) / (2 (2l + 1))
-    (lambda_0 = (1 - cos r) / 2, the cap's share of sigma), so the cap mass is sum_lm lambda_l c_lm Y_lm(p).
-    """
-    p = np.asarray(p, dtype=float).reshape(-1, space.d)
-    if p.shape[0] == 0:
-        return np.zeros(0)
-    c = np.asarray(c)
-    if space.d == 2:
-        th = np.arctan2(p[:, 1], p[:, 0])
-        total = float(c[0].real)
-
-        def G(a):   # CDF continued periodically: G(a + 2 pi) = G(a) + total
-            n = np.floor((a + np.pi) / (2 * np.pi))
-            return space.cdf(c, a - 2 * np.pi * n) + total * n
-        r = min(float(r), np.pi)
-        return G(th + r) - G(th - r)
-    from scipy.special import eval_legendre
-    from spectral import sphere
-    L = sphere.degree_of(c.size)
-    z = math.cos(min(float(r), np.pi))
-    ell = np.arange(L + 2)
-    P = eval_legendre(ell, z)
-    lam = np.empty(L + 1)
-    lam[0] = 0.5 * (1.0 - z)
-    lam[1:] = (P[:L] - P[2:L + 2]) / (2.0 * (2.0 * ell[1:L + 1] + 1.0))
-    deg = space.harmonic_degree(L)
-    return sphere.evaluate(c * lam[deg], p)
-
-
 def _particle_cap_mass(x: np.ndarray, w: np.ndarray, p: np.ndarray, r: float) -> np.ndarray:
     cos_r = math.cos(min(r, np.pi))
     return np.array([float(w[x @ q >= cos_r].sum()) for q in np.asarray(p).reshape(-1, x.shape[1])])
@@ -402,13 +369,13 @@ def measure_atoms(space, *, coeffs: np.ndarray | None = None, x: np.ndarray | No
     cut = int(math.ceil(8.0 / smoothing)) + 1     # exp(-mu h^2 / 2) < e^-32 beyond mu = 64 / h^2
     if coeffs is not None:
         c = np.asarray(coeffs)
-        D = min(_degree_param(space, c.size), cut if degree is None else min(cut, degree))
+        D = min(space.degree_of(c.size), cut if degree is None else min(cut, degree))
         cs = smoothed(space, np.array(c[:space.ncoef(D)]), smoothing)
-        mass_of = lambda P: cap_mass(space, c, P, radius)
+        mass_of = lambda P: space.cap_mass(c, P, radius)
     else:
         x = np.asarray(x, dtype=float)
         w = np.asarray(w, dtype=float)
-        D = min(cut, degree if degree is not None else (512 if space.d == 2 else 255))
+        D = min(cut, degree if degree is not None else space.default_particle_degree)
         cs = smoothed(space, space.particle_coefficients(x, w, D), smoothing)
         mass_of = lambda P: _particle_cap_mass(x, w, P, radius)
     lv = space.atoms(cs, threshold=threshold, method="level", smoothing=None)
@@ -422,15 +389,9 @@ def common_atoms(space, c: np.ndarray, x: np.ndarray, w: np.ndarray, *, threshol
     """Atoms of the PDE density (coefficients c) and of the particles (x, w) by :func:`measure_atoms`,
     both smoothed to the same degree (the PDE's, capped where the smoothing makes the rest negligible).
     Returns (pde Atoms, particle Atoms)."""
-    D = _degree_param(space, np.asarray(c).size)
+    D = space.degree_of(np.asarray(c).size)
     kw = dict(degree=D, threshold=threshold, radius=radius, smoothing=smoothing, min_mass=min_mass)
     return measure_atoms(space, coeffs=c, **kw), measure_atoms(space, x=x, w=w, **kw)
-
-
-def _space_degree(space, D: int) -> int:
-    """The resolution parameter of ``space`` that holds every harmonic degree <= D
-    (the circle counts modes 0..K-1, the sphere degrees 0..L)."""
-    return D + 1 if space.d == 2 else D
 
 
 def _wrap01(d: np.ndarray) -> np.ndarray:
@@ -439,35 +400,6 @@ def _wrap01(d: np.ndarray) -> np.ndarray:
 
 
 # --- concentration ---------------------------------------------------------------------------------------
-def _partition(d: int, n: int):
-    """Cell centres (m, d) and cell measures (m,) of a fixed partition of S^{d-1} into about n cells."""
-    if d == 2:
-        th = -np.pi + 2 * np.pi * (np.arange(n) + 0.5) / n
-        return np.stack([np.cos(th), np.sin(th)], 1), np.full(n, 1.0 / n)
-    # S^2: equal-area bands in z, equal longitudes per band
-    nb = max(2, int(round(math.sqrt(n / 2))))
-    z_edges = np.linspace(-1, 1, nb + 1)
-    nphi = 2 * nb
-    zc = 0.5 * (z_edges[1:] + z_edges[:-1])
-    phi = 2 * np.pi * (np.arange(nphi) + 0.5) / nphi
-    Z, P = np.meshgrid(zc, phi, indexing="ij")
-    r = np.sqrt(1 - Z ** 2)
-    pts = np.stack([r * np.cos(P), r * np.sin(P), Z], -1).reshape(-1, 3)
-    return pts, np.full(pts.shape[0], 1.0 / pts.shape[0])
-
-
-def _cell_index(d: int, n: int, x: np.ndarray) -> np.ndarray:
-    if d == 2:
-        th = np.arctan2(x[:, 1], x[:, 0])
-        return np.minimum(((th + np.pi) / (2 * np.pi) * n).astype(int), n - 1)
-    nb = max(2, int(round(math.sqrt(n / 2))))
-    nphi = 2 * nb
-    b = np.minimum(((np.clip(x[:, 2], -1, 1) + 1) / 2 * nb).astype(int), nb - 1)
-    ph = np.mod(np.arctan2(x[:, 1], x[:, 0]), 2 * np.pi)
-    k = np.minimum((ph / (2 * np.pi) * nphi).astype(int), nphi - 1)
-    return b * nphi + k
-
-
 def _measures(cell_mass: np.ndarray, cell_area: np.ndarray, eps: float) -> tuple[float, float]:
     o = np.argsort(-cell_mass / cell_area)
     cm = np.cumsum(cell_mass[o])
@@ -486,8 +418,11 @@ def concentration(result, atoms_positions: np.ndarray, radius: float, *, kind: s
     The effective support is the measure (fraction of S^{d-1}) of the fewest cells of a fixed partition
     into ``cells`` cells that carry 1 - eps of the mass; ∫ rho^2 is that of the cell-averaged density.
     """
+    from .pde import space_for
+
     d = result.model.d if kind == "pde" else result.x.shape[-1]
-    centres, area = _partition(d, cells)
+    space = space_for(d)[1]
+    centres, area = space.partition(cells)
     ncell = centres.shape[0]
     A = np.asarray(atoms_positions, dtype=float).reshape(-1, d)
     T = len(result.t)
@@ -506,7 +441,7 @@ def concentration(result, atoms_positions: np.ndarray, radius: float, *, kind: s
             near[i] = float(mass[dist <= radius].sum())
         else:
             near[i] = 0.0
-        cell_mass = np.bincount(_cell_index(d, cells, pts), weights=mass, minlength=ncell)
+        cell_mass = np.bincount(space.cell_index(pts, cells), weights=mass, minlength=ncell)
         support[i], l2[i] = _measures(np.maximum(cell_mass, 0.0), area, eps)
     return {"t": np.asarray(result.t), "mass_near_atoms": near, "effective_support": support, "l2": l2,
             "radius": radius, "eps": eps, "cells": ncell}

@@ -39,7 +39,8 @@ show up as nodes that coincide.
   (single linkage) that hold at least two initial nodes; the rest is the *diffuse part* (mass that has not
   collapsed: in descent with a ReLU perceptron, the dead zone, where every unit is off, keeps a share of
   the mass that spreads slowly and never collapses). ``atom_radius`` defaults to a tenth of the initial
-  node spacing (2 pi / N on S^1, sqrt(4 pi / N) on S^2): nodes that never compressed stay farther apart.
+  node spacing (``space.node_spacing``: 2 pi / N on S^1, sqrt(4 pi / N) on S^2): nodes that never
+  compressed stay farther apart.
 - Error estimate (:func:`estimate_atoms`): the same continuation from the same handoff state with twice
   the nodes, to the same time; atoms matched by position; the error of a mass (position) is its
   difference between the two runs (an atom without a partner: its own mass), and likewise for the
@@ -54,15 +55,13 @@ from typing import Callable
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
-from spectral import fourier, sphere
 from .atoms import Atoms, single_linkage_clusters
 from .interaction import InteractionSums
 from .model import Model
 from .particles import measure_energy, measure_velocity
-from .stepping import TABLEAUS, IFRungeKutta, StepController
+from .stepping import TABLEAUS, Integration, StepController
 
-__all__ = ["Nodes", "handoff_nodes", "default_nodes", "node_atoms", "estimate_atoms", "NodeAtoms",
-           "LagrangianPhase", "initial_spacing"]
+__all__ = ["Nodes", "handoff_nodes", "node_atoms", "estimate_atoms", "NodeAtoms", "LagrangianPhase"]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -84,80 +83,12 @@ class Nodes:
         return Nodes(self.x.copy(), self.w.copy(), self.count.copy())
 
 
-def default_nodes(d: int) -> int:
-    """Default node count: S^1 4096 (four nodes per mode at the default handoff of 1024 modes), S^2 8192
-    (the Gauss grid 64 x 128). Measured here (2 cores): a velocity evaluation of 8192 nodes on S^2 at
-    beta = 9 costs 0.04 s, of 32768 nodes (nlat = L + 1 at L = 127) 0.17 s."""
-    return 4096 if d == 2 else 8192
-
-
-def _sphere_nlat(n: int) -> int:
-    """nlat of the Gauss grid with about n = 2 nlat^2 nodes (even, >= 2)."""
-    nlat = max(int(round(math.sqrt(n / 2.0))), 2)
-    return nlat + nlat % 2
-
-
-def initial_spacing(d: int, n: int) -> float:
-    """Mean spacing of n nodes: 2 pi / n on S^1, sqrt(4 pi / n) on S^2 (radians)."""
-    return 2.0 * math.pi / n if d == 2 else math.sqrt(4.0 * math.pi / n)
-
-
-def handoff_nodes(d: int, c: np.ndarray, degree: int, n: int) -> tuple[Nodes, float, str]:
-    """The node measure of the density with canonical coefficients ``c`` (module docstring).
-
-    Returns (nodes, clipped mass, description). ``n`` is the node count (on S^2 rounded to a Gauss grid
-    2 nlat^2, nlat even)."""
-    c = np.asarray(c, dtype=complex)
-    if d == 2:
-        return _circle_nodes(c, int(n))
-    if d == 3:
-        return _sphere_nodes(c, int(degree), int(n))
-    raise ValueError(f"the continuation works on S^1 and S^2 (d = 2, 3), got d = {d}")
-
-
-def _circle_nodes(c: np.ndarray, n: int) -> tuple[Nodes, float, str]:
-    K = c.size
-    fine = max(16 * K, 8 * n, 4096)
-    rho = fourier.interpolate(c, fine)
-    u = (np.arange(n) + 0.5) / n
-    if rho.min() >= 0.0:
-        theta = fourier.inverse_cdf(c, u)
-        clipped = 0.0
-        how = "exact inverse CDF of the series"
-    else:
-        # clip the undershoot: the CDF of max(rho, 0) by the trapezoidal rule on the fine grid, inverted
-        # by linear interpolation (second order where rho crosses 0, as the clipping itself is)
-        neg = np.minimum(rho, 0.0)
-        clipped = float(-neg.mean() / c[0].real)
-        pos = rho - neg
-        cum = np.concatenate([[0.0], np.cumsum(0.5 * (pos + np.roll(pos, -1)))])
-        cum /= cum[-1]
-        grid = 2.0 * np.pi * np.arange(fine + 1) / fine
-        theta = np.interp(u, cum, grid)
-        how = f"inverse CDF of max(rho, 0) tabulated on {fine} points"
-    x = np.stack([np.cos(theta), np.sin(theta)], axis=1)
-    return (Nodes(x, np.full(n, 1.0 / n), np.ones(n, dtype=np.int64)), clipped,
-            f"{n} equal-mass nodes ({how}, {K} modes)")
-
-
-def _sphere_nodes(c: np.ndarray, L: int, n: int) -> tuple[Nodes, float, str]:
-    nlat = _sphere_nlat(n)
-    nphi = 2 * nlat
-    x, q = sphere.gauss_nodes(nlat)
-    c = sphere.resize(c, L)
-    if nlat > L and nlat >= 32:
-        b = sphere.SphereBasis(L, nlat, nphi)             # the same nodes, by SHTns
-        rho = b.synth(b.from_canonical(c)).ravel()
-    else:
-        rho = sphere.evaluate(c, x)
-    mass = rho * q
-    clipped = float(np.maximum(-mass, 0.0).sum())
-    keep = mass > 0
-    w = mass[keep]
-    total = w.sum()
-    x = x[keep]
-    return (Nodes(np.ascontiguousarray(x), w / total, np.ones(w.size, dtype=np.int64)), clipped,
-            f"Gauss grid {nlat} x {2 * nlat} ({w.size} nodes with rho > 0), weights rho x Gauss weight, L = {L}")
+def handoff_nodes(space, c: np.ndarray, degree: int, n: int) -> tuple[Nodes, float, str]:
+    """The node measure of the density with canonical coefficients ``c`` of resolution ``degree`` on
+    ``space`` (its ``handoff_nodes``: see the module docstring), about ``n`` nodes. Returns (nodes, clipped
+    mass, description)."""
+    x, w, clipped, desc = space.handoff_nodes(np.asarray(c, dtype=complex), int(degree), int(n))
+    return Nodes(x, w, np.ones(w.size, dtype=np.int64)), clipped, desc
 
 
 # ----------------------------------------------------------------------------------------------
@@ -252,12 +183,9 @@ def _merge(nodes: Nodes, tol: float) -> tuple[Nodes, int]:
 
 def _has_close_pair(x: np.ndarray, tol: float) -> bool:
     """Whether two points are within chord 2 sin(tol/2) (a cheap test before the grouping)."""
-    chord = 2.0 * math.sin(min(tol, math.pi) / 2.0)
-    if x.shape[1] == 2:
-        th = np.sort(np.arctan2(x[:, 1], x[:, 0]))
-        gaps = np.diff(np.concatenate([th, [th[0] + 2.0 * math.pi]]))
-        return bool(gaps.min() <= tol * (1 + 1e-12))
     from scipy.spatial import cKDTree
+
+    chord = 2.0 * math.sin(min(tol, math.pi) / 2.0)
     dist, _ = cKDTree(x).query(x, k=2)
     return bool(dist[:, 1].min() <= chord * (1 + 1e-12))
 
@@ -266,9 +194,10 @@ def _has_close_pair(x: np.ndarray, tol: float) -> bool:
 # the continuation
 # ----------------------------------------------------------------------------------------------
 @dataclass
-class LagrangianPhase:
-    """The node measure stepped in time (module docstring). Built at the handoff or from a restart
-    state; :meth:`run` advances it to t_final or "stationary".
+class LagrangianPhase(Integration):
+    """The node measure stepped in time (module docstring): an :class:`~solvers.stepping.Integration` of the
+    node positions by Dormand–Prince 5(4), built at the handoff or from a restart state; :meth:`run`
+    advances it to t_final or until "stationary".
 
     Attributes
     ----------
@@ -295,14 +224,24 @@ class LagrangianPhase:
     controller: StepController = field(default_factory=lambda: StepController(TABLEAUS["DP54"].error_order))
 
     def __post_init__(self) -> None:
-        self.stepper = IFRungeKutta(self._rhs, TABLEAUS["DP54"], None)
+        self.tableau = TABLEAUS["DP54"]
         self.f = None
         self.psi = None
+        self._save_time = self._on_save = None
+        self.stationary = True
 
     # --- the field --------------------------------------------------------------------------------
-    def _rhs(self, t: float, u: np.ndarray, last: bool = False) -> np.ndarray:
+    @property
+    def state(self) -> np.ndarray:
+        return self.nodes.x
+
+    def rhs(self, t: float, u: np.ndarray, last: bool = False) -> np.ndarray:
+        """F(u) = v(u / |u|): the field extended off the sphere (its flow keeps |u|)."""
         return measure_velocity(self.model, self.sums, u / np.linalg.norm(u, axis=1, keepdims=True),
                                 self.nodes.w)[0]
+
+    def rhs_at_state(self) -> np.ndarray:
+        return self.velocity()
 
     def velocity(self) -> np.ndarray:
         """v at the nodes (also kept as the first stage of the next step)."""
@@ -313,6 +252,9 @@ class LagrangianPhase:
     def max_drift(self) -> float:
         v = self.velocity()
         return float(np.sqrt(np.einsum("nd,nd->n", v, v).max())) if len(self.nodes) else 0.0
+
+    def error_norm(self, err: np.ndarray, u: np.ndarray, u_new: np.ndarray) -> float:
+        return float(np.sqrt(np.einsum("nd,nd->n", err, err).max())) / (self.atol + self.rtol)
 
     # --- snapshots --------------------------------------------------------------------------------
     def row(self, output_points: int, smoothing: float) -> dict:
@@ -333,7 +275,7 @@ class LagrangianPhase:
                 "nodes": {"x": n.x.copy(), "w": n.w.copy(), "count": n.count.copy(),
                           "max_drift": float(math.sqrt(speed2.max()))}}
 
-    def state(self) -> dict:
+    def state_dict(self) -> dict:
         """Restart state (arrays and scalars): with it :meth:`run` continues bit for bit."""
         return {"t": self.t, "x": self.nodes.x.copy(), "w": self.nodes.w.copy(), "count": self.nodes.count.copy(),
                 "dt": float(self.dt) if self.dt is not None else float("nan"), "node_nsteps": self.nsteps,
@@ -351,54 +293,48 @@ class LagrangianPhase:
         self.controller.facold = float(state["node_facold"])
         self.f = self.psi = None
 
-    # --- stepping ---------------------------------------------------------------------------------
+    # --- the protocol of Integration ----------------------------------------------------------------
+    def save_time(self) -> float:
+        return min(self._save_time(), self.t_final) if self._save_time is not None else self.t_final
+
+    def before_step(self) -> tuple[str, str] | None:
+        drift = self.max_drift()
+        if not math.isfinite(drift):
+            return "non-finite", f"non-finite node velocity at t = {self.t:.6g}"
+        if self.stationary and drift <= self.drift_tol:
+            return "stationary", (f"max |v| over the {len(self.nodes)} nodes = {drift:.3g} <= drift_tol "
+                                  f"{self.drift_tol:g}")
+        if self.t >= self.t_final:
+            return "t_final", f"reached t_final (max |v| over the nodes {drift:.3g})"
+        if self.dt is None:
+            self.dt = 0.01 / drift if drift > 0 else self.save_time() - self.t
+        return None
+
+    def accept(self, u_new: np.ndarray, f_new: np.ndarray | None, h: float, lands: bool) -> tuple[str, str] | None:
+        x = u_new / np.linalg.norm(u_new, axis=1, keepdims=True)
+        if not np.all(np.isfinite(x)):
+            return "non-finite", f"non-finite node positions after the step to t = {self.t:.6g}"
+        before = len(self.nodes)
+        self.nodes, merged = _merge(Nodes(x, self.nodes.w, self.nodes.count), self.merge_tol)
+        # F(u) = v(u / |u|): the velocity at the new nodes, unless merges changed the measure
+        self.f, self.psi = (None, None) if merged else (f_new, None)
+        if merged:
+            self.merges.append((self.t, before, len(self.nodes)))
+        if lands and self._on_save is not None and self._save_time is not None:
+            self._on_save()
+        return None
+
+    def report(self, h: float) -> dict:
+        return {"dt": h, "nodes": len(self.nodes), "nsteps": self.nsteps}
+
     def run(self, t_final: float, *, save_time: Callable[[], float] | None = None,
-            on_save: Callable[[bool], None] | None = None, progress: Callable[[dict], None] | None = None,
+            on_save: Callable[[], None] | None = None, progress: Callable | None = None,
             max_steps: int = 10 ** 9, stationary: bool = True) -> tuple[str, str]:
         """Step to ``t_final`` (or until stationary); returns (stop reason, message).
 
-        ``save_time()`` is the next snapshot time (steps land on it) and ``on_save(final)`` is called at
-        each; ``progress`` after every accepted step. The stop reasons are "stationary", "t_final",
+        ``save_time()`` is the next snapshot time (steps land on it) and ``on_save()`` is called at each;
+        ``progress(t, info)`` after every accepted step. The stop reasons are "stationary", "t_final",
         "max_steps", "non-finite"; KeyboardInterrupt propagates (the state is that of the last step)."""
-        while True:
-            v = self.velocity()
-            drift = self.max_drift()
-            if not math.isfinite(drift):
-                return "non-finite", f"non-finite node velocity at t = {self.t:.6g}"
-            if stationary and drift <= self.drift_tol:
-                return "stationary", (f"max |v| over the {len(self.nodes)} nodes = {drift:.3g} <= drift_tol "
-                                      f"{self.drift_tol:g}")
-            if self.t >= t_final:
-                return "t_final", f"reached t_final (max |v| over the nodes {drift:.3g})"
-            if self.nsteps >= max_steps:
-                return "max_steps", f"{max_steps} accepted node steps"
-            t_save = min(save_time() if save_time is not None else t_final, t_final)
-            if self.dt is None:
-                self.dt = 0.01 / drift if drift > 0 else t_save - self.t
-            h = min(self.dt, t_save - self.t)
-            lands = h >= t_save - self.t
-            with np.errstate(all="ignore"):
-                u, f_new, err = self.stepper.step(self.t, self.nodes.x, h, v)
-                errn = float(np.sqrt(np.einsum("nd,nd->n", err, err).max())) / (self.atol + self.rtol)
-            ok, self.dt = self.controller.propose(h, errn if math.isfinite(errn) else math.inf)
-            if not ok:
-                self.nrejected += 1
-                if not math.isfinite(self.dt) or self.dt < 1e-14 * max(1.0, abs(self.t)):
-                    return "non-finite", ("node step size underflow" if math.isfinite(errn)
-                                          else "non-finite node velocity")
-                continue
-            x = u / np.linalg.norm(u, axis=1, keepdims=True)
-            if not np.all(np.isfinite(x)):
-                return "non-finite", f"non-finite node positions after the step from t = {self.t:.6g}"
-            self.t = t_save if lands else self.t + h
-            self.nsteps += 1
-            before = len(self.nodes)
-            self.nodes, merged = _merge(Nodes(x, self.nodes.w, self.nodes.count), self.merge_tol)
-            # F(u) = v(u / |u|): the velocity at the new nodes, unless merges changed the measure
-            self.f, self.psi = (None, None) if merged else (f_new, None)
-            if merged:
-                self.merges.append((self.t, before, len(self.nodes)))
-            if progress is not None:
-                progress({"t": self.t, "dt": h, "nodes": len(self.nodes), "nsteps": self.nsteps})
-            if lands and on_save is not None:
-                on_save(False)
+        self.t_final, self.max_steps, self.stationary = t_final, max_steps, stationary
+        self._save_time, self._on_save = save_time, on_save
+        return self.integrate(progress)

@@ -45,7 +45,7 @@ from ._memory import refuse_if_too_big
 from .atoms import single_linkage_clusters
 from .interaction import DEFAULT_BLOCK_BYTES, DEFAULT_TOL, SUM_METHODS, InteractionSums
 from .model import Model, density_values
-from .stepping import TABLEAUS, IFRungeKutta, StepController
+from .stepping import TABLEAUS, Integration, Progress, StepController
 
 __all__ = ["simulate_particles", "ParticleResult", "ParticleOptions", "StopRule", "initial_particles",
            "cluster_radius", "measure_velocity", "measure_energy", "prepare_particles", "ParticleRun", "STOP_REASONS", "INTEGRATORS", "INITS"]
@@ -619,9 +619,9 @@ def prepare_particles(model: Model, n: int | None = None, x0: np.ndarray | None 
     return ParticleRun(model, x, w, desc, t_final, integrator, dt, save_every, rule, seed, opts, restart)
 
 
-class ParticleRun:
-    """One prepared integration (:func:`prepare_particles`): state, stepping, snapshots, stopping rule.
-    :meth:`run` integrates it once."""
+class ParticleRun(Integration):
+    """One prepared integration (:func:`prepare_particles`): state, stepping, snapshots, stopping rule, on
+    the shared loop of :class:`~solvers.stepping.Integration`. :meth:`run` integrates it once."""
 
     def __init__(self, model, x, w, desc, t_final, integrator, dt, save_every, rule, seed, opts, restart) -> None:
         self.model, self.w, self.initial = model, w, desc
@@ -762,12 +762,53 @@ class ParticleRun:
         with blas_threads(self.opts.blas_threads):
             return self._run()
 
+    # --- the protocol of Integration --------------------------------------------------------------
+    @property
+    def state(self) -> np.ndarray:
+        return self.x
+
+    @property
+    def max_steps(self) -> int:
+        return self.opts.max_steps
+
+    def rhs_at_state(self) -> np.ndarray:
+        return self.velocity(self.x)[0]
+
+    def error_norm(self, err: np.ndarray, u: np.ndarray, u_new: np.ndarray) -> float:
+        return float(np.sqrt(np.einsum("nd,nd->n", err, err).max())) / (self.opts.atol + self.opts.rtol)
+
+    def step_bound(self) -> float:
+        return self.opts.dt_max or math.inf
+
+    def save_time(self) -> float:
+        return self._save_time(self.save_index)
+
+    def accept(self, u_new: np.ndarray, f_new: np.ndarray | None, h: float, lands: bool) -> tuple[str, str] | None:
+        """An accepted step: back onto the sphere, the noise increment, the snapshot (and stopping rule)."""
+        with np.errstate(all="ignore"):
+            x_new = u_new / np.linalg.norm(u_new, axis=1, keepdims=True)
+        # F(u) = v(u/|u|): an FSAL method's last stage is the velocity at the new state
+        self.f = f_new if self.controller is not None else None
+        if self.model.noise > 0:
+            with np.errstate(all="ignore"):
+                x_new = self._noise(x_new, h)
+            self.f = None
+        if not np.all(np.isfinite(x_new)):
+            return "non-finite", f"non-finite positions after the step to t = {self.t:.6g}"
+        self.x = x_new
+        if lands:
+            self.save_index += 1
+            count, drift = self._snapshot()
+            return self._after_snapshot(count, drift, scheduled=True)
+        return None
+
+    def report(self, h: float) -> dict:
+        return {"dt": h, "nsteps": self.nsteps}
+
     def _run(self) -> ParticleResult:
-        opts = self.opts
         wall0 = time.perf_counter()
         stop, message = None, ""
-        bar = None
-        stepper = IFRungeKutta(self.rhs, self.tableau, None)
+        progress = Progress(self.progress, self.t_final, self.t, self.opts.max_steps)
         try:
             if self.fresh:
                 count, drift = self._snapshot()
@@ -775,85 +816,19 @@ class ParticleRun:
                 if verdict:
                     stop, message = verdict
             if self.f is None:
-                self.f = self.velocity(self.x)[0]
+                self.f = self.rhs_at_state()
             if self.integrator == "adaptive" and (self.dt is None or not math.isfinite(self.dt)):
                 vmax = float(np.sqrt(np.einsum("nd,nd->n", self.f, self.f).max()))
                 self.dt = self.dt0 or (0.01 / vmax if vmax > 0 else self._save_time(self.save_index) - self.t)
-            if self.progress is True:
-                from tqdm.auto import tqdm
-                if math.isfinite(self.t_final):
-                    bar = tqdm(total=self.t_final, initial=self.t, unit="t", bar_format=
-                               "{l_bar}{bar}| t={n:.4g}/{total:.4g} [{elapsed}<{remaining}] {postfix}")
-                else:
-                    bar = tqdm(total=opts.max_steps, initial=self.nsteps, unit="step")
-            while stop is None:
-                if self.t >= self.t_final:
-                    stop, message = "t_final", "reached t_final"
-                    break
-                if self.nsteps >= opts.max_steps:
-                    stop, message = "max_steps", f"{opts.max_steps} accepted steps"
-                    break
-                t_save = self._save_time(self.save_index)
-                if self.integrator == "adaptive":
-                    h = min(self.dt, t_save - self.t, opts.dt_max or math.inf)
-                    lands = h >= t_save - self.t
-                    with np.errstate(all="ignore"):
-                        u, f_new, err = stepper.step(self.t, self.x, h, self.f)
-                        errn = float(np.sqrt(np.einsum("nd,nd->n", err, err).max())) / (opts.atol + opts.rtol)
-                    ok, dt_new = self.controller.propose(h, errn if math.isfinite(errn) else math.inf)
-                    for key, val in (("t", self.t), ("dt", h), ("error", errn), ("accepted", ok)):
-                        self.steps[key].append(val)
-                    self.dt = dt_new
-                    if not ok:
-                        self.nrejected += 1
-                        if dt_new < 1e-14 * max(1.0, abs(self.t)) or not math.isfinite(dt_new):
-                            stop, message = "non-finite", ("step size underflow" if math.isfinite(errn)
-                                                           else "non-finite velocity")
-                        continue
-                    x_new = u / np.linalg.norm(u, axis=1, keepdims=True)
-                    self.f = f_new                # F(u) = v(u/|u|): the velocity at the new state
-                else:
-                    # steps land on snapshot times (the last one shortened); a 1e-9 relative slack keeps
-                    # float round-off in t from adding a spurious tiny step
-                    lands = t_save - self.t <= self.dt * (1.0 + 1e-9)
-                    h = t_save - self.t if lands else self.dt
-                    if self.f is None:
-                        self.f = self.velocity(self.x)[0]
-                    with np.errstate(all="ignore"):
-                        u, _, _ = stepper.step(self.t, self.x, h, self.f)
-                        x_new = u / np.linalg.norm(u, axis=1, keepdims=True)
-                    self.f = None
-                if self.model.noise > 0:
-                    with np.errstate(all="ignore"):
-                        x_new = self._noise(x_new, h)
-                    self.f = None
-                if not np.all(np.isfinite(x_new)):
-                    stop, message = "non-finite", f"non-finite positions after the step from t = {self.t:.6g}"
-                    break
-                self.x = x_new
-                self.t = t_save if lands else self.t + h
-                self.nsteps += 1
-                if lands:
-                    self.save_index += 1
-                    count, drift = self._snapshot()
-                    verdict = self._after_snapshot(count, drift, scheduled=True)
-                    if verdict:
-                        stop, message = verdict
-                        break
-                if bar is not None:
-                    bar.n = self.t if math.isfinite(self.t_final) else self.nsteps
-                    bar.set_postfix_str(f"dt={h:.2e}", refresh=False)
-                    bar.update(0)
-                elif callable(self.progress):
-                    self.progress({"t": self.t, "t_final": self.t_final, "dt": h, "nsteps": self.nsteps})
+            if stop is None:
+                stop, message = self.integrate(progress)
             if stop in ("t_final", "max_steps") and (not self.rows or self.rows[-1]["t"] != self.t):
                 count, drift = self._snapshot()
                 self._after_snapshot(count, drift, scheduled=False)
         except KeyboardInterrupt:
             stop, message = "interrupted", "interrupted by the user (KeyboardInterrupt)"
         finally:
-            if bar is not None:
-                bar.close()
+            progress.close()
         return self._result(stop, message, time.perf_counter() - wall0)
 
     def _result(self, stop: str, message: str, wall: float) -> ParticleResult:

@@ -27,7 +27,7 @@ from ._memory import GIB, refuse_if_too_big
 from .atoms import DEFAULT_PROMINENCE
 from .interaction import InteractionSums
 from .model import Model, density_values
-from .stepping import TABLEAUS, IFRungeKutta, StepController
+from .stepping import TABLEAUS, Integration, Progress, StepController
 
 __all__ = ["solve_pde", "prepare_pde", "PDERun", "PDEResult", "PDEOptions", "STOP_REASONS", "space_for"]
 
@@ -103,8 +103,8 @@ class PDEOptions:
     handoff_at : float or None
         Hand off at this time (a resolved state), whatever the resolution: for consistency checks.
     nodes : int or None
-        Nodes of the continuation (default ``lagrangian.default_nodes``: 4096 on S^1, 8192 on S^2, where
-        the count is rounded to a Gauss grid 2 nlat^2).
+        Nodes of the continuation (default ``space.default_nodes``: 4096 on S^1, 8192 on S^2, where the
+        count is rounded to a Gauss grid 2 nlat^2).
     node_rtol, node_atol : float
         Step error tolerances of the nodes (radians): max_j |err_j| <= node_atol + node_rtol.
     merge_tol : float
@@ -526,7 +526,7 @@ def prepare_pde(model: Model, t_final: float, degree: int, initial="uniform", sa
     return PDERun(model, Disc, space, float(t_final), int(degree), initial, save_every, opts, max_degree, restart)
 
 
-class PDERun:
+class PDERun(Integration):
     """One prepared integration (:func:`prepare_pde`); :meth:`run` integrates it once.
 
     Phases: the Eulerian (spectral) stepping with resolution control; with ``continuation="lagrangian"``
@@ -617,7 +617,7 @@ class PDERun:
         grid_points = self.output_points if self.model.d == 2 else 2 * self.output_points ** 2
         per_snap = 8.0 * grid_points + 16.0 * space.ncoef(self.cap)
         if self.continues:
-            per_snap += 8.0 * (self.model.d + 2) * (opts.nodes or lagrangian.default_nodes(self.model.d))
+            per_snap += 8.0 * (self.model.d + 2) * (opts.nodes or space.default_nodes)
         # the snapshots are kept as rows, then stacked into the result's arrays (measured peak: 2.3 x their
         # size, 1002 snapshots of 2^17 points on S^1)
         parts = {f"{n_snap} snapshots kept and stacked": 2.5 * n_snap * per_snap,
@@ -766,15 +766,6 @@ class PDERun:
             self.good = {"t": self.t, "degree": self.degree, "save_index": self.save_index,
                          "coeffs": self.space.to_canonical(self.u, self.degree)}
 
-    def _report(self, info: dict) -> None:
-        if self._bar is not None:
-            self._bar.n = min(self.t, self.t_final)
-            self._bar.set_postfix_str(" ".join(f"{k}={v:.2e}" if isinstance(v, float) else f"{k}={v}"
-                                               for k, v in info.items()), refresh=False)
-            self._bar.update(0)
-        elif callable(self.progress):
-            self.progress({"t": self.t, "t_final": self.t_final, **info})
-
     # --- the run --------------------------------------------------------------------------------
     def run(self, progress: bool | Callable[[dict], None] = False,
             callback: Callable[[dict], None] | None = None) -> PDEResult:
@@ -782,15 +773,11 @@ class PDERun:
         if self._ran:
             raise RuntimeError("this prepared PDE run has already been run; prepare a new one")
         self._ran = True
-        self.progress, self.callback = progress, callback
+        self.callback = callback
+        self.progress = Progress(progress, self.t_final, self.t)
         wall0 = time.perf_counter()
         stop, message = None, ""
-        self._bar = None
         try:
-            if self.progress is True:
-                from tqdm.auto import tqdm
-                self._bar = tqdm(total=self.t_final, initial=self.t, unit="t", bar_format=
-                                 "{l_bar}{bar}| t={n:.4g}/{total:.4g} [{elapsed}<{remaining}] {postfix}")
             if self.lag is None:
                 stop, message = self._eulerian()
                 if stop == "handoff":
@@ -802,102 +789,110 @@ class PDERun:
         except KeyboardInterrupt:
             stop, message = "interrupted", "interrupted by the user (KeyboardInterrupt)"
         finally:
-            if self._bar is not None:
-                self._bar.close()
+            self.progress.close()
         return self._result(stop, message, time.perf_counter() - wall0)
+
+    # --- the Eulerian phase: the protocol of Integration --------------------------------------------
+    @property
+    def state(self) -> np.ndarray:
+        return self.u
+
+    @property
+    def lin(self) -> np.ndarray | None:
+        return self.disc.lin
+
+    @property
+    def max_steps(self) -> int:
+        return self.opts.max_steps
+
+    def rhs(self, t: float, u: np.ndarray, last: bool = False) -> np.ndarray:
+        return self.disc.rhs(t, u, last)
+
+    def error_norm(self, err: np.ndarray, u: np.ndarray, u_new: np.ndarray) -> float:
+        scale = self.opts.atol + self.opts.rtol * max(self.disc.norm(u), self.disc.norm(u_new))
+        return self.disc.norm(err) / scale
+
+    def step_bound(self) -> float:
+        return min(self._cfl_dt(self.diag), self.opts.dt_max or math.inf)
+
+    def save_time(self) -> float:
+        return self._save_time(self.save_index)
+
+    def next_landing(self) -> float:
+        forced = self._forced
+        return min(self.save_time(), forced) if forced is not None else self.save_time()
+
+    def before_step(self) -> tuple[str, object] | None:
+        if self._forced is not None and self.t >= self._forced:
+            return "handoff", ("handoff_at", f"handoff forced at t = {self._forced:g} (option handoff_at)")
+        return None
+
+    def accept(self, u_new: np.ndarray, f_new: np.ndarray | None, h: float, lands: bool) -> tuple[str, object] | None:
+        """An accepted spectral step: the explicit filter, refinement (an exact re-representation at twice
+        the degree) or, with the continuation at its largest degree, the handoff; the checks of the
+        state; the snapshot when the step landed on a snapshot time."""
+        opts = self.opts
+        self.u, self.f = u_new, f_new
+        diag = dict(self.disc.last)
+        if self.filter is not None:
+            self.u = self.u * self.disc.filter_multipliers(self.filter)
+            self.f, diag = self._rhs_with_diag()
+        tail = self.disc.tail(self.u)
+        if tail > opts.tail_tol and self.degree < self.cap:
+            new = min(2 * self.degree, self.cap)
+            canon = self.space.to_canonical(self.u, self.degree)
+            self.refinements.append((self.t, self.degree, new))
+            self.degree = new
+            self.disc = self.disc.refined(new)
+            self.grids[new] = tuple(self.disc.grid_shape)
+            self.u = self.space.to_state(self.space.resize(canon, new), new)
+            self.f, diag = self._rhs_with_diag()
+            tail = self.disc.tail(self.u)
+        self.diag, self.tail = diag, tail
+        chk = self._check_state(diag)
+        if self.continues and chk is not None and chk[0] != "non-finite":
+            return "handoff", (chk[0], f"at t = {self.t:.6g}: {chk[1]}")
+        if self.continues and tail > opts.tail_tol:
+            return "handoff", ("resolution", f"at t = {self.t:.6g} the spectral tail {tail:.2e} > tail_tol "
+                                             f"{opts.tail_tol:.0e} at the handoff degree {self.cap}")
+        if chk is None and tail > opts.tail_max and self.degree >= self.cap:
+            chk = ("resolution", f"spectral tail {tail:.2e} > tail_max {opts.tail_max:.0e} at the "
+                                 f"maximal resolution {self.max_degree}")
+            if opts.continuation == "none" and self.model.noise > 0:
+                chk = (chk[0], chk[1] + " (no Lagrangian continuation with noise: the flow has no "
+                                        "characteristics to follow)")
+        if lands and self.t == self.save_time() and chk is None:
+            self.save_index += 1
+            self._snapshot(diag)
+        if chk is not None:
+            if chk[0] != "non-finite":
+                self._snapshot(diag)
+            return chk
+        self._remember_good(diag)
+        return None
+
+    def report(self, h: float) -> dict:
+        return {"dt": h, "degree": self.degree, "nsteps": self.nsteps, "tail": self.tail,
+                "min_density": self.diag["min_density"]}
 
     def _eulerian(self) -> tuple[str, object]:
         """The spectral stepping; returns (stop reason, message), or ("handoff", (reason, message))."""
-        opts = self.opts
-        (f, diag), self._start = self._start, None
-        stepper = IFRungeKutta(self.disc.rhs, self.tableau, self.disc.lin)
+        (self.f, self.diag), self._start = self._start, None
+        self.tail = self.disc.tail(self.u)
         if self.restart_from is None:
-            self._snapshot(diag)
+            self._snapshot(self.diag)
         if self.dt is None or not math.isfinite(self.dt):
-            nf = self.disc.norm(f)
+            nf = self.disc.norm(self.f)
             self.dt = 0.01 * self.disc.norm(self.u) / nf if nf > 0 else 0.01 * self.t_final
-            self.dt = min(self.dt, self._cfl_dt(diag), self.t_final)
-        forced = opts.handoff_at if self.continues else None
-        consecutive_bad = 0
-        while True:
-            if forced is not None and self.t >= forced:
-                return "handoff", ("handoff_at", f"handoff forced at t = {forced:g} (option handoff_at)")
-            if self.t >= self.t_final:
-                return "t_final", "reached t_final"
-            if self.nsteps >= opts.max_steps:
-                return "max_steps", f"{opts.max_steps} accepted steps"
-            t_save = self._save_time(self.save_index)
-            t_land = min(t_save, forced) if forced is not None else t_save
-            h = min(self.dt, self._cfl_dt(diag), t_land - self.t)
-            if opts.dt_max:
-                h = min(h, opts.dt_max)
-            lands = h >= t_land - self.t
-            with np.errstate(all="ignore"):
-                u_new, f_new, err = stepper.step(self.t, self.u, h, f)
-                scale = opts.atol + opts.rtol * max(self.disc.norm(self.u), self.disc.norm(u_new))
-                errn = self.disc.norm(err) / scale
-            ok, dt_new = self.controller.propose(h, errn if math.isfinite(errn) else math.inf)
-            self.steps["t"].append(self.t)
-            self.steps["dt"].append(h)
-            self.steps["error"].append(errn)
-            self.steps["accepted"].append(ok)
-            if not ok:
-                self.nrejected += 1
-                consecutive_bad = consecutive_bad + 1 if not math.isfinite(errn) else 0
-                self.dt = dt_new
-                if consecutive_bad >= 20 or dt_new < 1e-14 * max(1.0, self.t):
-                    return "non-finite", ("step size underflow" if math.isfinite(errn)
-                                          else "non-finite right-hand side on 20 successive attempts")
-                continue
-            consecutive_bad = 0
-            self.t = t_land if lands else self.t + h
-            self.u, f = u_new, f_new
-            self.dt = dt_new
-            self.nsteps += 1
-            diag = dict(self.disc.last)
-            if self.filter is not None:
-                self.u = self.u * self.disc.filter_multipliers(self.filter)
-                f, diag = self._rhs_with_diag()
-            tail = self.disc.tail(self.u)
-            if tail > opts.tail_tol and self.degree < self.cap:
-                new = min(2 * self.degree, self.cap)
-                canon = self.space.to_canonical(self.u, self.degree)
-                self.refinements.append((self.t, self.degree, new))
-                self.degree = new
-                self.disc = self.disc.refined(new)
-                self.grids[new] = tuple(self.disc.grid_shape)
-                self.u = self.space.to_state(self.space.resize(canon, new), new)
-                stepper = IFRungeKutta(self.disc.rhs, self.tableau, self.disc.lin)
-                f, diag = self._rhs_with_diag()
-                tail = self.disc.tail(self.u)
-            chk = self._check_state(diag)
-            if self.continues and chk is not None and chk[0] != "non-finite":
-                return "handoff", (chk[0], f"at t = {self.t:.6g}: {chk[1]}")
-            if self.continues and tail > opts.tail_tol:
-                return "handoff", ("resolution", f"at t = {self.t:.6g} the spectral tail {tail:.2e} > tail_tol "
-                                                 f"{opts.tail_tol:.0e} at the handoff degree {self.cap}")
-            if chk is None and tail > opts.tail_max and self.degree >= self.cap:
-                chk = ("resolution", f"spectral tail {tail:.2e} > tail_max {opts.tail_max:.0e} at the "
-                                     f"maximal resolution {self.max_degree}")
-                if opts.continuation == "none" and self.model.noise > 0:
-                    chk = (chk[0], chk[1] + " (no Lagrangian continuation with noise: the flow has no "
-                                            "characteristics to follow)")
-            if lands and t_land == t_save and chk is None:
-                self.save_index += 1
-                self._snapshot(diag)
-            if chk is not None:
-                if chk[0] != "non-finite":
-                    self._snapshot(diag)
-                return chk
-            self._remember_good(diag)
-            self._report({"dt": h, "degree": self.degree, "nsteps": self.nsteps, "tail": tail,
-                          "min_density": diag["min_density"]})
+            self.dt = min(self.dt, self._cfl_dt(self.diag), self.t_final)
+        self._forced = self.opts.handoff_at if self.continues else None
+        return self.integrate(self.progress)
 
     # --- the continuation -------------------------------------------------------------------------
     def _continuation_nodes(self, factor: int = 1):
         g = self.good
-        n = (self.opts.nodes or lagrangian.default_nodes(self.model.d)) * factor
-        return lagrangian.handoff_nodes(self.model.d, g["coeffs"], g["degree"], n)
+        n = (self.opts.nodes or self.space.default_nodes) * factor
+        return lagrangian.handoff_nodes(self.space, g["coeffs"], g["degree"], n)
 
     def _new_phase(self, nodes, t: float) -> "lagrangian.LagrangianPhase":
         o = self.opts
@@ -924,7 +919,7 @@ class PDERun:
         return None, ""
 
     def _atom_radius(self, n: int) -> float:
-        return self.opts.atom_radius or 0.1 * lagrangian.initial_spacing(self.model.d, n)
+        return self.opts.atom_radius or 0.1 * self.space.node_spacing(n)
 
     def _lagrangian(self) -> tuple[str, str]:
         lag = self.lag
@@ -935,15 +930,10 @@ class PDERun:
             self.save_index += 1
             self._snapshot_nodes(smoothing)
 
-        def report(info: dict) -> None:
-            self.t = lag.t
-            self._report({"dt": info["dt"], "nodes": info["nodes"], "nsteps": info["nsteps"]})
-
         # a resumed run re-derives its stop from the state (t >= t_final, stationary, max_steps): a run
         # killed after its last snapshot goes straight on to the error-estimate run
         stop, message = lag.run(self.t_final, save_time=lambda: self._save_time(self.save_index),
-                                on_save=lambda final: save(), progress=report,
-                                max_steps=self.opts.max_steps)
+                                on_save=save, progress=self.progress, max_steps=self.opts.max_steps)
         self.t = lag.t
         if self._last_snapshot_t != self.t:
             self._snapshot_nodes(smoothing)
@@ -959,7 +949,7 @@ class PDERun:
                "coeffs": self.snaps.rows[-1]["coeffs"] if self.snaps.rows else self.good["coeffs"],
                "handoff": {k: v for k, v in self.handoff.items()}, "handoff_coeffs": self.good["coeffs"],
                "good_t": self.good["t"], "good_save_index": self.good["save_index"],
-               "dt": float("nan"), "facold": self.controller.facold, **self.lag.state()}
+               "dt": float("nan"), "facold": self.controller.facold, **self.lag.state_dict()}
         return out
 
     def _restore_lagrangian(self, restart: dict) -> None:
@@ -978,11 +968,7 @@ class PDERun:
         phase = self._new_phase(nodes, self.good["t"])
         wall0 = time.perf_counter()
         self.t = self.good["t"]
-
-        def report(info: dict) -> None:
-            self.t = phase.t
-            self._report({"check": "2x nodes", "dt": info["dt"], "nodes": info["nodes"]})
-
+        report = lambda t, info: self.progress(t, {"check": "2x nodes", **info})      # noqa: E731
         stop, message = phase.run(t_end, progress=report, stationary=False, max_steps=self.opts.max_steps)
         self.t = t_end
         self.check = {"t": phase.t, "initial_nodes": len(nodes), "x": phase.nodes.x, "w": phase.nodes.w,

@@ -36,6 +36,9 @@ class CircleSpace:
     d = 2
     default_max_degree = 1 << 16
     default_handoff_degree = 1024       # the continuation's largest Eulerian resolution
+    default_nodes = 4096                # the continuation's nodes: four per mode at the handoff degree
+    default_particle_degree = 512       # modes of a particle measure's coefficients (comparison)
+    has_cdf = True
     default_output_points = 1024
     min_degree = MIN_DEGREE
     mass_coefficient = 1.0      # c_0 of the uniform probability density
@@ -43,6 +46,16 @@ class CircleSpace:
     @staticmethod
     def ncoef(degree: int) -> int:
         return int(degree)
+
+    @staticmethod
+    def degree_of(ncoef: int) -> int:
+        """The resolution (modes K) of ``ncoef`` canonical coefficients."""
+        return int(ncoef)
+
+    @staticmethod
+    def degree_holding(harmonic_degree: int) -> int:
+        """The resolution that holds every wavenumber <= ``harmonic_degree``: K = that + 1 modes."""
+        return int(harmonic_degree) + 1
 
     @staticmethod
     def computational_grid(degree: int) -> tuple[int]:
@@ -177,6 +190,67 @@ class CircleSpace:
         """(points (n, 2), weights (n,), rho (n,)) on an equispaced grid fine enough for c (n >= 4K)."""
         n = npoints or max(4 * np.shape(c)[-1], 1024)
         return CircleSpace.output_grid(n), np.full(n, 1.0 / n), fourier.interpolate(c, n)
+
+    @staticmethod
+    def cap_mass(c: np.ndarray, p: np.ndarray, r: float) -> np.ndarray:
+        """Mass of the density within geodesic distance r of each unit vector p (k, 2): exact for the
+        truncated series, from its CDF continued periodically."""
+        p = np.asarray(p, dtype=float).reshape(-1, 2)
+        if p.shape[0] == 0:
+            return np.zeros(0)
+        c = np.asarray(c)
+        th = np.arctan2(p[:, 1], p[:, 0])
+        total = float(c[0].real)
+
+        def G(a):   # G(a + 2 pi) = G(a) + total
+            n = np.floor((a + np.pi) / (2 * np.pi))
+            return CircleSpace.cdf(c, a - 2 * np.pi * n) + total * n
+        r = min(float(r), np.pi)
+        return G(th + r) - G(th - r)
+
+    @staticmethod
+    def handoff_nodes(c: np.ndarray, degree: int, n: int) -> tuple[np.ndarray, np.ndarray, float, str]:
+        """The n equal-mass nodes of the density's CDF (``solvers.lagrangian``): the exact inverse CDF of the
+        series where it is >= 0, else the CDF of max(rho, 0) tabulated on a fine grid (the clipped mass is
+        returned). Returns (points (n, 2), weights (n,), clipped mass, description)."""
+        c = np.asarray(c, dtype=complex)
+        K = c.size
+        fine = max(16 * K, 8 * n, 4096)
+        rho = fourier.interpolate(c, fine)
+        u = (np.arange(n) + 0.5) / n
+        if rho.min() >= 0.0:
+            theta = fourier.inverse_cdf(c, u)
+            clipped = 0.0
+            how = "exact inverse CDF of the series"
+        else:
+            # the CDF of max(rho, 0) by the trapezoidal rule, inverted by linear interpolation (second order
+            # where rho crosses 0, as the clipping itself is)
+            neg = np.minimum(rho, 0.0)
+            clipped = float(-neg.mean() / c[0].real)
+            pos = rho - neg
+            cum = np.concatenate([[0.0], np.cumsum(0.5 * (pos + np.roll(pos, -1)))])
+            cum /= cum[-1]
+            theta = np.interp(u, cum, 2.0 * np.pi * np.arange(fine + 1) / fine)
+            how = f"inverse CDF of max(rho, 0) tabulated on {fine} points"
+        x = np.stack([np.cos(theta), np.sin(theta)], axis=1)
+        return x, np.full(n, 1.0 / n), clipped, f"{n} equal-mass nodes ({how}, {K} modes)"
+
+    @staticmethod
+    def node_spacing(n: int) -> float:
+        """Mean spacing 2 pi / n of n nodes (radians)."""
+        return 2.0 * np.pi / n
+
+    @staticmethod
+    def partition(n: int) -> tuple[np.ndarray, np.ndarray]:
+        """Centres (n, 2) and measures (n,) of n equal arcs (cells of the concentration measures)."""
+        th = -np.pi + 2 * np.pi * (np.arange(n) + 0.5) / n
+        return np.stack([np.cos(th), np.sin(th)], 1), np.full(n, 1.0 / n)
+
+    @staticmethod
+    def cell_index(x: np.ndarray, n: int) -> np.ndarray:
+        """The cell of :meth:`partition` (n) holding each point."""
+        th = np.arctan2(x[:, 1], x[:, 0])
+        return np.minimum(((th + np.pi) / (2 * np.pi) * n).astype(int), n - 1)
 
     @staticmethod
     def cdf(c: np.ndarray, theta: np.ndarray) -> np.ndarray:

@@ -20,7 +20,7 @@ from typing import Callable
 
 import numpy as np
 
-__all__ = ["Tableau", "TABLEAUS", "IFRungeKutta", "StepController"]
+__all__ = ["Tableau", "TABLEAUS", "IFRungeKutta", "StepController", "Integration", "Progress"]
 
 
 @dataclass(frozen=True)
@@ -195,3 +195,161 @@ class StepController:
 
     def restore(self, state: dict) -> None:
         self.facold = float(state["facold"])
+
+
+# ----------------------------------------------------------------------------------------------
+# the loop every representation shares
+# ----------------------------------------------------------------------------------------------
+class Progress:
+    """Progress of a run: a tqdm bar (``progress=True``), a callable receiving a dict after every
+    accepted step, or nothing. One object can serve the successive phases of a run."""
+
+    def __init__(self, progress, t_final: float, t0: float = 0.0, max_steps: int | None = None) -> None:
+        self.callback = progress if callable(progress) else None
+        self.bar = None
+        if progress is True:
+            from tqdm.auto import tqdm
+            if math.isfinite(t_final):
+                self.bar = tqdm(total=t_final, initial=t0, unit="t", bar_format=
+                                "{l_bar}{bar}| t={n:.4g}/{total:.4g} [{elapsed}<{remaining}] {postfix}")
+            else:
+                self.bar = tqdm(total=max_steps, initial=0, unit="step")
+        self.t_final = t_final
+
+    def __call__(self, t: float, info: dict) -> None:
+        if self.bar is not None:
+            self.bar.n = min(t, self.t_final) if math.isfinite(self.t_final) else info.get("nsteps", 0)
+            self.bar.set_postfix_str(" ".join(f"{k}={v:.2e}" if isinstance(v, float) else f"{k}={v}"
+                                               for k, v in info.items()), refresh=False)
+            self.bar.update(0)
+        elif self.callback is not None:
+            self.callback({"t": t, "t_final": self.t_final, **info})
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+class Integration:
+    """One time integration by an (integrating-factor) explicit Runge–Kutta method: the loop, in the style
+    of scipy's ``OdeSolver`` — the base owns time, step control, landing on snapshot times, the step
+    budget and stop reasons; a representation (Fourier or spherical-harmonic coefficients, Lagrangian
+    nodes, particles) supplies its state and what is particular to it.
+
+    A subclass sets, before :meth:`integrate`:
+
+    ``state``         the array the method steps (coefficients, positions)
+    ``f``             the right-hand side at ``state``, or None (computed on demand)
+    ``t``, ``t_final``, ``dt`` (the next step; for a fixed-step method its step), ``max_steps``
+    ``nsteps``, ``nrejected``, ``controller`` (a :class:`StepController`; None: fixed steps)
+    ``steps``         None, or a dict of lists "t", "dt", "error", "accepted" that logs every attempt
+
+    and gives (the protocol):
+
+    ``rhs(t, u, last)``          the nonlinear part N(t, u) (see :class:`IFRungeKutta`); ``rhs_at_state()``
+                             N at the current state (default ``rhs(t, state, True)``)
+    ``tableau``, ``lin``         the method and its diagonal linear part (None: none; a new array object
+                             makes the base rebuild its stepper, e.g. after a refinement)
+    ``error_norm(err, u, u_new)``  the scaled error of an adaptive step (<= 1 accepts)
+    ``step_bound()``             the largest step allowed now (a CFL bound; default: none)
+    ``next_landing()``           the next time steps must land on (default: :meth:`save_time`)
+    ``save_time()``              the next snapshot time (default: t_final)
+    ``before_step()``            a stop (reason, message) for the current state, or None (default)
+    ``accept(u_new, f_new, h, lands)``  install an accepted step (the base has already advanced ``t``):
+                                 normalise, filter, refine, merge, add noise, take snapshots; return a
+                                 stop (reason, message) or None. ``f_new`` is N at ``u_new`` (FSAL
+                                 methods) or None; set ``self.f`` to what the next step starts from.
+    ``report(h)``                the progress dict after an accepted step
+
+    :meth:`integrate` returns (stop reason, message): one of the subclass's own, or "t_final",
+    "max_steps", "non-finite" (step size underflow or 20 non-finite attempts in a row). KeyboardInterrupt
+    propagates: the state is that of the last accepted step.
+    """
+
+    tableau: Tableau
+    lin: np.ndarray | None = None
+    steps: dict | None = None
+    controller: StepController | None = None
+    #: fixed steps landing on a snapshot time are shortened; this relative slack keeps float round-off in t
+    #: from adding a spurious tiny step
+    LANDING_SLACK = 1e-9
+
+    def rhs(self, t: float, u: np.ndarray, last: bool = False) -> np.ndarray:
+        raise NotImplementedError
+
+    def error_norm(self, err: np.ndarray, u: np.ndarray, u_new: np.ndarray) -> float:
+        raise NotImplementedError
+
+    def step_bound(self) -> float:
+        return math.inf
+
+    def rhs_at_state(self) -> np.ndarray:
+        """N at the current state when ``f`` is not known: the first stage of the next step. A restart
+        computes it the same way, so it must be what the uninterrupted run would use."""
+        return self.rhs(self.t, self.state, True)
+
+    def save_time(self) -> float:
+        return self.t_final
+
+    def next_landing(self) -> float:
+        return self.save_time()
+
+    def before_step(self) -> tuple[str, str] | None:
+        return None
+
+    def accept(self, u_new: np.ndarray, f_new: np.ndarray | None, h: float, lands: bool) -> tuple[str, str] | None:
+        raise NotImplementedError
+
+    def report(self, h: float) -> dict:
+        return {"dt": h, "nsteps": self.nsteps}
+
+    def integrate(self, progress: Progress | None = None) -> tuple[str, str]:
+        """Step until a stop (see the class docstring)."""
+        lin = self.lin
+        stepper = IFRungeKutta(self.rhs, self.tableau, lin)
+        bad = 0
+        while True:
+            if self.lin is not lin:        # a new linear part (a refined discretisation)
+                lin = self.lin
+                stepper = IFRungeKutta(self.rhs, self.tableau, lin)
+            stop = self.before_step()
+            if stop is not None:
+                return stop
+            if self.t >= self.t_final:
+                return "t_final", "reached t_final"
+            if self.nsteps >= self.max_steps:
+                return "max_steps", f"{self.max_steps} accepted steps"
+            t_land = self.next_landing()
+            if self.controller is not None:
+                h = min(self.dt, self.step_bound(), t_land - self.t)
+                lands = h >= t_land - self.t
+            else:
+                lands = t_land - self.t <= self.dt * (1.0 + self.LANDING_SLACK)
+                h = t_land - self.t if lands else self.dt
+            if self.f is None:
+                self.f = self.rhs_at_state()
+            with np.errstate(all="ignore"):
+                u_new, f_new, err = stepper.step(self.t, self.state, h, self.f)
+                errn = self.error_norm(err, self.state, u_new) if self.controller is not None else 0.0
+            if self.controller is not None:
+                ok, dt_new = self.controller.propose(h, errn if math.isfinite(errn) else math.inf)
+                if self.steps is not None:
+                    for key, val in (("t", self.t), ("dt", h), ("error", errn), ("accepted", ok)):
+                        self.steps[key].append(val)
+                self.dt = dt_new
+                if not ok:
+                    self.nrejected += 1
+                    bad = bad + 1 if not math.isfinite(errn) else 0
+                    if bad >= 20 or not math.isfinite(dt_new) or dt_new < 1e-14 * max(1.0, abs(self.t)):
+                        return "non-finite", ("step size underflow" if math.isfinite(errn)
+                                              else "non-finite right-hand side on 20 successive attempts"
+                                              if bad >= 20 else "non-finite right-hand side")
+                    continue
+            bad = 0
+            self.t = t_land if lands else self.t + h
+            self.nsteps += 1
+            stop = self.accept(u_new, f_new, h, lands)
+            if stop is not None:
+                return stop
+            if progress is not None:
+                progress(self.t, self.report(h))

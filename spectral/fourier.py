@@ -122,7 +122,8 @@ class FourierBasis:
 
     # --- grid -----------------------------------------------------------------------------------
     @property
-    def degree(self) -> int:
+    def max_wavenumber(self) -> int:
+        """The largest wavenumber K - 1 (the resolution parameter elsewhere is K, the number of modes)."""
         return self.K - 1
 
     @property

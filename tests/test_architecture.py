@@ -62,3 +62,26 @@ def test_old_import_paths_still_work_with_a_deprecation_warning(name):
         old = importlib.import_module(f"solvers.{name}")
     assert old is importlib.import_module(f"solvers.app.{name}")
     assert any(issubclass(w.category, DeprecationWarning) and f"solvers.app.{name}" in str(w.message) for w in caught)
+
+
+def test_both_spaces_declare_the_space_interface():
+    """Every member of the Space protocol exists on both spaces (runtime_checkable checks presence)."""
+    from solvers.pde_circle import CircleSpace
+    from solvers.pde_sphere import SphereSpace
+    from solvers.spaces import Space
+
+    members = [m for m in vars(Space) if not m.startswith("_")] + list(Space.__annotations__)
+    for space in (CircleSpace, SphereSpace):
+        assert isinstance(space, Space), space
+        missing = [m for m in members if not hasattr(space, m)]
+        assert not missing, (space.__name__, missing)
+    # the resolution parameter: K modes hold wavenumbers up to K - 1, degree L holds degrees up to L
+    assert CircleSpace.degree_holding(64) == 65 and SphereSpace.degree_holding(64) == 64
+    assert CircleSpace.degree_of(CircleSpace.ncoef(64)) == 64 and SphereSpace.degree_of(SphereSpace.ncoef(64)) == 64
+
+
+def test_no_manifold_branches_outside_the_spaces():
+    """The comparison and the continuation reach the manifold through the space interface only."""
+    for name in ("comparison.py", "lagrangian.py"):
+        text = (ROOT / "solvers" / name).read_text()
+        assert "d == 2" not in text and "d == 3" not in text, name

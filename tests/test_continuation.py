@@ -7,6 +7,8 @@ import pytest
 
 from solvers import Model, Perceptron, solve_pde
 from solvers.lagrangian import Nodes, handoff_nodes, node_atoms
+from solvers.pde_circle import CircleSpace
+from solvers.pde_sphere import SphereSpace
 from spectral import sphere
 
 
@@ -86,17 +88,16 @@ def test_handoff_nodes_are_quadratures_of_the_handoff_density():
     th = 2 * np.pi * np.arange(4096) / 4096
     dens = np.exp(2 * np.cos(th - 1.0)) + 0.5 * np.exp(np.cos(3 * th))
     c = np.fft.rfft(dens / dens.mean())[:64] / dens.size
-    nodes, clipped, _ = handoff_nodes(2, c, 64, 2048)
+    nodes, clipped, _ = handoff_nodes(CircleSpace, c, 64, 2048)
     assert clipped == 0.0 and np.allclose(nodes.w, 1 / 2048)
     z = nodes.x[:, 0] - 1j * nodes.x[:, 1]
     got = np.array([np.sum(nodes.w * z ** k) for k in range(20)])
     assert np.abs(got - c[:20]).max() < 1e-13
     L = 24
     f = lambda x: np.exp(1.5 * x[:, 2] + x[:, 0] * x[:, 1])                     # noqa: E731
-    from solvers.pde_sphere import SphereSpace
     cs = SphereSpace.project(f, L)
     cs = cs / SphereSpace.mass(cs)
-    nodes, clipped, _ = handoff_nodes(3, cs, L, 2 * 32 ** 2)
+    nodes, clipped, _ = handoff_nodes(SphereSpace, cs, L, 2 * 32 ** 2)
     assert clipped == 0.0 and abs(nodes.w.sum() - 1) < 1e-14
     got = 4 * np.pi * sphere.point_coefficients(nodes.x, nodes.w, L)
     assert np.abs(got - cs).max() < 1e-12
@@ -110,7 +111,7 @@ def test_negative_quadrature_weights_are_clipped_and_reported():
     c = np.fft.rfft(step)[:32] / step.size                      # a truncated jump: it undershoots
     rho = np.fft.irfft(np.r_[c, np.zeros(4096 // 2 + 1 - 32)] * 4096, 4096)
     assert rho.min() < 0
-    nodes, clipped, desc = handoff_nodes(2, c, 32, 1024)
+    nodes, clipped, desc = handoff_nodes(CircleSpace, c, 32, 1024)
     assert clipped == pytest.approx(-np.minimum(rho, 0).mean(), rel=1e-3) and "max(rho, 0)" in desc
     assert np.allclose(nodes.w.sum(), 1.0)
 

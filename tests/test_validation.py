@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from solvers import Model, Perceptron, compare, simulate_particles, solve_pde
-from solvers.comparison import cap_mass, common_atoms
+from solvers.comparison import common_atoms
 from solvers.app.config import initial_density
 from solvers.pde_circle import CircleSpace
 from solvers.pde_sphere import SphereSpace
@@ -31,7 +31,7 @@ def test_cap_mass_is_exact_for_closed_forms():
         p = np.array([[math.cos(p_ang), math.sin(p_ang)]])
         for r in (0.05, 1.0, 3.0):
             exact = (2 * r + 4 * a * math.sin(r) * math.cos(p_ang - phi)) / (2 * math.pi)
-            assert abs(cap_mass(CircleSpace, c, p, r)[0] - exact) < 1e-14
+            assert abs(CircleSpace.cap_mass(c, p, r)[0] - exact) < 1e-14
     # S^2: rho = 1 + b z (c_10 = b sqrt(4 pi / 3)); cap of radius r about the pole z = +-1:
     # (1/2) ∫_{cos r}^1 (1 +- b t) dt
     b = 0.6
@@ -44,7 +44,7 @@ def test_cap_mass_is_exact_for_closed_forms():
         for r in (0.05, 1.0, 3.0):
             z0 = math.cos(r)
             exact = 0.5 * ((1 - z0) + sgn * b * (1 - z0 * z0) / 2)
-            assert abs(cap_mass(SphereSpace, c, p, r)[0] - exact) < 1e-14
+            assert abs(SphereSpace.cap_mass(c, p, r)[0] - exact) < 1e-14
 
 
 # --- quadrature particles (The model §3.6) ----------------------------------------------------------------------

@@ -44,55 +44,35 @@ class RunOutcome:
 
 
 class Progress:
-    """Progress of a stage: a tqdm bar on a terminal, plain periodic lines otherwise.
+    """Progress of a stage as plain periodic lines (every ``every`` seconds) for a log or a pipe. On a
+    terminal the solvers draw their own bar (``progress=True``): see :func:`progress_for`."""
 
-    Called with the dict a solver's ``progress`` hook receives (t, t_final, dt, degree or n, ...).
-    """
-
-    def __init__(self, stage: str, t_final: float, t0: float = 0.0, *, stream=None, tty: bool | None = None,
-                 every: float = 5.0) -> None:
+    def __init__(self, stage: str, t_final: float, t0: float = 0.0, *, stream=None, every: float = 5.0) -> None:
         self.stage, self.t_final, self.stream = stage, t_final, stream or sys.stderr
-        self.tty = self.stream.isatty() if tty is None else tty
         self.every = every
         self.start = time.perf_counter()
         self.t_start = t0
         self.last = -1e9
-        self.bar = None
-        if self.tty:
-            from tqdm.auto import tqdm
-            self.bar = tqdm(total=t_final, initial=t0, desc=stage, unit="t", file=self.stream,
-                            bar_format="{desc}: {percentage:3.0f}%|{bar}| t={n:.4g}/{total:.4g} "
-                                       "[{elapsed}<{remaining}] {postfix}")
 
     def __call__(self, info: dict) -> None:
-        # called after every step: return before any formatting unless something is shown
+        # called after every step: return before any formatting unless a line is due
         t = float(info["t"])
         now = time.perf_counter()
-        if self.bar is not None:
-            if now - self.last < 0.1 and t < self.t_final:
-                return
-            self.last = now
-            self.bar.n = min(t, self.t_final)
-            self.bar.set_postfix_str(self._extra(info), refresh=False)
-            self.bar.update(0)
-            return
         if now - self.last < self.every and t < self.t_final:
             return
         self.last = now
-        extra = self._extra(info)
+        extra = " ".join(f"{k}={_fmt(info[k])}" for k in ("dt", "degree", "nodes", "nsteps", "n_clusters") if k in info)
         elapsed = now - self.start
         frac = (t - self.t_start) / max(self.t_final - self.t_start, 1e-300)
         eta = elapsed * (1 - frac) / frac if frac > 0 else float("nan")
         print(f"[{self.stage}] t={t:.6g}/{self.t_final:g} ({100 * t / self.t_final:.1f}%) {extra} "
               f"elapsed {elapsed:.0f}s eta {eta:.0f}s", file=self.stream, flush=True)
 
-    @staticmethod
-    def _extra(info: dict) -> str:
-        return " ".join(f"{k}={_fmt(info[k])}" for k in ("dt", "degree", "nodes", "nsteps", "n_clusters") if k in info)
 
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
+def progress_for(stage: str, t_final: float, t0: float, tty: bool | None):
+    """The ``progress`` argument of a solver for a stage: True (its own bar) on a terminal, else plain lines."""
+    tty = sys.stderr.isatty() if tty is None else tty
+    return True if tty else Progress(stage, t_final, t0)
 
 
 def _fmt(v) -> str:
@@ -207,32 +187,21 @@ def run_config(config: RunConfig, out: str | Path, *, resume: bool = False, forc
         writer = new_archive(config, out, force=force, command=command, hint=" or --resume to continue it")
     outcome = RunOutcome(path=out, status="running")
     try:
-        stages = []
-        if config.pde is not None:
-            stages.append(("pde", lambda *a: _run_pde(*a, prepared=prepared)))
-        if config.particles is not None:
-            stages.append(("particles", lambda *a: _run_particles(*a, prepared=prepared_particles)))
-        for name, stage in stages:
-            done = writer.f.get(name) is not None and bool(writer.f[name].attrs.get("complete", False))
-            if done:
-                outcome.skipped.append(name)
-                log(f"[{name}] already complete in the archive: skipped")
-                continue
-            result = stage(config, writer, resume, progress, log)
-            setattr(outcome, name, result)
-            if result.stop_reason == "interrupted":
-                writer.set_status("interrupted")
-                outcome.status = "interrupted"
-                return outcome
+        if config.pde is not None and not _complete(writer, "pde", outcome, log):
+            outcome.pde = _run_pde(config, writer, resume, progress, log, prepared=prepared)
+            if outcome.pde.stop_reason == "interrupted":
+                return _interrupted(writer, outcome)
+        if config.particles is not None and not _complete(writer, "particles", outcome, log):
+            outcome.particles = _run_particles(config, writer, resume, progress, log, prepared=prepared_particles)
+            if outcome.particles.stop_reason == "interrupted":
+                return _interrupted(writer, outcome)
         if config.compare is not None:
             outcome.comparison = _run_comparison(writer, config)
         writer.set_status("finished")
         outcome.status = "finished"
         return outcome
     except KeyboardInterrupt:
-        writer.set_status("interrupted")
-        outcome.status = "interrupted"
-        return outcome
+        return _interrupted(writer, outcome)
     except (ValueError, MemoryError, OSError, RuntimeError) as e:
         # what the checks before the archive could not foresee: the archive says so, and keeps what it holds
         reason = f"{type(e).__name__}: {e}"
@@ -242,6 +211,22 @@ def run_config(config: RunConfig, out: str | Path, *, resume: bool = False, forc
             from e
     finally:
         writer.close()
+
+
+def _complete(writer: ArchiveWriter, stage: str, outcome: RunOutcome, log) -> bool:
+    """Whether the archive holds the stage complete already (a resumed run skips it, and says so)."""
+    g = writer.f.get(stage)
+    if g is None or not bool(g.attrs.get("complete", False)):
+        return False
+    outcome.skipped.append(stage)
+    log(f"[{stage}] already complete in the archive: skipped")
+    return True
+
+
+def _interrupted(writer: ArchiveWriter, outcome: RunOutcome) -> RunOutcome:
+    writer.set_status("interrupted")
+    outcome.status = "interrupted"
+    return outcome
 
 
 def _pde_arguments(config: RunConfig) -> tuple[dict, dict]:
@@ -277,18 +262,15 @@ def _run_pde(config: RunConfig, writer: ArchiveWriter, resume: bool, progress, l
         log(f"[pde] S^{config.model.d - 1}, degree {degree}, t_final {t_final}, save_every {save_every}")
     else:
         log(f"[pde] resuming from the snapshot at t = {restart['t']:.6g} (degree {restart['degree']})")
-    bar = Progress("pde", t_final, float(restart["t"]) if restart else 0.0, tty=progress)
+    bar = progress_for("pde", t_final, float(restart["t"]) if restart else 0.0, progress)
 
     def snapshot(snap):
         with deferred_interrupt():
             writer.pde_snapshot(snap)
 
-    try:
-        if restart is not None or prepared is None:
-            prepared = prepare_pde(config.model, **args, restart=restart, **kw)
-        result = prepared.run(progress=bar, callback=snapshot)
-    finally:
-        bar.close()
+    if restart is not None or prepared is None:
+        prepared = prepare_pde(config.model, **args, restart=restart, **kw)
+    result = prepared.run(progress=bar, callback=snapshot)
     with deferred_interrupt():
         writer.pde_finish(result)
     log(f"[pde] {result.stop_reason} at t = {result.t_stop:.6g}: {result.message} "
@@ -336,7 +318,7 @@ def _run_particles(config: RunConfig, writer: ArchiveWriter, resume: bool, progr
     solver_keys = {"n", "init", "seed", "integrator", "dt", "t_final", "save_every", "stop", "density"}
     options = ParticleOptions.from_kwargs({k: v for k, v in kw.items() if k not in solver_keys}).to_dict()
     rule = StopRule.from_arg(kw.get("stop"))
-    bar = Progress("particles", t_final, float(restart["t"]) if restart else 0.0, tty=progress)
+    bar = progress_for("particles", t_final, float(restart["t"]) if restart else 0.0, progress)
     state = {"begun": restart is not None}
 
     def snapshot(snap):
@@ -350,12 +332,9 @@ def _run_particles(config: RunConfig, writer: ArchiveWriter, resume: bool, progr
                 state["begun"] = True
             writer.particles_snapshot(snap)
 
-    try:
-        if restart is not None or prepared is None:
-            prepared = prepare_particles(config.model, restart=restart, **kw)
-        result = prepared.run(progress=bar, callback=snapshot)
-    finally:
-        bar.close()
+    if restart is not None or prepared is None:
+        prepared = prepare_particles(config.model, restart=restart, **kw)
+    result = prepared.run(progress=bar, callback=snapshot)
     with deferred_interrupt():
         writer.particles_finish(result, cluster_scale=rule.scale if rule is not None else 0.5)
     log(f"[particles] {result.stop_reason} at t = {result.t_stop:.6g}: {result.message} "
