@@ -23,7 +23,7 @@ import numpy as np
 from spectral.filters import make_filter
 from . import lagrangian
 from . import validators as check
-from ._memory import GIB, refuse_if_too_big
+from ._memory import refuse_if_too_big
 from .atoms import DEFAULT_PROMINENCE
 from .interaction import InteractionSums
 from .model import Model, density_values
@@ -359,19 +359,6 @@ def _check_restart_settings(saved: dict | None, now: dict) -> None:
                          + "); pass the same model, save_every and options")
 
 
-def _probe_points(d: int, n: int = 257) -> np.ndarray:
-    """n check points spread over S^1 (angles at an irrational offset) or S^2 (a Fibonacci lattice), off
-    every equispaced or Gauss sampling grid."""
-    i = np.arange(n) + 0.5
-    if d == 2:
-        th = 2.0 * np.pi * (i + 0.318) / n
-        return np.stack([np.cos(th), np.sin(th)], axis=1)
-    z = 1.0 - 2.0 * i / n
-    phi = np.pi * (1.0 + np.sqrt(5.0)) * i + 0.318
-    s = np.sqrt(1.0 - z * z)
-    return np.stack([s * np.cos(phi), s * np.sin(phi), z], axis=1)
-
-
 def _initial_coefficients(space, initial, degree: int, tail_tol: float, max_degree: int):
     """Canonical coefficients of the initial density, the degree used, a description, and the relative RMS
     miss of the series at check points (a callable's; 0 for the others)."""
@@ -386,7 +373,7 @@ def _initial_coefficients(space, initial, degree: int, tail_tol: float, max_degr
         # the tail of the kept coefficients misses what lies entirely above the resolution (a harmonic of
         # degree 40 at degree 32 projects to the uniform density, with tail 0): the series is also compared
         # with the density itself at check points, and that relative RMS miss counts as a tail
-        probe = _probe_points(space.d)
+        probe = space.probe_points(257)
         want = density_values(initial, probe, "initial density")
         while True:
             c = space.project(initial, degree)
@@ -614,7 +601,7 @@ class PDERun(Integration):
         opts, space = self.opts, self.space
         left = self.t_final - self.t
         n_snap = 2 + (math.ceil(left / self.save_every) if self.save_every is not None else 0)
-        grid_points = self.output_points if self.model.d == 2 else 2 * self.output_points ** 2
+        grid_points = space.output_grid_size(self.output_points)
         per_snap = 8.0 * grid_points + 16.0 * space.ncoef(self.cap)
         if self.continues:
             per_snap += 8.0 * (self.model.d + 2) * (opts.nodes or space.default_nodes)
@@ -622,10 +609,7 @@ class PDERun(Integration):
         # size, 1002 snapshots of 2^17 points on S^1)
         parts = {f"{n_snap} snapshots kept and stacked": 2.5 * n_snap * per_snap,
                  "output grid": 8.0 * self.model.d * grid_points}
-        if self.model.d == 3:
-            # transforms and buffers at the largest degree L (measured: 0.34 GiB at L = 511, 1.09 at 1023,
-            # 3.7 at 2047, about 0.9 GiB x ((L + 1) / 1024)^2)
-            parts[f"transforms at degree {self.cap}"] = 0.9 * GIB * ((self.cap + 1) / 1024.0) ** 2
+        parts[f"transforms at degree {self.cap}"] = space.transform_bytes(self.cap)
         refuse_if_too_big(parts, "raise save_every, lower output_points or max_degree")
 
     def _refuse_infeasible(self, diag: dict) -> None:

@@ -236,6 +236,22 @@ class CircleSpace:
         return x, np.full(n, 1.0 / n), clipped, f"{n} equal-mass nodes ({how}, {K} modes)"
 
     @staticmethod
+    def probe_points(n: int) -> np.ndarray:
+        """n check points (n, 2) at angles off every equispaced sampling grid (an irrational offset)."""
+        th = 2.0 * np.pi * (np.arange(n) + 0.5 + 0.318) / n
+        return np.stack([np.cos(th), np.sin(th)], axis=1)
+
+    @staticmethod
+    def output_grid_size(npoints: int) -> int:
+        """Points of :meth:`output_grid` (npoints)."""
+        return int(npoints)
+
+    @staticmethod
+    def transform_bytes(degree: int) -> float:
+        """Memory of the transforms at resolution ``degree`` (K modes: a few arrays of 3K doubles)."""
+        return 64.0 * 3 * int(degree)
+
+    @staticmethod
     def node_spacing(n: int) -> float:
         """Mean spacing 2 pi / n of n nodes (radians)."""
         return 2.0 * np.pi / n

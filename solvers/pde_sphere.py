@@ -264,6 +264,26 @@ class SphereSpace:
                 f"Gauss grid {nlat} x {nphi} ({w.size} nodes with rho > 0), weights rho x Gauss weight, L = {L}")
 
     @staticmethod
+    def probe_points(n: int) -> np.ndarray:
+        """n check points (n, 3) of a Fibonacci lattice, off every Gauss sampling grid."""
+        i = np.arange(n) + 0.5
+        z = 1.0 - 2.0 * i / n
+        phi = np.pi * (1.0 + np.sqrt(5.0)) * i + 0.318
+        s = np.sqrt(1.0 - z * z)
+        return np.stack([s * np.cos(phi), s * np.sin(phi), z], axis=1)
+
+    @staticmethod
+    def output_grid_size(npoints: int) -> int:
+        """Points of :meth:`output_grid` (npoints): npoints x 2 npoints."""
+        return 2 * int(npoints) ** 2
+
+    @staticmethod
+    def transform_bytes(degree: int) -> float:
+        """Memory of the transforms and buffers at degree L: measured 0.34 GiB at L = 511, 1.09 at 1023,
+        3.7 at 2047, about 0.9 GiB x ((L + 1) / 1024)^2."""
+        return 0.9 * float(1 << 30) * ((int(degree) + 1) / 1024.0) ** 2
+
+    @staticmethod
     def node_spacing(n: int) -> float:
         """Mean spacing sqrt(4 pi / n) of n nodes (radians)."""
         return math.sqrt(4.0 * math.pi / n)

@@ -15,7 +15,8 @@ from solvers.comparison import common_atoms
 from solvers.app.config import initial_density
 from solvers.pde_circle import CircleSpace
 from solvers.pde_sphere import SphereSpace
-from solvers.app.validate import fit_slope, read_validation
+from solvers.app.archive import load
+from solvers.app.validate import fit_slope
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -222,7 +223,7 @@ def test_validate_command_writes_table_archive_and_figure(tmp_path):
     assert r.returncode == 0, r.stderr
     assert "slope" in r.stdout and "w1" in r.stdout
     out = tmp_path / "v_validation.h5"
-    res = read_validation(out)
+    res = load(out).validation
     assert list(res.n) == [50, 200, 800] and list(res.seeds) == [5, 6]
     assert res.distances["mmd"].shape == (3, 2, 3) and np.all(res.distances["mmd"][:, :, 1:] > 0)
     with h5py.File(out) as f:

@@ -51,6 +51,7 @@ from ..model import Model
 from ..perceptron import Perceptron
 
 __all__ = ["ArchiveError", "ArchiveWriter", "RunArchive", "load", "open_archive", "write_comparison", "read_comparison",
+           "write_validation", "read_validation",
            "FORMAT", "FORMAT_VERSION"]
 
 FORMAT = "attnpde-run"
@@ -619,6 +620,38 @@ def read_comparison(g: h5py.Group):
                       options=options, concentration=conc)
 
 
+def write_validation(writer: ArchiveWriter, res, results: list[dict], compare_opts: dict, pde) -> None:
+    """/validation: the distances (N, seed, t) of a validation study, its wall times and stop reasons,
+    the fitted slopes, the comparison options and the PDE's end."""
+    g = writer.f.require_group("validation")
+    _replace(g, "n", np.asarray(res.n))
+    _replace(g, "seed", np.asarray(res.seeds))
+    _replace(g, "t", res.t)
+    g["t"].make_scale("t")
+    for k, v in res.distances.items():
+        _replace(g, k, v)
+        g[k].dims[2].attach_scale(g["t"])
+    by = {(r["n"], r["seed"]): r for r in results}
+    _replace(g, "wall", np.array([[by[(n, s)]["wall"] for s in res.seeds] for n in res.n]))
+    _replace(g, "stop_reason", np.array([[by[(n, s)]["stop_reason"] for s in res.seeds] for n in res.n], dtype="S16"))
+    g.attrs["at"] = res.at
+    g.attrs["slopes"] = json.dumps(res.slopes)
+    g.attrs["compare"] = json.dumps(compare_opts)
+    g.attrs["table"] = res.table
+    g.attrs["pde_stop_reason"] = pde.stop_reason
+    g.attrs["pde_t_stop"] = float(pde.t_stop)
+
+
+def read_validation(g: h5py.Group, path: Path | None = None):
+    """The :class:`~solvers.app.validate.ValidationResult` that :func:`write_validation` wrote to ``g``."""
+    from .validate import METRICS, ValidationResult
+
+    dist = {k: g[k][()] for k in METRICS if k in g}
+    return ValidationResult(n=g["n"][()], seeds=g["seed"][()], t=g["t"][()], distances=dist,
+                            at=float(g.attrs["at"]), slopes=json.loads(g.attrs["slopes"]),
+                            table=str(g.attrs["table"]), path=path)
+
+
 def read_restart(g: h5py.Group) -> dict:
     """The restart state stored with the last written snapshot of a section."""
     r = g["restart"]
@@ -741,6 +774,7 @@ class RunArchive:
     particles: Any
     comparison: Any          # a solvers.comparison.Comparison, or None
     atoms: dict
+    validation: Any = None   # a solvers.app.validate.ValidationResult, or None
 
     @property
     def config_text(self) -> str:
@@ -761,6 +795,7 @@ def load(path: str | Path) -> RunArchive:
             if "particles" in f and "t" in f["particles"]:
                 particles = _read_particles(f["particles"], model)
             comparison = read_comparison(f["comparison"]) if "comparison" in f and "t" in f["comparison"] else None
+            validation = read_validation(f["validation"], Path(path)) if "validation" in f else None
             atoms = {}
             if "atoms" in f:
                 for k, g in f["atoms"].items():
@@ -775,4 +810,4 @@ def load(path: str | Path) -> RunArchive:
         except (KeyError, ValueError, OSError) as e:
             raise ArchiveError(f"{path}: damaged archive ({e})") from None
     return RunArchive(path=Path(path), attrs=attrs, model=model, pde=pde, particles=particles,
-                      comparison=comparison, atoms=atoms)
+                      comparison=comparison, atoms=atoms, validation=validation)

@@ -184,7 +184,8 @@ def cmd_sweep(args) -> int:
 def cmd_validate(args) -> int:
     from .archive import ArchiveError
     from .runner import RunRefused
-    from .validate import plot_validation, validate
+    from .plots import plot_validation
+    from .validate import validate
 
     config, ns, rc = _config_and_list(args.config, args.n, "--n")
     if rc is not None:

@@ -97,8 +97,7 @@ def describe(path: str | Path) -> str:
     if run.comparison is not None:
         out.append("comparison (PDE vs particles):")
         out += ["  " + line for line in run.comparison.summary().splitlines()]
-    from .validate import read_validation
-    val = read_validation(path)
+    val = run.validation
     if val is not None:
         out.append(f"validation: particles -> PDE for N = {', '.join(str(int(n)) for n in val.n)} "
                    f"({len(val.seeds)} seed(s) each)")

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import math
+
 import numpy as np
 
 from .archive import ArchiveError, load
@@ -59,10 +61,8 @@ def plot_archive(path: str | Path, out_dir: str | Path | None = None) -> list[Pa
     files.append(_energy_figure(run, out))
     if run.comparison is not None:
         files.append(plot_comparison(run.comparison, out / "comparison.png"))
-    from .validate import plot_validation, read_validation
-    val = read_validation(path)
-    if val is not None:
-        files.append(plot_validation(val, out / "validation.png", _title(run)))
+    if run.validation is not None:
+        files.append(plot_validation(run.validation, out / "validation.png", _title(run)))
     return files
 
 
@@ -92,6 +92,34 @@ def plot_comparison(cmp, path: Path) -> Path:
     ax.legend(fontsize=7)
     fig.tight_layout()
     return _save(fig, path)
+
+
+def plot_validation(res, path: Path, title: str = "") -> Path:
+    """Distances against N on log axes, fitted slopes, and the N^{-1/2} reference."""
+    plt = _plt()
+    i = int(np.argmin(np.abs(res.t - res.at)))
+    fig, ax = plt.subplots(figsize=(6.4, 4.6))
+    n = res.n.astype(float)
+    for k, v in res.distances.items():
+        vals = v[:, :, i]
+        mean = vals.mean(axis=1)
+        line, = ax.loglog(n, mean, "o-", label=f"{k} (slope {res.slopes[k]:.2f})")
+        if vals.shape[1] > 1:
+            ax.loglog(np.repeat(n, vals.shape[1]), vals.reshape(-1), ".", color=line.get_color(), alpha=0.35)
+        ok = np.isfinite(mean) & (mean > 0)
+        if ok.sum() >= 2 and math.isfinite(res.slopes[k]):
+            b = np.mean(np.log(mean[ok]) - res.slopes[k] * np.log(n[ok]))
+            ax.loglog(n, np.exp(b) * n ** res.slopes[k], ":", color=line.get_color(), lw=1)
+    ref = [v[:, :, i].mean(axis=1) for v in res.distances.values()]
+    top = np.nanmax([r[0] for r in ref])
+    ax.loglog(n, top * 1.5 * (n / n[0]) ** -0.5, "k--", lw=1, label="N^-1/2")
+    ax.set_xlabel("number of particles N")
+    ax.set_ylabel(f"distance to the PDE at t = {res.at:.3g}")
+    ax.set_title(title or "particles -> PDE", fontsize=10)
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3, which="both")
+    return _save(fig, path)
+
 
 
 # --- S^1 ------------------------------------------------------------------------------------------------

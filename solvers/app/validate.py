@@ -18,7 +18,6 @@ at the rate of the quadrature instead.
 """
 from __future__ import annotations
 
-import json
 import math
 import sys
 import time
@@ -93,7 +92,7 @@ def validate(config: RunConfig, ns: list[int], seeds: int, out: str | Path, *, w
     Raises RunRefused for an existing archive without ``force``, ValueError for bad arguments (before
     the archive is created: see :func:`check_fit_time` and :func:`check_particle_counts`).
     """
-    from .archive import _replace
+    from .archive import write_validation
     from .runner import _prepare_pde, _run_pde, new_archive
 
     log = log or (lambda s: print(s, file=sys.stderr, flush=True))
@@ -134,24 +133,7 @@ def validate(config: RunConfig, ns: list[int], seeds: int, out: str | Path, *, w
                     log(f"[validate] N = {results[-1]['n']}, seed {results[-1]['seed']}: "
                         f"{results[-1]['wall']:.1f} s")
         res = _assemble(results, ns, [base_seed + s for s in range(seeds)], at)
-        g = writer.f.require_group("validation")
-        _replace(g, "n", np.asarray(res.n))
-        _replace(g, "seed", np.asarray(res.seeds))
-        _replace(g, "t", res.t)
-        g["t"].make_scale("t")
-        for k, v in res.distances.items():
-            _replace(g, k, v)
-            g[k].dims[2].attach_scale(g["t"])
-        by = {(r["n"], r["seed"]): r for r in results}
-        _replace(g, "wall", np.array([[by[(n, s)]["wall"] for s in res.seeds] for n in res.n]))
-        _replace(g, "stop_reason", np.array([[by[(n, s)]["stop_reason"] for s in res.seeds] for n in res.n],
-                                            dtype="S16"))
-        g.attrs["at"] = res.at
-        g.attrs["slopes"] = json.dumps(res.slopes)
-        g.attrs["compare"] = json.dumps(copts)
-        g.attrs["table"] = res.table
-        g.attrs["pde_stop_reason"] = pde.stop_reason
-        g.attrs["pde_t_stop"] = float(pde.t_stop)
+        write_validation(writer, res, results, copts, pde)
         writer.set_status("finished")
         res.path = out
         return res
@@ -263,50 +245,3 @@ def _assemble(results: list[dict], ns: list[int], seeds: list[int], at: float | 
     lines.append(f"{'slope':>9s} " + " ".join(f"{slopes[c]:12.3f}" for c in cols))
     return ValidationResult(n=np.array(ns), seeds=np.array(seeds), t=t, distances=dist, at=float(t[i]),
                             slopes=slopes, table="\n".join(lines))
-
-
-def plot_validation(res: ValidationResult, path: Path, title: str = "") -> Path:
-    """Distances against N on log axes, fitted slopes, and the N^{-1/2} reference."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    i = int(np.argmin(np.abs(res.t - res.at)))
-    fig, ax = plt.subplots(figsize=(6.4, 4.6))
-    n = res.n.astype(float)
-    for k, v in res.distances.items():
-        vals = v[:, :, i]
-        mean = vals.mean(axis=1)
-        line, = ax.loglog(n, mean, "o-", label=f"{k} (slope {res.slopes[k]:.2f})")
-        if vals.shape[1] > 1:
-            ax.loglog(np.repeat(n, vals.shape[1]), vals.reshape(-1), ".", color=line.get_color(), alpha=0.35)
-        ok = np.isfinite(mean) & (mean > 0)
-        if ok.sum() >= 2 and math.isfinite(res.slopes[k]):
-            b = np.mean(np.log(mean[ok]) - res.slopes[k] * np.log(n[ok]))
-            ax.loglog(n, np.exp(b) * n ** res.slopes[k], ":", color=line.get_color(), lw=1)
-    ref = [v[:, :, i].mean(axis=1) for v in res.distances.values()]
-    top = np.nanmax([r[0] for r in ref])
-    ax.loglog(n, top * 1.5 * (n / n[0]) ** -0.5, "k--", lw=1, label="N^-1/2")
-    ax.set_xlabel("number of particles N")
-    ax.set_ylabel(f"distance to the PDE at t = {res.at:.3g}")
-    ax.set_title(title or "particles -> PDE", fontsize=10)
-    ax.legend(fontsize=8)
-    ax.grid(alpha=0.3, which="both")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
-
-
-def read_validation(path: str | Path) -> ValidationResult | None:
-    """The /validation group of an archive as a ValidationResult (None if absent)."""
-    from .archive import open_archive
-
-    with open_archive(path) as f:
-        if "validation" not in f:
-            return None
-        g = f["validation"]
-        dist = {k: g[k][()] for k in METRICS if k in g}
-        return ValidationResult(n=g["n"][()], seeds=g["seed"][()], t=g["t"][()], distances=dist,
-                                at=float(g.attrs["at"]), slopes=json.loads(g.attrs["slopes"]),
-                                table=str(g.attrs["table"]), path=Path(path))
