@@ -424,18 +424,24 @@ class ArchiveWriter:
         return {"lag_rows": int(lg["t"].shape[0]), "lag_points": int(lg["w"].shape[0])}
 
 
-    def pde_finish(self, result) -> None:
-        """Record how the PDE run ended, and its atoms."""
+    def _finish_stage(self, name: str, result) -> "h5py.Group":
+        """Write what is pending, then how the stage ended: its stop reason and message, the time and steps
+        it reached, and the wall time added to that of the runs it resumed."""
         self.write_pending()
-        g = self.f["pde"]
+        g = self.f[name]
         a = g.attrs
         a["stop_reason"] = result.stop_reason
         a["message"] = result.message
         a["t_stop"] = result.t_stop
         a["nsteps"] = result.nsteps
         a["nrejected"] = result.nrejected
-        a["wall_time"] = float(a.get("wall_time", 0.0)) + result.wall_time
+        a["wall_time"] = float(a.get("wall_time", 0.0)) + float(result.wall_time)
         a["complete"] = result.stop_reason != "interrupted"
+        return g
+
+    def pde_finish(self, result) -> None:
+        """Record how the PDE run ended, and its atoms."""
+        g = self._finish_stage("pde", result)
         check = (result.lagrangian or {}).get("check")
         if check is not None:
             c = g.require_group("lagrangian").require_group("check")
@@ -484,17 +490,8 @@ class ArchiveWriter:
             _attach_time(g, ("x", "n_clusters") + PARTICLE_SERIES)
 
     def particles_finish(self, result, cluster_scale: float = 0.5) -> None:
-        self.write_pending()
-        g = self.f["particles"]
-        a = g.attrs
-        a["stop_reason"] = result.stop_reason
-        a["message"] = result.message
-        a["t_stop"] = result.t_stop
-        a["nsteps"] = result.nsteps
-        a["nrejected"] = result.nrejected
-        a["sum_method"] = result.sum_method
-        a["wall_time"] = float(a.get("wall_time", 0.0)) + float(result.wall_time)
-        a["complete"] = result.stop_reason != "interrupted"
+        g = self._finish_stage("particles", result)
+        g.attrs["sum_method"] = result.sum_method
         if result.stop_reason != "interrupted" and len(result.t):
             centres, masses = result.clusters(-1, scale=cluster_scale)
             self.write_atoms("particles", centres, masses, scale=cluster_scale)
