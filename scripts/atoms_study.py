@@ -8,13 +8,13 @@ Lagrangian continuation once the grid cannot follow the concentration — until 
 particles (N i.i.d. uniform, the paper's protocol: explicit Euler, dt = 0.1, its stopping rule: cluster
 count unchanged over 5 snapshots and max drift <= 5e-4) run to convergence. Both end states are then
 compared with :func:`solvers.comparison.terminal_atoms`: the particle mass within 0.05 rad of each PDE atom
-(mass >= 0.01), and the one-to-one pairing of the PDE's atoms with the particles' single-linkage clusters
-(the paper's radius min(0.5 / sqrt(beta), pi / (2 d))). Also printed: the mass in the dead zone (every ReLU
+(mass >= 0.01), and the single-linkage clusters (the paper's radius min(0.5 / sqrt(beta), pi / (2 d))) of
+the particles outside all those caps: atoms of the particles that the PDE does not have. Also printed: the mass in the dead zone (every ReLU
 unit inactive) at t = 0 and at the end for both solvers (frozen in descent, as the main paper reports),
 and the PDE's diffuse mass.
 
 A case MATCHes when every PDE atom of mass >= MASS_TOL = 0.02 holds the particles' mass within 0.05 rad to
-within MASS_TOL, and no particle cluster of mass >= MASS_TOL lies away from every PDE atom. Where they
+within MASS_TOL, and no cluster of the particles outside the caps weighs MASS_TOL or more. Where they
 differ, the finite-N particles ended in another atomic state than the mean field: the table says so.
 
 The perceptron is Perceptron.random(d, d, "relu", 1.0, seed=111); on the sphere its dead zone holds only
@@ -90,7 +90,7 @@ def run_case(name: str, n: int | None = None, seed: int = 3) -> dict:
                          min_mass=0.01)
     heavy = [k for k, m in enumerate(cmp["pde_masses"]) if m >= MASS_TOL]
     mass_diff = [abs(cmp["cap_masses"][k] - cmp["pde_masses"][k]) for k in heavy]
-    extra = [m for _, m in cmp["unmatched_particles"] if m >= MASS_TOL]
+    extra = [m for _, m in cmp["outside"] if m >= MASS_TOL]
     errs = atoms.mass_errors if atoms.mass_errors is not None else np.full(len(atoms), np.nan)
     row = {
         "case": name, "d": d, "flow": flow, "beta": beta, "n": n, "perceptron_seed": pseed,
@@ -98,7 +98,7 @@ def run_case(name: str, n: int | None = None, seed: int = 3) -> dict:
         "pde_masses": cmp["pde_masses"], "pde_mass_errors": [float(e) for e, m in zip(errs, atoms.masses) if m >= 0.01],
         "pde_diffuse": atoms.diffuse, "particle_stop": parts.stop_reason, "particle_t_stop": float(parts.t_stop),
         "particle_cap_masses": cmp["cap_masses"],
-        "particle_clusters": sorted((m for _, m in cmp["unmatched_particles"]), reverse=True),
+        "particle_clusters": sorted((m for _, m in cmp["outside"]), reverse=True),
         "paired": [(p["pde_mass"], p["particle_mass"], p["position_error"]) for p in cmp["pairs"]],
         "max_mass_difference": max(mass_diff, default=float("nan")), "extra_particle_clusters": extra,
         "dead_pde": [dead_mass_pde(pde, 0, perceptron), dead_mass_pde(pde, -1, perceptron)],

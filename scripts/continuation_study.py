@@ -22,7 +22,9 @@ Three studies (``--study``, all by default), each printing a table and writing J
                drift <= 5e-4, linkage scale 0.5), N = 1e3 and 1e4 (8 seeds) and 1e5 (2 seeds), against the
                continuation's terminal atoms: for each atom of mass >= 0.01, the particle mass within 0.05 rad
                of it (mean over seeds), its error against N and the fitted slope of log(error) against
-               log(N), and the particles' clusters (single linkage, the paper's rule) that have no atom.
+               log(N), the clusters (single linkage, the paper's rule) of the particles outside every
+               atom's cap — atoms the mean field does not have —, and the clusters of all the particles
+               that pair with no atom (there, two atoms chained through a few stray particles).
 
     scripts/continuation_study.py [--study terminal,convergence,particles] [--quick] [--workers 2]
                                   [--json OUT] [--t-final T]
@@ -42,9 +44,13 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import numpy as np  # noqa: E402
 
 from solvers import Model, Perceptron, simulate_particles, solve_pde  # noqa: E402
+from solvers.atoms import Atoms  # noqa: E402
+from solvers.comparison import terminal_atoms  # noqa: E402
+from solvers.particles import cluster_radius  # noqa: E402
 
 PERCEPTRON_SEED = 111
 HEAVY = 0.01
+CAP = 0.05          #: radius (rad) of the cap around a PDE atom whose particle mass is compared with it
 CIRCLE = {"S1": ("ascent", "relu"), "S1-0": ("ascent", None), "S2": ("descent", "relu"), "S3": ("descent", "gelu")}
 SPHERE = {"descent-relu": ("descent", "relu"), "ascent-gelu": ("ascent", "gelu")}
 CIRCLE_BETAS, SPHERE_BETAS = (1.0, 5.0, 25.0), (1.0, 9.0)
@@ -171,16 +177,16 @@ PARTICLE_PDE_T_FINAL = {"S1": 2000.0, "S2": 8000.0}
 
 
 def particle_job(args: tuple) -> dict:
-    setup, beta, n, seed = args
+    setup, beta, n, seed, atoms = args
     flow, act = CIRCLE[setup]
     model = model_for(2, flow, act, beta)
     t0 = time.perf_counter()
     r = simulate_particles(model, n, seed=seed, integrator="euler", dt=0.1, stop={"window": 5, "drift_tol": 5e-4,
                            "scale": 0.5}, max_steps=200_000)
-    centres, masses = r.clusters(-1, scale=0.5)
+    cmp = terminal_atoms(atoms, r.x[-1], r.w, cluster_radius(beta, 2, 0.5), cap=CAP, min_mass=HEAVY)
     return {"setup": setup, "beta": beta, "n": n, "seed": seed, "stop": r.stop_reason, "t_stop": float(r.t_stop),
-            "x": r.x[-1].tolist(), "w": r.w.tolist() if n <= 1000 else None, "clusters": masses.tolist(),
-            "centres": centres.tolist(), "wall": time.perf_counter() - t0}
+            "near": cmp["cap_masses"], "pde_masses": cmp["pde_masses"], "extra": [m for _, m in cmp["outside"]],
+            "chained": [m for _, m in cmp["unmatched_particles"]], "wall": time.perf_counter() - t0}
 
 
 def particle_limit(quick: bool, workers: int, setups: tuple = ("S1", "S2")) -> list[dict]:
@@ -188,24 +194,20 @@ def particle_limit(quick: bool, workers: int, setups: tuple = ("S1", "S2")) -> l
     ns = ((200, 2), (1000, 2)) if quick else PARTICLE_NS
     for setup in setups:
         pde = terminal((2, setup, 5.0), t_final=200.0 if quick else PARTICLE_PDE_T_FINAL[setup])
-        atoms = np.array(pde["positions"]).reshape(-1, 2)
-        jobs = [(setup, 5.0, n, 42 + s) for n, seeds in ns for s in range(seeds)]
+        atoms = Atoms(np.array(pde["positions"]).reshape(-1, 2), np.array(pde["masses"]))
+        jobs = [(setup, 5.0, n, 42 + s, atoms) for n, seeds in ns for s in range(seeds)]
         with ProcessPoolExecutor(workers) as ex:
             runs = list(ex.map(particle_job, jobs))
         per_n = {}
         for r in runs:
-            x = np.array(r["x"])
-            near = [float(np.sum(np.arccos(np.clip(x @ a, -1, 1)) <= 0.05)) / r["n"] for a in atoms]
-            extra = [m for c, m in zip(r["centres"], r["clusters"])
-                     if m >= HEAVY and (not len(atoms) or np.max(atoms @ np.array(c)) < math.cos(0.05))]
-            per_n.setdefault(r["n"], []).append({"near": near, "extra": extra, "stop": r["stop"],
-                                                 "t_stop": r["t_stop"], "wall": r["wall"]})
+            per_n.setdefault(r["n"], []).append(r)
         rows = []
         for n, rs in sorted(per_n.items()):
             near = np.array([q["near"] for q in rs])                    # (seeds, atoms)
-            err = np.abs(near - np.array(pde["masses"])[None, :])
+            err = np.abs(near - np.array(rs[0]["pde_masses"])[None, :])
             rows.append({"n": n, "seeds": len(rs), "near_mean": near.mean(axis=0).tolist(),
                          "error_mean": err.mean(axis=0).tolist(), "extra_clusters": [q["extra"] for q in rs],
+                         "unmatched_clusters": [q["chained"] for q in rs],
                          "stops": sorted({q["stop"] for q in rs}), "t_stop_mean": float(np.mean([q["t_stop"] for q in rs])),
                          "wall_mean": float(np.mean([q["wall"] for q in rs]))})
         e = np.array([np.mean(r["error_mean"]) for r in rows])
@@ -226,8 +228,10 @@ def print_particles(res: list[dict]) -> None:
             print(f"  N={r['n']:>6d} ({r['seeds']} seeds, {'/'.join(r['stops'])}, mean t_stop {r['t_stop_mean']:.4g}, "
                   f"{r['wall_mean']:.0f} s/run): particle mass within 0.05 rad of each atom "
                   + ", ".join(f"{m:.4f}" for m in r["near_mean"])
-                  + f"; mean |error| {np.mean(r['error_mean']):.2e}; clusters >= 0.01 away from every atom: "
-                  f"{extra} per seed", flush=True)
+                  + f"; mean |error| {np.mean(r['error_mean']):.2e}; clusters >= 0.01 outside every atom's cap: "
+                  f"{extra} per seed (masses {sorted(round(m, 3) for x in r['extra_clusters'] for m in x)}); "
+                  f"clusters of all particles paired with no atom: {[len(x) for x in r['unmatched_clusters']]}",
+                  flush=True)
         print(f"  fitted slope of log(mean |error|) against log(N): {s['slope']:.2f}")
 
 

@@ -205,19 +205,28 @@ def terminal_atoms(atoms, x: np.ndarray, w: np.ndarray, cluster_radius: float, *
     (x, w) at its own end (converged, or wherever it stopped): terminal states, not forming pieces.
 
     Returns a dict: "cap_masses" — for each atom of mass >= ``min_mass``, the particle mass within
-    ``cap`` radians of it (what the particles put where the PDE has the atom); "pairs", "unmatched_pde",
-    "unmatched_particles" — :func:`match_atoms` of those atoms with the particles' single-linkage clusters
-    at ``cluster_radius`` of mass >= ``min_mass`` (paired within ``cap``): a cluster left unmatched is an
-    atom of the particles that the PDE does not have (or mass the PDE keeps diffuse), and conversely.
+    ``cap`` radians of it (what the particles put where the PDE has the atom); "outside" — (centre, mass)
+    of the single-linkage clusters at ``cluster_radius`` of the particles outside every such cap, of mass
+    >= ``min_mass``: the particles' atoms that the PDE does not have (or mass it keeps diffuse);
+    "pairs", "unmatched_pde", "unmatched_particles" — :func:`match_atoms` of the PDE's atoms with the
+    clusters of all the particles (paired within ``cap``). A cluster of all the particles can chain two
+    PDE atoms through a few stray particles and then matches neither, so "outside" is the measure of a
+    different atomic state, not "unmatched_particles".
     """
     from .atoms import single_linkage_clusters
 
+    x, w = np.asarray(x), np.asarray(w)
     keep = atoms.masses >= min_mass
     P, m = atoms.positions[keep], atoms.masses[keep]
-    centres, cmass, _ = single_linkage_clusters(np.asarray(x), np.asarray(w), cluster_radius)
+    centres, cmass, _ = single_linkage_clusters(x, w, cluster_radius)
     heavy = cmass >= min_mass
     pairs, un_p, un_q = match_atoms((P, m), (centres[heavy], cmass[heavy]), cap)
-    return {"cap_masses": _particle_cap_mass(np.asarray(x), np.asarray(w), P, cap).tolist(), "pde_masses": m.tolist(),
+    away = np.all(x @ P.T < math.cos(cap), axis=1) if len(P) else np.ones(len(x), bool)
+    outside = []
+    if away.any():
+        oc, om, _ = single_linkage_clusters(x[away], w[away], cluster_radius)
+        outside = [(np.asarray(c), float(q)) for c, q in zip(oc, om) if q >= min_mass]
+    return {"cap_masses": _particle_cap_mass(x, w, P, cap).tolist(), "pde_masses": m.tolist(), "outside": outside,
             "pairs": pairs, "unmatched_pde": un_p, "unmatched_particles": un_q}
 
 

@@ -262,3 +262,25 @@ def test_gibbs_oscillations_beside_a_jump_are_not_atoms():
     at = CircleSpace.atoms(c, threshold=10.0)
     assert len(at) == 1
     assert abs(np.mod(np.arctan2(at.positions[0, 1], at.positions[0, 0]), 2 * np.pi) - 4.5) < 1e-3
+
+
+def test_terminal_atoms_tells_chained_atoms_from_a_different_atomic_state():
+    # particles: 2000 at theta = 0 and 2000 at theta = 0.6 (the PDE's two atoms), chained by 20 stray
+    # particles 0.03 apart (mass 0.004 outside the caps), and 400 at theta = 2.5 where the PDE has no atom.
+    # Single linkage at 0.1 rad makes one cluster of both atoms and the strays, which pairs with neither
+    # atom, and one of the 400: only the latter is a different atomic state
+    from solvers.atoms import Atoms
+    from solvers.comparison import terminal_atoms
+
+    th = np.concatenate([np.zeros(2000), np.full(2000, 0.6), 0.015 + 0.03 * np.arange(20), np.full(400, 2.5)])
+    th += 1e-4 * np.random.default_rng(0).standard_normal(th.size)
+    x = np.stack([np.cos(th), np.sin(th)], axis=1)
+    w = np.full(th.size, 1.0 / th.size)
+    atoms = Atoms(np.array([[1.0, 0.0], [math.cos(0.6), math.sin(0.6)]]), np.array([0.45, 0.45]))
+    r = terminal_atoms(atoms, x, w, 0.1, cap=0.05, min_mass=0.01)
+    assert np.allclose(r["cap_masses"], [2002 / th.size] * 2)      # two strays (0.015, 0.045) in each cap
+    assert len(r["outside"]) == 1
+    centre, mass = r["outside"][0]
+    assert mass == pytest.approx(400 / th.size, abs=1e-12)
+    assert abs(math.atan2(centre[1], centre[0]) - 2.5) < 1e-3
+    assert len(r["unmatched_particles"]) == 2 and len(r["unmatched_pde"]) == 2      # the chain pairs with neither
