@@ -1,4 +1,9 @@
-"""Plain-text description of an archive: what the run was, how it ended, its key numbers."""
+"""Plain-text description of an archive: what the run was, how it ended, its key numbers.
+
+One function per result kind (`describe_model`, `describe_pde`, `describe_particles`); a comparison
+and a validation study render themselves (`Comparison.summary`, `ValidationResult.table`).
+`describe(path)` reads an archive and joins them.
+"""
 from __future__ import annotations
 
 from pathlib import Path
@@ -7,22 +12,11 @@ import numpy as np
 
 from .archive import load
 
-__all__ = ["describe"]
+__all__ = ["describe", "describe_model", "describe_pde", "describe_particles"]
 
 
 def _vec(v) -> str:
     return "(" + ", ".join(f"{x:+.4f}" for x in np.asarray(v).ravel()) + ")"
-
-
-def _continuation_lines(r) -> list[str]:
-    """The Lagrangian continuation of a PDE run: handoff, nodes, merges."""
-    h, merges = r.lagrangian["handoff"], r.lagrangian["merges"]
-    last = next((n for n in reversed(r.nodes) if n is not None), None)
-    out = [f"  handoff to the Lagrangian continuation at t = {h['t']:.6g} ({h['reason']}): {h['message']}",
-           f"    from degree {h['degree']}: {h['description']}; clipped mass {h['clipped_mass']:.2e}",
-           f"    {len(merges)} steps with merges; nodes {h['nodes']} -> {len(last['w']) if last else '?'}; "
-           f"max |v| over the nodes at the end {last['max_drift']:.3g}" if last else "    no node snapshot"]
-    return out
 
 
 def _atoms_lines(positions, masses, limit: int = 8, errors=None) -> list[str]:
@@ -35,65 +29,86 @@ def _atoms_lines(positions, masses, limit: int = 8, errors=None) -> list[str]:
     return lines
 
 
+def _ended(r) -> str:
+    if getattr(r, "stop_reason", "") in ("", "killed"):
+        return f"  no end recorded (killed, or still running): last snapshot at t = {r.t[-1]:.6g}"
+    return f"  ended: {r.stop_reason} at t = {r.t_stop:.6g} — {getattr(r, 'message', '')}"
+
+
+def describe_model(m) -> list[str]:
+    """The model's parameters and its perceptron."""
+    p = m.perceptron
+    return [f"model: S^{m.d - 1} (d = {m.d}), beta = {m.beta:g}, {m.flow}, attention {m.attention}, "
+            f"strength {m.strength:g}, noise {m.noise:g}",
+            "  perceptron: none" if p is None else
+            f"  perceptron: {p.units} units, {p.activation}, {'gradient' if p.is_gradient else 'general'} form"]
+
+
+def _continuation_lines(r) -> list[str]:
+    """The Lagrangian continuation of a PDE run: handoff, nodes, merges."""
+    h, merges = r.lagrangian["handoff"], r.lagrangian["merges"]
+    last = next((n for n in reversed(r.nodes) if n is not None), None)
+    return [f"  handoff to the Lagrangian continuation at t = {h['t']:.6g} ({h['reason']}): {h['message']}",
+            f"    from degree {h['degree']}: {h['description']}; clipped mass {h['clipped_mass']:.2e}",
+            f"    {len(merges)} steps with merges; nodes {h['nodes']} -> {len(last['w']) if last else '?'}; "
+            f"max |v| over the nodes at the end {last['max_drift']:.3g}" if last else "    no node snapshot"]
+
+
+def _pde_atoms_lines(pos, mass, attrs: dict, errs) -> list[str]:
+    heavy = int(np.sum(mass >= 0.01))
+    if attrs.get("kind") != "node groups":
+        return [f"  atoms: {len(mass)} (mass >= 0.01: {heavy}), total mass {np.sum(mass):.4f}"] + _atoms_lines(pos, mass)
+    est = (f", error estimate from the rerun with {int(attrs['check_nodes'])} nodes" if errs is not None
+           else ", no error estimate (error_estimate = false, or the run did not end)")
+    return ([f"  atoms: {len(mass)} node groups within {attrs['radius']:.2g} rad holding >= 2 initial "
+             f"nodes (mass >= 0.01: {heavy}), total mass {np.sum(mass):.4f}; diffuse mass "
+             f"{attrs['diffuse']:.4f}" + (f" ± {attrs['diffuse_error']:.1e}" if errs is not None else "") + est]
+            + _atoms_lines(pos, mass, errors=errs))
+
+
+def describe_pde(r, atoms: dict) -> list[str]:
+    """A `PDEResult`: initial data, how it ended, steps and resolution, invariants, the continuation,
+    the atoms recorded at the end (``atoms`` as `RunArchive.atoms`)."""
+    out = ["pde:", f"  initial: {r.initial}", _ended(r),
+           f"  {len(r.t)} snapshots (t = {r.t[0]:.4g} .. {r.t[-1]:.4g}), {r.nsteps} steps "
+           f"({r.nrejected} rejected), resolution {int(r.degree[0])} -> {int(r.degree[-1])}, "
+           f"{len(r.refinements)} refinement(s), wall {r.wall_time:.1f} s",
+           f"  energy {r.energy[0]:.10g} -> {r.energy[-1]:.10g}; max |mass - 1| = "
+           f"{np.max(np.abs(r.mass - 1)):.2e}; min rho (last) {r.min_density[-1]:.3g}; "
+           f"spectral tail (last) {r.tail[-1]:.2e}"]
+    if r.lagrangian is not None:
+        out += _continuation_lines(r)
+    if "pde" in atoms:
+        out += _pde_atoms_lines(*atoms["pde"], atoms.get("pde:attrs", {}), atoms.get("pde:mass_errors"))
+    return out
+
+
+def describe_particles(r, atoms: dict) -> list[str]:
+    """A `ParticleResult`: size, how it ended, the single-linkage clusters recorded at the end."""
+    out = ["particles:", f"  N = {r.x.shape[1]}, {len(r.t)} snapshots (t = {r.t[0]:.4g} .. {r.t[-1]:.4g})",
+           _ended(r)]
+    if "particles" in atoms:
+        pos, mass = atoms["particles"]
+        out.append(f"  single-linkage clusters at the end (The model §5; chain through any diffuse part): {len(mass)} "
+                   f"(mass >= 0.01: {int(np.sum(mass >= 0.01))})")
+        out += _atoms_lines(pos, mass)
+    return out
+
+
 def describe(path: str | Path) -> str:
+    """The text of `attnpde info`: the archive's header, then each result kind it holds."""
     run = load(path)
     a = run.attrs
-    m = run.model
     out = [f"archive {run.path}  ({a.get('format')} v{a.get('format_version')}, attnpde {a.get('software_version')})",
            f"  name: {a.get('name', '')}   status: {run.status}   created {a.get('created')}   updated {a.get('updated')}",
            f"  command: {a.get('command', '')}"]
     if int(a.get("resumed", 0)):
         out.append(f"  resumed {int(a['resumed'])} time(s)")
-    p = m.perceptron
-    out.append(f"model: S^{m.d - 1} (d = {m.d}), beta = {m.beta:g}, {m.flow}, attention {m.attention}, "
-               f"strength {m.strength:g}, noise {m.noise:g}")
-    out.append("  perceptron: none" if p is None else
-               f"  perceptron: {p.units} units, {p.activation}, {'gradient' if p.is_gradient else 'general'} form")
+    out += describe_model(run.model)
     if run.pde is not None:
-        r = run.pde
-        out.append("pde:")
-        out.append(f"  initial: {r.initial}")
-        if run.status == "running" and not r.stop_reason or r.stop_reason == "killed":
-            out.append(f"  no end recorded (killed, or still running): last snapshot at t = {r.t[-1]:.6g}")
-        else:
-            out.append(f"  ended: {r.stop_reason} at t = {r.t_stop:.6g} — {r.message}")
-        out.append(f"  {len(r.t)} snapshots (t = {r.t[0]:.4g} .. {r.t[-1]:.4g}), {r.nsteps} steps "
-                   f"({r.nrejected} rejected), resolution {int(r.degree[0])} -> {int(r.degree[-1])}, "
-                   f"{len(r.refinements)} refinement(s), wall {r.wall_time:.1f} s")
-        out.append(f"  energy {r.energy[0]:.10g} -> {r.energy[-1]:.10g}; max |mass - 1| = "
-                   f"{np.max(np.abs(r.mass - 1)):.2e}; min rho (last) {r.min_density[-1]:.3g}; "
-                   f"spectral tail (last) {r.tail[-1]:.2e}")
-        if r.lagrangian is not None:
-            out += _continuation_lines(r)
-        if "pde" in run.atoms:
-            pos, mass = run.atoms["pde"]
-            heavy = int(np.sum(mass >= 0.01))
-            extra = run.atoms.get("pde:attrs", {})
-            if extra.get("kind") == "node groups":
-                errs = run.atoms.get("pde:mass_errors")
-                est = (f", error estimate from the rerun with {int(extra['check_nodes'])} nodes" if errs is not None
-                       else ", no error estimate (error_estimate = false, or the run did not end)")
-                out.append(f"  atoms: {len(mass)} node groups within {extra['radius']:.2g} rad holding >= 2 initial "
-                           f"nodes (mass >= 0.01: {heavy}), total mass {np.sum(mass):.4f}; diffuse mass "
-                           f"{extra['diffuse']:.4f}" + (f" ± {extra['diffuse_error']:.1e}" if errs is not None else "")
-                           + est)
-                out += _atoms_lines(pos, mass, errors=errs)
-            else:
-                out.append(f"  atoms: {len(mass)} (mass >= 0.01: {heavy}), total mass {np.sum(mass):.4f}")
-                out += _atoms_lines(pos, mass)
+        out += describe_pde(run.pde, run.atoms)
     if run.particles is not None:
-        r = run.particles
-        out.append("particles:")
-        out.append(f"  N = {r.x.shape[1]}, {len(r.t)} snapshots (t = {r.t[0]:.4g} .. {r.t[-1]:.4g})")
-        if not getattr(r, "stop_reason", "") or r.stop_reason == "killed":
-            out.append(f"  no end recorded (killed, or still running): last snapshot at t = {r.t[-1]:.6g}")
-        else:
-            out.append(f"  ended: {r.stop_reason} at t = {r.t_stop:.6g} — {getattr(r, 'message', '')}")
-        if "particles" in run.atoms:
-            pos, mass = run.atoms["particles"]
-            out.append(f"  single-linkage clusters at the end (The model §5; chain through any diffuse part): {len(mass)} "
-                       f"(mass >= 0.01: {int(np.sum(mass >= 0.01))})")
-            out += _atoms_lines(pos, mass)
+        out += describe_particles(run.particles, run.atoms)
     if run.comparison is not None:
         out.append("comparison (PDE vs particles):")
         out += ["  " + line for line in run.comparison.summary().splitlines()]
