@@ -4,7 +4,7 @@
 Three studies (``--study``, all by default), each printing a table and writing JSON records:
 
 ``terminal``   The main paper's setups (the main paper §4; The model §5) from uniform data to "stationary" (or to
-               --t-final): on S^1 S1 (ascent, ReLU), S1-0 (ascent, no perceptron), S2 (descent, ReLU), S3
+               T_FINAL: 2000 on S^1, 400 on S^2): on S^1 S1 (ascent, ReLU), S1-0 (ascent, no perceptron), S2 (descent, ReLU), S3
                (descent, GeLU) at beta = 1, 5, 25; on S^2 descent with ReLU and ascent with GeLU at beta = 1,
                9 (the runs/ sphere setups). Perceptron.random(d, d, activation, 1.0, seed=111), USA, gamma = 1,
                default options (the continuation, its error estimate at twice the nodes). Reported: how and
@@ -27,7 +27,7 @@ Three studies (``--study``, all by default), each printing a table and writing J
                that pair with no atom (there, two atoms chained through a few stray particles).
 
     scripts/continuation_study.py [--study terminal,convergence,particles] [--quick] [--workers 2]
-                                  [--json OUT] [--t-final T]
+                                  [--json OUT] [--cases d:setup:beta,...] [--setups S1,S2]
 """
 from __future__ import annotations
 
