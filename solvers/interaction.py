@@ -21,6 +21,17 @@ Both are dimensionless (the kernel is <= 1; G is a tangent vector at x). Three w
   the exact limits, never a division by beta = 0). Powers z^k come from products of unit complex
   numbers (no trigonometric calls); both passes are BLAS products on blocks. O((N + M) K).
 
+``nufft`` on S^1 (d = 2) — the same series through non-uniform FFTs (FINUFFT): a type-1 transform
+  gives c_k for |k| <= K, and one type-2 transform (the adjoint of the same plan) gives
+    Psi(x) + i G_theta(x) = sum_{|k|<=K} (lambda_|k| - k g_|k|) c_k z^k
+  (both fields are real, so one complex transform carries the two). O((N + M) w + K log K), w ~ 15 the
+  spreading width at the precision eps = max(tol, NUFFT_EPS_MIN) (relative to sum_j |w_j| and to the
+  coefficients' l1 norm). The plan is made once per object, the points are set at every evaluation.
+  Reproducibility: one thread and the upsampling factor 2 are fixed. FINUFFT would otherwise choose the
+  factor by itself, and its multithreaded type-1 spreading adds sub-grids in a run-dependent order
+  (measured: 10^6 points, two threads, eight runs of the same transform differ by up to 6e-11 absolute,
+  ~1e-16 relative: enough to break a bit-for-bit resume).
+
 ``fast`` on S^2 (d = 3) — the addition theorem for the orthonormal real harmonics,
     exp(beta(<x,y> - 1)) = 4 pi sum_l lambda_l sum_{m>=0} eps_m Re[Pbar_lm(x) e^{im phi_x} Pbar_lm(y) e^{-im phi_y}],
   eps_0 = 1, eps_m = 2, lambda_l = sqrt(pi/(2 beta)) ive(l + 1/2, beta) (Funk–Hecke, The model §2), Pbar the
@@ -35,27 +46,32 @@ error is ~tol relative to max Psi; round-off is ~1e-15 relative to max Psi; G in
 absolute error. "Relative" accuracy below means relative to max_x Psi(x) (the scale of both fields:
 |G| <= Psi pointwise); the tests also check it relative to max |G|.
 
-:class:`InteractionSums` picks the method (``method="auto"``) from d, beta and the sizes.
+:class:`InteractionSums` picks the method (``method="auto"``) from d, beta and the sizes by a cost
+model measured on the development machine (the constants below).
 """
 from __future__ import annotations
 
 import math
 
+import finufft
 import numpy as np
 
 from spectral.multipliers import kernel_bandwidth, potential_multipliers, zonal_multipliers
 from . import validators as check
 from ._blas import blas_threads
 
-__all__ = ["InteractionSums", "direct_fields", "CircleSums", "SphereSums", "interaction_fields",
-           "circle_bandwidth", "SUM_METHODS", "DEFAULT_BLOCK_BYTES"]
+__all__ = ["InteractionSums", "direct_fields", "CircleSums", "CircleNufftSums", "SphereSums",
+           "interaction_fields", "circle_bandwidth", "SUM_METHODS", "DEFAULT_BLOCK_BYTES", "NUFFT_EPS_MIN"]
 
-SUM_METHODS = ("auto", "direct", "fast")
+SUM_METHODS = ("auto", "direct", "fast", "nufft")
 
 #: kernel values held at once by the direct sums (bytes)
 DEFAULT_BLOCK_BYTES = 32 * 2 ** 20
 #: multipliers below this fraction of lambda_0 are dropped by the fast sums
 DEFAULT_TOL = 1e-17
+#: the smallest precision asked of FINUFFT (its own floor is about 1e-15 in double precision; measured
+#: errors at 1e-14: <= 4e-14 relative to max Psi for N <= 1e6)
+NUFFT_EPS_MIN = 1e-14
 #: the fast S^2 sums are offered up to this degree (beyond, about beta > 400, direct sums are cheaper
 #: for every N one can afford, and the Legendre recurrence gets long)
 SPHERE_MAX_DEGREE = 200
@@ -63,11 +79,14 @@ SPHERE_MAX_DEGREE = 200
 # Cost model of ``method="auto"`` (seconds, measured on the 2-core development machine with one
 # OpenBLAS thread): direct ~ pairs * (d + 6) * _C_DIRECT; fast S^1 ~ points * (K + 1) * _C_CIRCLE per
 # pass + _C_CALL; fast S^2 ~ points * (number of (l, m) pairs) * _C_SPHERE per pass + _C_CALL * L
-# (the Legendre recurrence is a Python loop over degrees).
+# (the Legendre recurrence is a Python loop over degrees);
+# nufft S^1 ~ points * _C_NUFFT per pass (spreading at eps 1e-14, one thread) + _C_NUFFT_CALL.
 _C_DIRECT = 1.0e-9
 _C_CIRCLE = 2.0e-9
 _C_SPHERE = 1.2e-8
 _C_CALL = 3.0e-5
+_C_NUFFT = 4.5e-8
+_C_NUFFT_CALL = 4.0e-5
 
 
 def _as_points(name: str, a, d: int | None = None) -> np.ndarray:
@@ -218,6 +237,57 @@ class CircleSums:
         return psi, G
 
 
+class CircleNufftSums:
+    """Interaction sums on S^1 through non-uniform FFTs (FINUFFT): the series of :class:`CircleSums`,
+    with its coefficients and its evaluation by a type-1 transform and its adjoint.
+
+    Parameters
+    ----------
+    beta : float
+        Inverse temperature >= 0.
+    tol : float
+        Multipliers below tol * lambda_0 are dropped (sets K, :func:`circle_bandwidth`); the transforms'
+        precision is max(tol, NUFFT_EPS_MIN).
+    """
+
+    d = 2
+
+    def __init__(self, beta: float, tol: float = DEFAULT_TOL) -> None:
+        self.beta = float(beta)
+        self.K = K = circle_bandwidth(self.beta, tol)
+        self.eps = max(float(tol), NUFFT_EPS_MIN)
+        k = np.arange(-K, K + 1)
+        lam = zonal_multipliers(self.beta, 2, K)[np.abs(k)]
+        g = potential_multipliers(self.beta, 2, K)[np.abs(k)]
+        self._mult = lam - k * g          # Psi + i G_theta = sum_k (lambda_|k| - k g_|k|) c_k e^{ik theta}
+        self._plan = finufft.Plan(1, (2 * K + 1,), n_trans=1, eps=self.eps, isign=-1, dtype="complex128",
+                                  nthreads=1, upsampfac=2.0, modeord=0)
+
+    def cost(self, n_src: int, n_eval: int) -> float:
+        """Estimated seconds of one :meth:`fields` call."""
+        return _C_NUFFT * (n_src + n_eval) + _C_NUFFT_CALL
+
+    def fields(self, y: np.ndarray, w: np.ndarray, x: np.ndarray | None = None
+               ) -> tuple[np.ndarray, np.ndarray]:
+        """Psi (M,) and G (M, 2) at x (default: at the sources y)."""
+        y = _as_points("y", y, 2)
+        w = np.asarray(w, dtype=float).reshape(-1)
+        self._plan.setpts(np.arctan2(y[:, 1], y[:, 0]))
+        c = self._plan.execute(w.astype(complex))          # c_k = sum_j w_j e^{-ik theta_j}, k = -K..K
+        c *= self._mult
+        if x is not None:
+            x = _as_points("x", x, 2)
+            self._plan.setpts(np.arctan2(x[:, 1], x[:, 0]))
+        else:
+            x = y
+        f = self._plan.execute_adjoint(c)                   # sum_k c_k e^{+ik theta} at the points
+        psi, gth = f.real.copy(), f.imag
+        G = np.empty_like(x)
+        np.multiply(gth, -x[:, 1], out=G[:, 0])
+        np.multiply(gth, x[:, 0], out=G[:, 1])
+        return psi, G
+
+
 # ----------------------------------------------------------------------------------------------
 # S^2
 # ----------------------------------------------------------------------------------------------
@@ -328,11 +398,12 @@ class InteractionSums:
         Ambient dimension (points on S^{d-1}).
     beta : float
         Inverse temperature >= 0.
-    method : {"auto", "direct", "fast"}
-        "fast" exists for d = 2 (Fourier) and d = 3 (harmonics, beta up to about 400);
-        "auto" takes the cheaper of direct and fast by a measured cost model.
+    method : {"auto", "direct", "fast", "nufft"}
+        "fast" exists for d = 2 (Fourier) and d = 3 (harmonics, beta up to about 400); "nufft" for
+        d = 2 (FINUFFT); "auto" takes the cheapest that exists by a measured cost model.
     tol : float
-        Truncation of the fast sums (relative to lambda_0).
+        Truncation of the fast sums (relative to lambda_0), and the NUFFT precision (at least
+        NUFFT_EPS_MIN).
     block_bytes : int
         Memory bound of one block of the direct sums.
     blas_threads : int or None
@@ -359,9 +430,12 @@ class InteractionSums:
                 self._fast = (CircleSums if self.d == 2 else SphereSums)(self.beta, tol)
             except ValueError as err:          # S^2 at very large beta
                 self._fast_error = str(err)
+        self._nufft = CircleNufftSums(self.beta, tol) if self.d == 2 else None
         if method == "fast" and self._fast is None:
             why = self._fast_error or f"fast sums exist on S^1 and S^2 only (d = 2, 3), not d = {self.d}"
             raise ValueError(why)
+        if method == "nufft" and self._nufft is None:
+            raise ValueError(f"nufft sums exist on S^1 only (d = 2), not d = {self.d}: use sum='fast' or 'auto'")
 
     @property
     def fast(self):
@@ -372,20 +446,25 @@ class InteractionSums:
         return _C_DIRECT * (self.d + 6) * n_src * n_eval
 
     def method_for(self, n_src: int, n_eval: int | None = None) -> str:
-        """The method ``fields`` uses for these sizes: "direct" or "fast"."""
+        """The method ``fields`` uses for these sizes: "direct", "fast" or "nufft"."""
         if self.method != "auto":
             return self.method
-        if self._fast is None:
-            return "direct"
         n_eval = n_src if n_eval is None else n_eval
-        return "fast" if self._fast.cost(n_src, n_eval) < self.direct_cost(n_src, n_eval) else "direct"
+        costs = {"direct": self.direct_cost(n_src, n_eval)}
+        for name, sums in (("fast", self._fast), ("nufft", self._nufft)):
+            if sums is not None:
+                costs[name] = sums.cost(n_src, n_eval)
+        return min(costs, key=costs.get)
 
     def fields(self, y: np.ndarray, w: np.ndarray, x: np.ndarray | None = None
                ) -> tuple[np.ndarray, np.ndarray]:
         """Psi (M,) and G (M, d) at x, default at the sources y (self-interaction included)."""
         n_eval = y.shape[0] if x is None else x.shape[0]
+        method = self.method_for(y.shape[0], n_eval)
+        if method == "nufft":
+            return self._nufft.fields(y, w, x)
         with blas_threads(self.blas_threads):
-            if self.method_for(y.shape[0], n_eval) == "fast":
+            if method == "fast":
                 return self._fast.fields(y, w, x)
             return direct_fields(y if x is None else x, y, w, self.beta, block_bytes=self.block_bytes)
 

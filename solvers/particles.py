@@ -137,10 +137,10 @@ class ParticleOptions:
 
     Attributes
     ----------
-    sum : {"auto", "direct", "fast"}
-        Interaction sums (:class:`solvers.interaction.InteractionSums`).
+    sum : {"auto", "direct", "fast", "nufft"}
+        Interaction sums (:class:`solvers.interaction.InteractionSums`; "nufft": S^1 only).
     sum_tol : float
-        Truncation of the fast sums relative to lambda_0.
+        Truncation of the fast sums relative to lambda_0 (and the NUFFT precision, at least 1e-14).
     block_bytes : int
         Memory bound of a direct-sum block (bytes).
     rtol, atol : float

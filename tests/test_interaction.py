@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from solvers import Model
-from solvers.interaction import (CircleSums, InteractionSums, SphereSums, circle_bandwidth, direct_fields,
-                                 interaction_fields)
+from solvers.interaction import (CircleNufftSums, CircleSums, InteractionSums, SphereSums, circle_bandwidth,
+                                 direct_fields, interaction_fields)
 
 
 def sphere_points(n, d, seed, clustered=False):
@@ -80,16 +80,31 @@ def test_direct_sums_are_memory_bounded():
 
 
 # --- fast sums against direct -------------------------------------------------------------------
-@pytest.mark.parametrize("beta", [0.0, 0.01, 1.0, 5.0, 25.0, 50.0])
-def test_circle_fast_sums_match_direct(beta):
+@pytest.mark.parametrize("kind", ["fast", "nufft"])
+@pytest.mark.parametrize("beta", [0.0, 0.01, 1.0, 5.0, 25.0, 50.0, 100.0])
+def test_circle_fast_sums_match_direct(beta, kind):
     y = sphere_points(2000, 2, 10, clustered=True)
     w = weights(2000, 11)
-    S = CircleSums(beta)
+    S = (CircleSums if kind == "fast" else CircleNufftSums)(beta)
     for x in (None, sphere_points(300, 2, 12)):
         psi_f, G_f = S.fields(y, w, x)
         psi_d, G_d = direct_fields(y if x is None else x, y, w, beta)
         e_psi, e_G, e_G_own = rel_errors(psi_f, G_f, psi_d, G_d)
         assert max(e_psi, e_G, e_G_own) <= 1e-10, (beta, e_psi, e_G, e_G_own)
+
+
+def test_circle_nufft_sums_are_reproducible_and_follow_sum_tol():
+    """One FINUFFT thread: the same call twice gives the same bits (a multithreaded type 1 does not);
+    a looser sum_tol gives a looser transform, still within it of the direct sums."""
+    y, w = sphere_points(20000, 2, 13, clustered=True), weights(20000, 14)
+    S = CircleNufftSums(25.0)
+    a, b = S.fields(y, w), S.fields(y, w)
+    assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
+    loose = CircleNufftSums(25.0, tol=1e-6)
+    assert loose.eps == 1e-6 and loose.K < S.K and S.eps == 1e-14
+    psi_d, G_d = direct_fields(y, y, w, 25.0)
+    e = rel_errors(*loose.fields(y, w), psi_d, G_d)
+    assert 1e-8 < max(e) <= 1e-5, e
 
 
 @pytest.mark.parametrize("beta", [0.0, 0.5, 4.0, 10.0, 40.0])
@@ -136,7 +151,8 @@ def test_circle_bandwidth_resolves_the_kernel():
 # --- selection and energy ------------------------------------------------------------------------
 def test_method_selection_and_refusals():
     assert InteractionSums(4, 3.0).method_for(10 ** 6) == "direct"       # no fast sums for d >= 4
-    assert InteractionSums(2, 25.0).method_for(10 ** 5) == "fast"
+    assert InteractionSums(2, 25.0).method_for(10 ** 5) == "nufft"      # K = 48: spreading is cheaper
+    assert InteractionSums(2, 1.0).method_for(10 ** 5) == "fast"        # K = 15: the power tables are
     assert InteractionSums(3, 4.0).method_for(10 ** 5) == "fast"
     assert InteractionSums(2, 25.0).method_for(3) == "direct"
     assert InteractionSums(3, 4.0, "direct").method_for(10 ** 6) == "direct"
@@ -145,8 +161,10 @@ def test_method_selection_and_refusals():
     with pytest.raises(ValueError, match="use method='direct'"):
         InteractionSums(3, 1e5, "fast")
     assert InteractionSums(3, 1e5).method_for(10 ** 6) == "direct"        # auto falls back
+    with pytest.raises(ValueError, match="S\\^1 only"):
+        InteractionSums(3, 1.0, "nufft")
     with pytest.raises(ValueError, match="sum method"):
-        InteractionSums(2, 1.0, "nufft")
+        InteractionSums(2, 1.0, "nfft")
     with pytest.raises(ValueError, match="shape"):
         interaction_fields(np.ones((3, 2)), np.ones(3), 1.0, x=np.ones((2, 3)))
 

@@ -329,7 +329,7 @@ M4 = Model(4, 1.0, "ascent")
     (dict(n=3, init="quasi-uniform", density=lambda x: 1 + x[:, 0], t_final=1.0), "uniform particles only"),
     (dict(n=3, t_final=1.0, stop={"window": 0}), "window"),
     (dict(n=3, t_final=1.0, stop={"tol": 1}), "unknown field"),
-    (dict(n=3, t_final=1.0, sum="nufft"), "option sum"),
+    (dict(n=3, t_final=1.0, sum="nfft"), "option sum"),
     (dict(n=3, t_final=1.0, density=lambda x: -np.ones(len(x))), "density must be >= 0"),
     (dict(n=3, t_final=1.0, density=lambda x: np.ones(2)), "one value per point"),
 ])
