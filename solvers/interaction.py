@@ -27,10 +27,12 @@ Both are dimensionless (the kernel is <= 1; G is a tangent vector at x). Three w
   (both fields are real, so one complex transform carries the two). O((N + M) w + K log K), w ~ 15 the
   spreading width at the precision eps = max(tol, NUFFT_EPS_MIN) (relative to sum_j |w_j| and to the
   coefficients' l1 norm). The plan is made once per object, the points are set at every evaluation.
-  Reproducibility: one thread and the upsampling factor 2 are fixed. FINUFFT would otherwise choose the
-  factor by itself, and its multithreaded type-1 spreading adds sub-grids in a run-dependent order
-  (measured: 10^6 points, two threads, eight runs of the same transform differ by up to 6e-11 absolute,
-  ~1e-16 relative: enough to break a bit-for-bit resume).
+  Reproducibility: every plan runs on one thread with the upsampling factor 2. FINUFFT would otherwise
+  choose the factor by itself, and its multithreaded type-1 spreading adds sub-grids in a run-dependent
+  order (measured: 10^6 points, two threads, eight runs of the same transform differ by up to 6e-11
+  absolute, ~1e-16 relative: enough to break a bit-for-bit resume). Parallelism comes instead from
+  chunks of NUFFT_CHUNK points transformed concurrently and added in chunk order: the same bits for
+  any number of threads.
 
 ``fast`` on S^2 (d = 3) — the addition theorem for the orthonormal real harmonics,
     exp(beta(<x,y> - 1)) = 4 pi sum_l lambda_l sum_{m>=0} eps_m Re[Pbar_lm(x) e^{im phi_x} Pbar_lm(y) e^{-im phi_y}],
@@ -52,6 +54,9 @@ model measured on the development machine (the constants below).
 from __future__ import annotations
 
 import math
+import os
+import queue
+from concurrent.futures import ThreadPoolExecutor
 
 import finufft
 import numpy as np
@@ -72,6 +77,8 @@ DEFAULT_TOL = 1e-17
 #: the smallest precision asked of FINUFFT (its own floor is about 1e-15 in double precision; measured
 #: errors at 1e-14: <= 4e-14 relative to max Psi for N <= 1e6)
 NUFFT_EPS_MIN = 1e-14
+#: points per FINUFFT transform: the chunks, and so the order of the sums, depend on the point count only
+NUFFT_CHUNK = 2 ** 17
 #: the fast S^2 sums are offered up to this degree (beyond, about beta > 400, direct sums are cheaper
 #: for every N one can afford, and the Legendre recurrence gets long)
 SPHERE_MAX_DEGREE = 200
@@ -248,44 +255,80 @@ class CircleNufftSums:
     tol : float
         Multipliers below tol * lambda_0 are dropped (sets K, :func:`circle_bandwidth`); the transforms'
         precision is max(tol, NUFFT_EPS_MIN).
+    threads : int
+        Threads that transform chunks of NUFFT_CHUNK points concurrently (one single-threaded plan each).
+        The chunks and the order in which their coefficients are added are fixed by the point count
+        alone, so the result is the same bits for any ``threads``.
     """
 
     d = 2
 
-    def __init__(self, beta: float, tol: float = DEFAULT_TOL) -> None:
+    def __init__(self, beta: float, tol: float = DEFAULT_TOL, threads: int = 1) -> None:
         self.beta = float(beta)
         self.K = K = circle_bandwidth(self.beta, tol)
         self.eps = max(float(tol), NUFFT_EPS_MIN)
+        self.threads = check.integer("threads", threads, ge=1)
         k = np.arange(-K, K + 1)
         lam = zonal_multipliers(self.beta, 2, K)[np.abs(k)]
         g = potential_multipliers(self.beta, 2, K)[np.abs(k)]
         self._mult = lam - k * g          # Psi + i G_theta = sum_k (lambda_|k| - k g_|k|) c_k e^{ik theta}
-        self._plan = finufft.Plan(1, (2 * K + 1,), n_trans=1, eps=self.eps, isign=-1, dtype="complex128",
-                                  nthreads=1, upsampfac=2.0, modeord=0)
+        self._plans = queue.SimpleQueue()
+        for _ in range(self.threads):
+            self._plans.put(finufft.Plan(1, (2 * K + 1,), n_trans=1, eps=self.eps, isign=-1, dtype="complex128",
+                                         nthreads=1, upsampfac=2.0, modeord=0))
+        self._pool = None
 
     def cost(self, n_src: int, n_eval: int) -> float:
-        """Estimated seconds of one :meth:`fields` call."""
+        """Estimated seconds of one :meth:`fields` call (one thread)."""
         return _C_NUFFT * (n_src + n_eval) + _C_NUFFT_CALL
+
+    def _transform(self, theta: np.ndarray, data: np.ndarray, adjoint: bool) -> np.ndarray:
+        plan = self._plans.get()
+        try:
+            plan.setpts(theta)
+            return plan.execute_adjoint(data) if adjoint else plan.execute(data)
+        finally:
+            self._plans.put(plan)
+
+    def _chunks(self, theta: np.ndarray, data, adjoint: bool) -> list[np.ndarray]:
+        """The transform of each chunk of NUFFT_CHUNK points, in chunk order."""
+        n = theta.shape[0]
+        cuts = [slice(s, min(s + NUFFT_CHUNK, n)) for s in range(0, max(n, 1), NUFFT_CHUNK)]
+
+        def one(s: slice) -> np.ndarray:
+            return self._transform(theta[s], data if adjoint else data[s], adjoint)
+        if self.threads == 1 or len(cuts) == 1:
+            return [one(s) for s in cuts]
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="attnpde-nufft")
+        return list(self._pool.map(one, cuts))
 
     def fields(self, y: np.ndarray, w: np.ndarray, x: np.ndarray | None = None
                ) -> tuple[np.ndarray, np.ndarray]:
         """Psi (M,) and G (M, 2) at x (default: at the sources y)."""
         y = _as_points("y", y, 2)
         w = np.asarray(w, dtype=float).reshape(-1)
-        self._plan.setpts(np.arctan2(y[:, 1], y[:, 0]))
-        c = self._plan.execute(w.astype(complex))          # c_k = sum_j w_j e^{-ik theta_j}, k = -K..K
+        theta = np.arctan2(y[:, 1], y[:, 0])
+        parts = self._chunks(theta, w.astype(complex), adjoint=False)   # sum_j w_j e^{-ik theta_j}
+        c = parts[0]
+        for p in parts[1:]:                                   # a fixed order: the same bits for any threads
+            c += p
         c *= self._mult
         if x is not None:
             x = _as_points("x", x, 2)
-            self._plan.setpts(np.arctan2(x[:, 1], x[:, 0]))
+            theta = np.arctan2(x[:, 1], x[:, 0])
         else:
             x = y
-        f = self._plan.execute_adjoint(c)                   # sum_k c_k e^{+ik theta} at the points
+        f = np.concatenate(self._chunks(theta, c, adjoint=True))   # sum_k c_k e^{+ik theta} at the points
         psi, gth = f.real.copy(), f.imag
         G = np.empty_like(x)
         np.multiply(gth, -x[:, 1], out=G[:, 0])
         np.multiply(gth, x[:, 0], out=G[:, 1])
         return psi, G
+
+    def __del__(self) -> None:
+        if getattr(self, "_pool", None) is not None:
+            self._pool.shutdown(wait=False)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -409,10 +452,14 @@ class InteractionSums:
     blas_threads : int or None
         OpenBLAS threads while summing (default 1: the block products are small, and extra threads
         stall on a busy machine; see ``solvers._blas``); None leaves the library's setting alone.
+    nufft_threads : int or None
+        Threads of the S^1 NUFFT sums (:class:`CircleNufftSums`; the result does not depend on it).
+        None: the environment's OMP_NUM_THREADS, else 1.
     """
 
     def __init__(self, d: int, beta: float, method: str = "auto", *, tol: float = DEFAULT_TOL,
-                 block_bytes: int = DEFAULT_BLOCK_BYTES, blas_threads: int | None = 1) -> None:
+                 block_bytes: int = DEFAULT_BLOCK_BYTES, blas_threads: int | None = 1,
+                 nufft_threads: int | None = None) -> None:
         if method not in SUM_METHODS:
             raise ValueError(f"sum method must be one of {SUM_METHODS}, got {method!r}")
         check.integer("d", d, ge=2)
@@ -430,7 +477,10 @@ class InteractionSums:
                 self._fast = (CircleSums if self.d == 2 else SphereSums)(self.beta, tol)
             except ValueError as err:          # S^2 at very large beta
                 self._fast_error = str(err)
-        self._nufft = CircleNufftSums(self.beta, tol) if self.d == 2 else None
+        if nufft_threads is None:
+            env = os.environ.get("OMP_NUM_THREADS", "")
+            nufft_threads = int(env) if env.isdigit() and int(env) >= 1 else 1
+        self._nufft = CircleNufftSums(self.beta, tol, nufft_threads) if self.d == 2 else None
         if method == "fast" and self._fast is None:
             why = self._fast_error or f"fast sums exist on S^1 and S^2 only (d = 2, 3), not d = {self.d}"
             raise ValueError(why)

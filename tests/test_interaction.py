@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from solvers import Model
-from solvers.interaction import (CircleNufftSums, CircleSums, InteractionSums, SphereSums, circle_bandwidth,
-                                 direct_fields, interaction_fields)
+from solvers.interaction import (NUFFT_CHUNK, CircleNufftSums, CircleSums, InteractionSums, SphereSums,
+                                 circle_bandwidth, direct_fields, interaction_fields)
 
 
 def sphere_points(n, d, seed, clustered=False):
@@ -94,12 +94,20 @@ def test_circle_fast_sums_match_direct(beta, kind):
 
 
 def test_circle_nufft_sums_are_reproducible_and_follow_sum_tol():
-    """One FINUFFT thread: the same call twice gives the same bits (a multithreaded type 1 does not);
-    a looser sum_tol gives a looser transform, still within it of the direct sums."""
-    y, w = sphere_points(20000, 2, 13, clustered=True), weights(20000, 14)
+    """The same bits on every call and for any thread count (fixed chunks added in a fixed order;
+    FINUFFT's own multithreaded type 1 is not reproducible); a looser sum_tol gives a looser
+    transform, still within it of the direct sums."""
+    n = 2 * NUFFT_CHUNK + 1000                                    # three chunks
+    y, w = sphere_points(n, 2, 13, clustered=True), weights(n, 14)
+    x = sphere_points(n, 2, 15)
+    one, two = CircleNufftSums(25.0, threads=1), CircleNufftSums(25.0, threads=2)
+    for a, b in ((one.fields(y, w), two.fields(y, w)), (two.fields(y, w, x), two.fields(y, w, x))):
+        assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
+    psi_d, G_d = direct_fields(x[:300], y, w, 25.0)
+    psi, G = one.fields(y, w, x[:300])
+    assert max(rel_errors(psi, G, psi_d, G_d)) <= 1e-10
+    y, w = y[:20000], w[:20000] / w[:20000].sum()
     S = CircleNufftSums(25.0)
-    a, b = S.fields(y, w), S.fields(y, w)
-    assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
     loose = CircleNufftSums(25.0, tol=1e-6)
     assert loose.eps == 1e-6 and loose.K < S.K and S.eps == 1e-14
     psi_d, G_d = direct_fields(y, y, w, 25.0)
