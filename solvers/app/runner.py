@@ -61,7 +61,8 @@ class Progress:
         if now - self.last < self.every and t < self.t_final:
             return
         self.last = now
-        extra = " ".join(f"{k}={_fmt(info[k])}" for k in ("dt", "degree", "nodes", "nsteps", "n_clusters") if k in info)
+        extra = " ".join(f"{k}={_fmt(info[k])}" for k in ("check", "dt", "degree", "nodes", "nsteps", "n_clusters")
+                         if k in info)
         elapsed = now - self.start
         frac = (t - self.t_start) / max(self.t_final - self.t_start, 1e-300)
         eta = elapsed * (1 - frac) / frac if frac > 0 else float("nan")
