@@ -76,7 +76,7 @@ def _velocity_fn(model: Model, sums: InteractionSums, method: str, x: np.ndarray
             if method == "fast":
                 psi, G = sums.fast.fields(x, w)
             elif method == "nufft":
-                psi, G = sums._nufft.fields(x, w)
+                psi, G = sums.nufft.fields(x, w)
             else:
                 from solvers.interaction import direct_fields
                 psi, G = direct_fields(x, x, w, model.beta, block_bytes=sums.block_bytes)

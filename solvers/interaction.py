@@ -148,6 +148,14 @@ def direct_fields(x: np.ndarray, y: np.ndarray, w: np.ndarray, beta: float, *,
 # ----------------------------------------------------------------------------------------------
 # S^1
 # ----------------------------------------------------------------------------------------------
+def _tangent_circle(gth: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """G = G_theta e_theta(x), e_theta = (-x_2, x_1): the angular component as a tangent vector."""
+    G = np.empty_like(x)
+    np.multiply(gth, -x[:, 1], out=G[:, 0])
+    np.multiply(gth, x[:, 0], out=G[:, 1])
+    return G
+
+
 def circle_bandwidth(beta: float, tol: float = DEFAULT_TOL) -> int:
     """Smallest K >= 1 with lambda_k <= tol lambda_0 and k g_k <= tol lambda_0 for all k > K (d = 2).
 
@@ -238,10 +246,7 @@ class CircleSums:
             np.matmul(A, P, out=self._out[:, : e - s])
             out[:, s:e] = self._out[:, : e - s].real
         psi, gth = out
-        G = np.empty_like(x)
-        np.multiply(gth, -x[:, 1], out=G[:, 0])
-        np.multiply(gth, x[:, 0], out=G[:, 1])
-        return psi, G
+        return psi, _tangent_circle(gth, x)
 
 
 class CircleNufftSums:
@@ -278,7 +283,8 @@ class CircleNufftSums:
                                          nthreads=1, upsampfac=2.0, modeord=0))
         self._pool = None
 
-    def cost(self, n_src: int, n_eval: int) -> float:
+    @staticmethod
+    def cost(n_src: int, n_eval: int) -> float:
         """Estimated seconds of one :meth:`fields` call (one thread)."""
         return _C_NUFFT * (n_src + n_eval) + _C_NUFFT_CALL
 
@@ -320,11 +326,7 @@ class CircleNufftSums:
         else:
             x = y
         f = np.concatenate(self._chunks(theta, c, adjoint=True))   # sum_k c_k e^{+ik theta} at the points
-        psi, gth = f.real.copy(), f.imag
-        G = np.empty_like(x)
-        np.multiply(gth, -x[:, 1], out=G[:, 0])
-        np.multiply(gth, x[:, 0], out=G[:, 1])
-        return psi, G
+        return f.real.copy(), _tangent_circle(f.imag, x)
 
     def __del__(self) -> None:
         if getattr(self, "_pool", None) is not None:
@@ -480,17 +482,25 @@ class InteractionSums:
         if nufft_threads is None:
             env = os.environ.get("OMP_NUM_THREADS", "")
             nufft_threads = int(env) if env.isdigit() and int(env) >= 1 else 1
-        self._nufft = CircleNufftSums(self.beta, tol, nufft_threads) if self.d == 2 else None
+        self.nufft_threads = check.integer("nufft_threads", nufft_threads, ge=1)
+        self._nufft = None               # made on first use (its FINUFFT plans): see :attr:`nufft`
         if method == "fast" and self._fast is None:
             why = self._fast_error or f"fast sums exist on S^1 and S^2 only (d = 2, 3), not d = {self.d}"
             raise ValueError(why)
-        if method == "nufft" and self._nufft is None:
+        if method == "nufft" and self.d != 2:
             raise ValueError(f"nufft sums exist on S^1 only (d = 2), not d = {self.d}: use sum='fast' or 'auto'")
 
     @property
     def fast(self):
         """The fast-sum object (CircleSums / SphereSums) or None."""
         return self._fast
+
+    @property
+    def nufft(self):
+        """The NUFFT sums (:class:`CircleNufftSums`, made on first use) on S^1, else None."""
+        if self._nufft is None and self.d == 2:
+            self._nufft = CircleNufftSums(self.beta, self.tol, self.nufft_threads)
+        return self._nufft
 
     def direct_cost(self, n_src: int, n_eval: int) -> float:
         return _C_DIRECT * (self.d + 6) * n_src * n_eval
@@ -501,9 +511,10 @@ class InteractionSums:
             return self.method
         n_eval = n_src if n_eval is None else n_eval
         costs = {"direct": self.direct_cost(n_src, n_eval)}
-        for name, sums in (("fast", self._fast), ("nufft", self._nufft)):
-            if sums is not None:
-                costs[name] = sums.cost(n_src, n_eval)
+        if self._fast is not None:
+            costs["fast"] = self._fast.cost(n_src, n_eval)
+        if self.d == 2:
+            costs["nufft"] = CircleNufftSums.cost(n_src, n_eval)
         return min(costs, key=costs.get)
 
     def fields(self, y: np.ndarray, w: np.ndarray, x: np.ndarray | None = None
@@ -512,7 +523,7 @@ class InteractionSums:
         n_eval = y.shape[0] if x is None else x.shape[0]
         method = self.method_for(y.shape[0], n_eval)
         if method == "nufft":
-            return self._nufft.fields(y, w, x)
+            return self.nufft.fields(y, w, x)
         with blas_threads(self.blas_threads):
             if method == "fast":
                 return self._fast.fields(y, w, x)
