@@ -12,9 +12,10 @@ Protocol (the conventions of scripts/reference_experiments.py): N = 1000 particl
 circle (particle seed 42), perceptron ``Perceptron.random(2, 2, activation, 1.0, seed=111)`` (units = d,
 a_k uniform on the circle, c_k standard normal; the same weights for every beta and for S1/S2/S3 -- only
 the activation differs), explicit Euler with dt = 0.1, one snapshot every 10 steps, stopping rule
-``{"window": 5, "drift_tol": 5e-4, "scale": 0.5}``: the cluster count (single linkage at geodesic radius
-min(0.5 / sqrt(beta), pi / (2 d)) = min(0.5 / sqrt(beta), pi / 4)) unchanged over 5 snapshots and
-max_i |v(x_i)| <= 5e-4; at most 200000 steps. beta runs over The model §5's list
+``{"window": 5, "drift_tol": 5e-4, "scale": 0.5, "rule": "paper"}``: the cluster count by the released
+code's own rule (``solvers.atoms.clusters(..., rule="paper")``: greedy arcs on S^1 at radius
+min(0.5 / sqrt(beta), pi / (2 d)) = min(0.5 / sqrt(beta), pi / 4)) unchanged over 5 snapshots, no cluster
+wider than the radius, and max_i |v(x_i)| <= 5e-4; at most 200000 steps. beta runs over The model §5's list
 {0.01, 0.05, 0.1, 0.5, 1, 3, 5, 7, 10, 15, 25, 35, 50}.
 
 Outputs (in --out, default runs/paper_protocol/):
@@ -24,9 +25,9 @@ Outputs (in --out, default runs/paper_protocol/):
   beta = (2 d scale / pi)^2 = 0.405 the linkage radius is capped at pi/4 and does not scale), and, as a
   reference, the fastest-growing Fourier mode k* = argmax_k k^2 ive(k, beta) / beta of the linearisation
   around the uniform state (The model §3.2; it predicts the first metastable cluster count of S1-0).
-  The right panel counts the same final states with the greedy rule of the paper's released code
-  (arcs of diameter <= the linkage radius, so a spread-out continuum is cut into pieces); in the full run
-  it differed from single linkage only for S2 at beta >= 1, where mass stays spread in the ReLU dead zone.
+  The left panel counts the final states with single linkage (the library's default rule), the right
+  one with the released code's rule, which the stopping rule uses (arcs of diameter <= the radius, so a
+  spread-out continuum is cut into pieces that linkage keeps whole).
 - ``cluster_masses.png``: every cluster mass against sqrt(beta), per setup (largest and smallest joined);
   for the ReLU setups the clusters lying in the dead zone (every ReLU unit inactive, <a_k, x> + b_k <= 0
   for all k: the perceptron drift vanishes there) are marked, with the total particle mass in the dead
@@ -79,7 +80,7 @@ import numpy as np  # noqa: E402
 from reference_experiments import PARTICLE_SEED, PERCEPTRON_SEED  # noqa: E402
 D = 2
 DT = 0.1
-STOP = {"window": 5, "drift_tol": 5e-4, "scale": 0.5}
+STOP = {"window": 5, "drift_tol": 5e-4, "scale": 0.5, "rule": "paper"}
 MAX_STEPS = 200_000
 BETAS = [0.01, 0.05, 0.1, 0.5, 1.0, 3.0, 5.0, 7.0, 10.0, 15.0, 25.0, 35.0, 50.0]
 QUICK_BETAS = [0.01, 1.0, 5.0]
@@ -152,36 +153,11 @@ def _arc_extent(theta: np.ndarray) -> float:
     return float(2 * np.pi - gaps.max())
 
 
-def greedy_arc_clusters(theta: np.ndarray, w: np.ndarray, radius: float) -> np.ndarray:
-    """Cluster masses (heaviest first) by the greedy arc rule of the paper's released code (as read in
-    wgf_circle/analysis.py of antonioalvarezl/2026-MLP-Attention-Energy; re-implemented here): sort the
-    angles starting after the largest gap, open a cluster at a particle and put every following particle
-    within ``radius`` of that *first* particle into it. Cluster diameters are <= radius, unlike single
-    linkage, whose clusters may chain over any length."""
-    if theta.size == 0:
-        return np.zeros(0)
-    order = np.argsort(np.mod(theta, 2 * np.pi))
-    s, ws = np.mod(theta, 2 * np.pi)[order], w[order]
-    gaps = np.diff(np.concatenate([s, [s[0] + 2 * np.pi]]))
-    start = (int(np.argmax(gaps)) + 1) % s.size
-    lin = np.concatenate([s[start:], s[:start] + 2 * np.pi])
-    wl = np.concatenate([ws[start:], ws[:start]])
-    masses, first, acc = [], lin[0], 0.0
-    for a, m in zip(lin, wl):
-        if a - first <= radius:
-            acc += m
-        else:
-            masses.append(acc)
-            first, acc = a, m
-    masses.append(acc)
-    return np.sort(np.array(masses))[::-1]
-
-
 # --- one particle run --------------------------------------------------------------------------------
 def run_particles(setup: str, beta: float, n: int = 1000, max_steps: int = MAX_STEPS) -> dict:
     """One run of the protocol; returns its record (plain JSON values, final angles included)."""
     from solvers import simulate_particles
-    from solvers.atoms import single_linkage_clusters
+    from solvers.atoms import clusters as cluster_points
     from solvers.particles import cluster_radius
 
     model = model_for(setup, beta)
@@ -191,7 +167,7 @@ def run_particles(setup: str, beta: float, n: int = 1000, max_steps: int = MAX_S
     wall = time.perf_counter() - t0
     x0, x = r.x[0], r.x[-1]
     radius = cluster_radius(beta, D, STOP["scale"])
-    centres, masses, labels = single_linkage_clusters(x, r.w, radius)
+    centres, masses, labels = cluster_points(x, r.w, radius, "linkage")
     theta = _angles(x)
     dead = dead_zone(model.perceptron, x)
     dead0 = dead_zone(model.perceptron, x0)
@@ -203,7 +179,7 @@ def run_particles(setup: str, beta: float, n: int = 1000, max_steps: int = MAX_S
         if dead is not None:
             rec["dead_fraction"] = float(np.sum(r.w[member & dead]) / masses[k])
         clusters.append(rec)
-    greedy = greedy_arc_clusters(theta, r.w, radius)
+    _, greedy = r.clusters(-1, STOP["scale"], rule="paper")
     out = {
         "setup": setup, "flow": model.flow, "activation": None if model.perceptron is None else model.perceptron.activation,
         "beta": float(beta), "sqrt_beta": math.sqrt(beta), "n": int(n), "radius": radius,
@@ -305,8 +281,8 @@ def _plt():
 def plot_counts(records, fits, setups, path: Path, min_beta: float, title: str) -> None:
     plt = _plt()
     fig, axes = plt.subplots(1, 2, figsize=(13, 4.8), sharey=True)
-    panels = [("clusters", "single linkage (the project's rule, the stopping rule's count)"),
-              ("clusters_greedy", "greedy arcs of diameter <= radius (the paper's released code)")]
+    panels = [("clusters", "single linkage (the library's default rule)"),
+              ("clusters_greedy", "greedy arcs of diameter <= radius (the released code's rule: the stop's count)")]
     betas = sorted({r["beta"] for r in records})
     for ax, (key, what) in zip(axes, panels):
         for s in setups:

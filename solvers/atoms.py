@@ -32,7 +32,18 @@ and the grid's cut of the basin's boundary therefore do not move it: for a bump 
 background the whole basin's mean is off by 0.44 rad, this one by 3e-6 rad; a rotated copy of a
 PDE state gives positions rotated to 1e-4 rad (the grid spacing there is 1.6e-2; measured).
 
-For particles, clusters are single-linkage components at a geodesic threshold (The model §5).
+For particles (weighted points), two clustering rules at a geodesic radius r (The model §5):
+
+- ``rule="linkage"``: single-linkage components: two points are linked when their geodesic distance is
+  <= r, clusters are the connected components (chains of links may be longer than r).
+- ``rule="paper"``: the rule of the main paper's released code (antonioalvarezl/2026-MLP-Attention-Energy,
+  ``wgf_circle/analysis.py`` and ``wgf_sphere/analysis_S2.py``). On S^1, *greedy arcs*: sort the angles,
+  cut the circle at the largest gap between consecutive angles, walk from the angle after the cut: a
+  cluster opens at the first angle not yet taken and takes every following angle a with
+  a - (its first angle) <= r. A cluster's arc is therefore <= r, and a chain of points spaced below r
+  splits into arcs of length r (linkage keeps it whole). On S^2 (and any d >= 3), connected components of
+  {geodesic distance <= r}: the same relation as ``"linkage"``. A cluster's mass is the sum of its weights
+  (the released code counts particles: the same for equal weights).
 """
 from __future__ import annotations
 
@@ -40,7 +51,11 @@ import numpy as np
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
-__all__ = ["Atoms", "atoms_from_graph", "circle_neighbours", "single_linkage_clusters", "DEFAULT_PROMINENCE"]
+__all__ = ["Atoms", "atoms_from_graph", "circle_neighbours", "single_linkage_clusters", "greedy_arc_labels",
+           "clusters", "cluster_spread", "spread_within", "CLUSTER_RULES", "DEFAULT_PROMINENCE"]
+
+#: the clustering rules of :func:`clusters` (see the module docstring)
+CLUSTER_RULES = ("linkage", "paper")
 
 #: relative prominence below which a peak of the basin rule is merged into its higher neighbour
 DEFAULT_PROMINENCE = 0.1
@@ -275,7 +290,38 @@ def single_linkage_clusters(x: np.ndarray, w: np.ndarray, radius: float
     n = x.shape[0]
     chord = 2.0 * np.sin(min(radius, np.pi) / 2.0) * (1 + 1e-12)
     labels = _linkage_labels(x, chord) if n else np.zeros(0, dtype=int)
-    # number the components by first appearance, so the order of equal-mass clusters is that of the points
+    return _weighted_clusters(x, w, labels)
+
+
+def greedy_arc_labels(x: np.ndarray, radius: float) -> np.ndarray:
+    """Cluster labels (N,) of points on S^1 by the greedy-arc rule (module docstring, ``rule="paper"``),
+    numbered along the circle from the largest gap. A cluster's arc a_last - a_first is <= ``radius``."""
+    x = np.asarray(x, dtype=float)
+    n = x.shape[0]
+    if n == 0:
+        return np.zeros(0, dtype=int)
+    two_pi = 2.0 * np.pi
+    theta = np.mod(np.arctan2(x[:, 1], x[:, 0]), two_pi)
+    order = np.argsort(theta, kind="stable")
+    a = theta[order]
+    gaps = np.diff(np.concatenate([a, [a[0] + two_pi]]))
+    start = (int(np.argmax(gaps)) + 1) % n
+    lin = np.concatenate([a[start:], a[:start] + two_pi])
+    # the walk visits clusters, not points: each cluster ends at the last angle <= its first + radius
+    ends = []
+    i = 0
+    while i < n:
+        i = int(np.searchsorted(lin, lin[i] + radius, side="right"))
+        ends.append(i)
+    along = np.repeat(np.arange(len(ends)), np.diff(np.concatenate([[0], ends])))
+    labels = np.empty(n, dtype=int)
+    labels[np.concatenate([order[start:], order[:start]])] = along
+    return labels
+
+
+def _weighted_clusters(x: np.ndarray, w: np.ndarray, labels: np.ndarray
+                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(centres, masses, labels) of given labels, heaviest first (ties: by first appearance)."""
     _, first, labels = np.unique(labels, return_index=True, return_inverse=True)
     relabel_first = np.empty(len(first), dtype=int)
     relabel_first[np.argsort(first, kind="stable")] = np.arange(len(first))
@@ -290,3 +336,59 @@ def single_linkage_clusters(x: np.ndarray, w: np.ndarray, radius: float
     relabel = np.empty(k, dtype=int)
     relabel[order] = np.arange(k)
     return centres[order], masses[order], relabel[labels]
+
+
+def clusters(x: np.ndarray, w: np.ndarray, radius: float, rule: str = "linkage"
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Clusters of weighted unit vectors at geodesic radius ``radius`` by ``rule`` ("linkage" or "paper",
+    see the module docstring): (centres (k, d), masses (k,), labels (N,)), heaviest first; a centre is the
+    normalised weighted mean of its members."""
+    if rule not in CLUSTER_RULES:
+        raise ValueError(f"cluster rule must be one of {CLUSTER_RULES}, got {rule!r}")
+    x = np.asarray(x, dtype=float)
+    if rule == "paper" and x.ndim == 2 and x.shape[1] == 2:
+        return _weighted_clusters(x, np.asarray(w, dtype=float), greedy_arc_labels(x, radius))
+    return single_linkage_clusters(x, w, radius)
+
+
+def cluster_spread(x: np.ndarray, labels: np.ndarray) -> float:
+    """The largest geodesic diameter (radians) of a cluster: max over clusters of the largest distance
+    between two members (the released code's "spread"). On S^1 the arc a cluster spans (< pi); on
+    S^d an exact maximum over pairs, in blocks (O(n_c^2) per cluster)."""
+    x = np.asarray(x, dtype=float)
+    labels = np.asarray(labels)
+    out = 0.0
+    for k in np.unique(labels):
+        xc = x[labels == k]
+        if len(xc) < 2:
+            continue
+        if x.shape[1] == 2:
+            th = np.sort(np.mod(np.arctan2(xc[:, 1], xc[:, 0]), 2.0 * np.pi))
+            gaps = np.diff(np.concatenate([th, [th[0] + 2.0 * np.pi]]))
+            out = max(out, float(2.0 * np.pi - gaps.max()))
+            continue
+        lo = 1.0
+        for s in range(0, len(xc), 2048):
+            lo = min(lo, float((xc[s:s + 2048] @ xc.T).min()))
+        out = max(out, float(np.arccos(np.clip(lo, -1.0, 1.0))))
+    return out
+
+
+def spread_within(x: np.ndarray, labels: np.ndarray, limit: float) -> bool:
+    """Whether every cluster's geodesic diameter is <= ``limit`` (radians): ``cluster_spread(x, labels) <=
+    limit``, decided first from the distances to one member (r0: the diameter lies in [r0, 2 r0]), so
+    that the O(n_c^2) maximum over pairs is computed only for clusters where that does not decide."""
+    x = np.asarray(x, dtype=float)
+    labels = np.asarray(labels)
+    if x.shape[1] == 2:
+        return cluster_spread(x, labels) <= limit
+    for k in np.unique(labels):
+        xc = x[labels == k]
+        if len(xc) < 2:
+            continue
+        r0 = float(np.arccos(np.clip((xc @ xc[0]).min(), -1.0, 1.0)))
+        if r0 > limit:
+            return False
+        if 2.0 * r0 > limit and cluster_spread(xc, np.zeros(len(xc), dtype=int)) > limit:
+            return False
+    return True

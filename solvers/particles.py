@@ -27,7 +27,8 @@ drift max_i |v(x_i)| (the deterministic velocity, as the reference code's stoppi
 the dissipation s sum_i w_i |v_i|^2 (= dE/dt for noiseless USA with a gradient perceptron) and the
 cluster count. The stopping rule (:class:`StopRule`) is the reference one: the cluster count is
 unchanged over ``window`` consecutive snapshots (the initial one excluded) and the largest drift is
-<= ``drift_tol``.
+<= ``drift_tol``; clusters by ``rule`` ("linkage", or "paper": the released code's own count, with its
+condition that no cluster spans more than ``spread_factor`` radii; :mod:`solvers.atoms`).
 """
 from __future__ import annotations
 
@@ -42,7 +43,7 @@ from spectral import fourier, sphere
 from ._blas import blas_threads
 from . import validators as check
 from ._memory import refuse_if_too_big
-from .atoms import single_linkage_clusters
+from .atoms import CLUSTER_RULES, clusters, spread_within
 from .interaction import DEFAULT_BLOCK_BYTES, DEFAULT_TOL, SUM_METHODS, InteractionSums
 from .model import Model, density_values
 from .stepping import TABLEAUS, Integration, Progress, StepController
@@ -102,17 +103,34 @@ class StopRule:
     drift_tol : float
         Largest drift max_i |v(x_i)| allowed at the last of them (radians per unit time).
     scale : float
-        Cluster linkage radius min(scale / sqrt(beta), pi / (2 d)).
+        Cluster radius min(scale / sqrt(beta), pi / (2 d)).
+    rule : {"linkage", "paper"}
+        How clusters are counted (:func:`solvers.atoms.clusters`): single linkage, or the released code's
+        rule (greedy arcs on S^1, components on S^2).
+    spread_factor : float
+        With ``rule="paper"`` only, the released code's third condition: every cluster's diameter
+        (:func:`solvers.atoms.cluster_spread`) is <= spread_factor x the radius at the last snapshot
+        (0 drops it; its default 1).
     """
 
     window: int = 5
     drift_tol: float = 5e-4
     scale: float = 0.5
+    rule: str = "linkage"
+    spread_factor: float = 1.0
 
     def __post_init__(self) -> None:
         check.integer("stop: window", self.window, ge=STOP_WINDOW_MIN)
         check.number("stop: drift_tol", self.drift_tol, gt=0)
         check.number("stop: scale", self.scale, gt=0)
+        if self.rule not in CLUSTER_RULES:
+            raise ValueError(f"stop: rule must be one of {CLUSTER_RULES}, got {self.rule!r}")
+        check.number("stop: spread_factor", self.spread_factor, ge=0)
+
+    def settings(self) -> tuple:
+        """What a restart must share (the linkage rule's triple as before the paper rule existed)."""
+        base = (self.window, self.drift_tol, self.scale)
+        return base if self.rule == "linkage" else base + (self.rule, self.spread_factor)
 
     @classmethod
     def from_arg(cls, stop) -> "StopRule | None":
@@ -126,7 +144,8 @@ class StopRule:
         if isinstance(stop, dict):
             unknown = sorted(set(stop) - {f.name for f in fields(cls)})
             if unknown:
-                raise ValueError(f"stop: unknown field(s) {unknown}; allowed: window, drift_tol, scale")
+                raise ValueError(f"stop: unknown field(s) {unknown}; allowed: window, drift_tol, scale, rule, "
+                                 "spread_factor")
             return cls(**stop)
         raise ValueError(f"stop must be None, True, a dict (window, drift_tol, scale) or a StopRule, got {stop!r}")
 
@@ -407,14 +426,20 @@ class ParticleResult:
             raise IndexError(f"snapshot index {i} out of range for {T} snapshots")
         return i % T
 
-    def clusters(self, i: int = -1, scale: float = 0.5) -> tuple[np.ndarray, np.ndarray]:
-        """Centres (k, d) (normalised weighted means) and masses (k,), heaviest first, of the
-        single-linkage clusters at geodesic radius min(scale / sqrt(beta), pi / (2 d)) at snapshot i."""
+    def clusters(self, i: int = -1, scale: float = 0.5, rule: str = "linkage") -> tuple[np.ndarray, np.ndarray]:
+        """Centres (k, d) (normalised weighted means) and masses (k,), heaviest first, of the clusters
+        at snapshot i at geodesic radius min(scale / sqrt(beta), pi / (2 d)), by ``rule``: "linkage"
+        (single linkage) or "paper" (the released code's rule: greedy arcs on S^1, components on S^2;
+        :mod:`solvers.atoms`)."""
         i = self._index(i)
         check.number("scale", scale, gt=0)
-        centres, masses, _ = single_linkage_clusters(self.x[i], self.w,
-                                                     cluster_radius(self.model.beta, self.model.d, scale))
+        centres, masses, _ = clusters(self.x[i], self.w, cluster_radius(self.model.beta, self.model.d, scale), rule)
         return centres, masses
+
+    @property
+    def cluster_rule(self) -> tuple[float, str]:
+        """(scale, rule) of the run's stopping rule; (0.5, "linkage") without one."""
+        return (float(self.stop["scale"]), str(self.stop.get("rule", "linkage"))) if self.stop else (0.5, "linkage")
 
     def summary(self) -> str:
         m = self.model
@@ -431,9 +456,9 @@ class ParticleResult:
         if len(self.t):
             lines.append(f"  energy {self.energy[0]:.10g} -> {self.energy[-1]:.10g}; max drift "
                          f"{self.max_drift[0]:.3g} -> {self.max_drift[-1]:.3g}")
-            scale = self.stop["scale"] if self.stop else 0.5
-            _, masses = self.clusters(-1, scale)
-            lines.append(f"  clusters (scale {scale:g}, radius {cluster_radius(m.beta, m.d, scale):.4g}): "
+            scale, rule = self.cluster_rule
+            _, masses = self.clusters(-1, scale, rule)
+            lines.append(f"  clusters ({rule}, scale {scale:g}, radius {cluster_radius(m.beta, m.d, scale):.4g}): "
                          f"{len(masses)}, masses " + ", ".join(f"{v:.4f}" for v in masses[:12])
                          + (" ..." if len(masses) > 12 else ""))
         return "\n".join(lines)
@@ -638,6 +663,8 @@ class ParticleRun(Integration):
                                         block_bytes=opts.block_bytes, blas_threads=None)
         self.sum_method = "none" if self.sums is None else self.sums.method_for(self.N)
         self.scale = rule.scale if rule is not None else 0.5
+        self.cluster_rule = rule.rule if rule is not None else "linkage"
+        self.spread_ok = True
         self.radius = cluster_radius(model.beta, model.d, self.scale)
         self.record_clusters = opts.record_clusters or rule is not None
         self.tableau = {"euler": TABLEAUS["Euler"], "rk4": TABLEAUS["RK4"], "adaptive": TABLEAUS["DP54"]}[integrator]
@@ -671,7 +698,7 @@ class ParticleRun(Integration):
         m = self.model
         return {"d": m.d, "beta": m.beta, "flow": m.flow, "attention": m.attention, "strength": m.strength,
                 "noise": m.noise, "integrator": self.integrator, "dt": self.dt0, "save_every": self.save_every,
-                "stop": None if self.rule is None else (self.rule.window, self.rule.drift_tol, self.rule.scale)}
+                "stop": None if self.rule is None else self.rule.settings()}
 
     def _check_settings(self, saved: dict | None) -> None:
         if saved is None:
@@ -717,7 +744,10 @@ class ParticleRun(Integration):
         max_drift = float(np.sqrt(speed2.max()))
         count = -1
         if self.record_clusters and np.all(np.isfinite(self.x)):
-            count = len(single_linkage_clusters(self.x, self.w, self.radius)[1])
+            _, masses, labels = clusters(self.x, self.w, self.radius, self.cluster_rule)
+            count = len(masses)
+            if self.rule is not None and self.rule.rule == "paper" and self.rule.spread_factor > 0:
+                self.spread_ok = spread_within(self.x, labels, self.rule.spread_factor * self.radius)
         row = {"t": self.t, "x": self.x.copy(), "energy": energy, "max_drift": max_drift,
                "dissipation": float(m.sign * (self.w @ speed2)), "cluster_count": count}
         self.rows.append(row)
@@ -733,9 +763,11 @@ class ParticleRun(Integration):
             self.counts.append(count)
             self.counts = self.counts[-self.rule.window:]
             if (len(self.counts) == self.rule.window and len(set(self.counts)) == 1
-                    and max_drift <= self.rule.drift_tol):
-                verdict = ("converged", f"{count} clusters over {self.rule.window} snapshots and max drift "
-                                        f"{max_drift:.3g} <= {self.rule.drift_tol:g}")
+                    and max_drift <= self.rule.drift_tol and self.spread_ok):
+                verdict = ("converged", f"{count} clusters ({self.rule.rule}) over {self.rule.window} snapshots "
+                                        f"and max drift {max_drift:.3g} <= {self.rule.drift_tol:g}"
+                                        + (f", no cluster wider than {self.rule.spread_factor:g} radii"
+                                           if self.rule.rule == "paper" and self.rule.spread_factor > 0 else ""))
         self.last_restart = self._restart_state()
         if self.callback is not None:
             self.callback({**self.rows[-1], "restart": self.last_restart})

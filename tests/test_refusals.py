@@ -98,6 +98,8 @@ REFUSALS = [
      r"pde\.max_degree: must be >= pde\.degree = 64, got 32"),
     ("quadrature-n-on-sphere", "config", BASE3 + '[particles]\nn = 100\nt_final = 1.0\ninit = "quadrature"\n',
      r"particles\.n: init='quadrature' on S\^2 .* n must be 2 nlat\^2, got n = 100 \(nearest: \[72, 98, 128\]\)"),
+    ("config-stop-unknown-cluster-rule", "config", BASE + PDE + PARTICLES + '[particles.stop]\nrule = "greedy"\n',
+     r"particles\.stop\.rule: must be one of"),
     ("compare-needs-both-solvers", "config", BASE + PDE + "[compare]\nmoments = 4\n",
      r"compare: needs both a \[pde\] and a \[particles\] table"),
 
@@ -255,6 +257,9 @@ REFUSALS = [
     ("particles-steps-beyond-max-steps", "api",
      lambda: simulate_particles(Model(2, 5.0, "ascent"), n=100, t_final=1.0, dt=1e-4, max_steps=1000),
      r"^t_final / dt = 10000 steps of the fixed-step integrator 'rk4' exceed max_steps = 1000"),
+    ("particles-stop-unknown-cluster-rule", "api",
+     lambda: simulate_particles(Model(2, 5.0, "ascent"), n=100, stop={"rule": "greedy"}),
+     r"^stop: rule must be one of \('linkage', 'paper'\), got 'greedy'$"),
     ("particles-stop-rule-with-noise", "api",
      lambda: simulate_particles(Model(2, 5.0, "ascent", noise=0.01), n=100, stop=True),
      r"^a stopping rule with noise > 0 needs t_final"),

@@ -11,7 +11,8 @@ A configuration has these tables (either solver may be absent, not both)::
     [pde]                   degree, t_final, save_every, and the options of solvers.pde.PDEOptions
     [particles]             n, init, seed, integrator, dt, t_final, save_every, sum, sum_tol, max_steps,
                             rtol, atol, dt_max
-    [particles.stop]        the reference stopping rule: window, drift_tol, scale
+    [particles.stop]        the reference stopping rule: window, drift_tol, scale, rule ("linkage" |
+                            "paper"), spread_factor (with rule = "paper")
     [compare]               PDE <-> particle comparison (needs both solvers)
 
 Every problem is reported as a :class:`ConfigError` naming the key path (``model.beta``) and what is
@@ -33,6 +34,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 from ..model import ATTENTIONS, FLOWS, Model
+from ..atoms import CLUSTER_RULES
 from ..particles import INITS, INTEGRATORS, STOP_WINDOW_MIN
 from ..interaction import SUM_METHODS
 from ..pde import CONTINUATIONS, METHODS, MIN_DEGREE
@@ -198,7 +200,8 @@ PARTICLES = Table({
     "integrator": Choice(INTEGRATORS), "dt": POS, "t_final": POS, "save_every": POS,
     "sum": Choice(SUM_METHODS), "sum_tol": POS, "max_steps": Int(min=1), "rtol": POS, "atol": POS,
     "dt_max": POS,
-    "stop": Table({"window": Int(min=STOP_WINDOW_MIN), "drift_tol": POS, "scale": POS}),
+    "stop": Table({"window": Int(min=STOP_WINDOW_MIN), "drift_tol": POS, "scale": POS,
+                   "rule": Choice(CLUSTER_RULES), "spread_factor": NONNEG}),
 }, required=("n", "t_final"))
 
 COMPARE = Table({

@@ -337,7 +337,7 @@ def _run_particles(config: RunConfig, writer: ArchiveWriter, resume: bool, progr
         prepared = prepare_particles(config.model, restart=restart, **kw)
     result = prepared.run(progress=bar, callback=snapshot)
     with deferred_interrupt():
-        writer.particles_finish(result, cluster_scale=rule.scale if rule is not None else 0.5)
+        writer.particles_finish(result)
     log(f"[particles] {result.stop_reason} at t = {result.t_stop:.6g}: {result.message} "
         f"({result.nsteps} steps, {result.wall_time:.1f} s)")
     return result
