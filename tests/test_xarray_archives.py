@@ -5,7 +5,6 @@ h5py reads, coordinates are the ones of the grids, and archives of format versio
 from __future__ import annotations
 
 import lzma
-import shutil
 from pathlib import Path
 
 import h5py
