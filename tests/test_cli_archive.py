@@ -160,8 +160,8 @@ from solvers.app import archive
 after, sig = int(sys.argv[1]), int(sys.argv[2])
 write = archive.ArchiveWriter.write_pending
 archive.ArchiveWriter._due = lambda self: True          # every snapshot is written at once
-def write_pending(self):
-    write(self)
+def write_pending(self, *a, **k):
+    write(self, *a, **k)
     rows = max((self.f[g].shape[0] for g in ("pde/t", "particles/t") if g in self.f), default=0)
     if rows >= after and not getattr(self, "_signalled", False):
         self._signalled = True

@@ -501,8 +501,13 @@ class ArchiveWriter:
     def _due(self) -> bool:
         return time.perf_counter() - self._last_flush >= self.flush_interval
 
-    def write_pending(self) -> None:
-        """Write every buffered snapshot with its restart state, then flush the file."""
+    def write_due(self) -> bool:
+        """Whether the next snapshot will be written (with the batch it completes), not only buffered."""
+        return self._due()
+
+    def write_pending(self, flush: bool = True) -> None:
+        """Write every buffered snapshot with its restart state, then flush the file (unless the caller
+        flushes right after)."""
         wrote = False
         if self._pending["pde"]:
             self._write_pde(self._pending["pde"])
@@ -514,7 +519,8 @@ class ArchiveWriter:
             wrote = True
         if wrote:
             self.f.attrs["updated"] = _now()
-            self.f.flush()
+            if flush:
+                self.f.flush()
         self._last_flush = time.perf_counter()
 
     def __enter__(self) -> "ArchiveWriter":
@@ -538,7 +544,8 @@ class ArchiveWriter:
         g.attrs["initial"] = initial
         g.attrs.setdefault("stop_reason", "")
         g.attrs["complete"] = False
-        self.f.flush()
+        # no flush here: the stage's first batch flushes (with a restart state: before it, a resume starts
+        # the stage afresh, whether or not this group reached the disk)
 
     def pde_snapshot(self, snap: dict) -> None:
         """Buffer one snapshot (the dict a solve_pde callback receives); write the batch when due."""
@@ -644,8 +651,8 @@ class ArchiveWriter:
 
     def _finish_stage(self, name: str, result) -> "h5py.Group":
         """Write what is pending, then how the stage ended: its stop reason and message, the time and steps
-        it reached, and the wall time added to that of the runs it resumed."""
-        self.write_pending()
+        it reached, and the wall time added to that of the runs it resumed (the caller flushes)."""
+        self.write_pending(flush=False)
         g = self.f[name]
         a = g.attrs
         a["stop_reason"] = result.stop_reason

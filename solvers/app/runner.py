@@ -266,7 +266,10 @@ def _run_pde(config: RunConfig, writer: ArchiveWriter, resume: bool, progress, l
     bar = progress_for("pde", t_final, float(restart["t"]) if restart else 0.0, progress)
 
     def snapshot(snap):
-        with deferred_interrupt():
+        if writer.write_due():          # the snapshot completes a batch: hold Ctrl-C over the write
+            with deferred_interrupt():
+                writer.pde_snapshot(snap)
+        else:                           # only buffered (installing a signal handler per snapshot costs)
             writer.pde_snapshot(snap)
 
     if restart is not None or prepared is None:
