@@ -149,7 +149,8 @@ class Model:
         return self.attention != "normalized" and (self.perceptron is None or self.perceptron.is_gradient)
 
     # --- the velocity field (the single definition used by every solver) ---------------------------
-    def velocity(self, G: np.ndarray, psi: np.ndarray | float | None, drift: np.ndarray | None) -> np.ndarray:
+    def velocity(self, G: np.ndarray, psi: np.ndarray | float | None, drift: np.ndarray | None,
+                 out: np.ndarray | None = None) -> np.ndarray:
         """Velocity from the attention fields and the perceptron drift at the same points.
 
         Parameters
@@ -160,22 +161,36 @@ class Model:
             ∫ exp(beta(<x,y>-1)) dmu(y), broadcastable against G (only used by SA).
         drift : ndarray or None
             Perceptron drift at the points, same shape as G, or None.
+        out : ndarray, optional
+            Float array of G's shape, not overlapping G, psi or drift, to hold the result (a solver's
+            buffer, reused on every call); default a new array.
 
         Returns
         -------
         ndarray
-            v = s (gamma G + drift) for USA, s (G / psi + drift) for SA, s drift for 'none'.
+            v = s (gamma G + drift) for USA, s (G / psi + drift) for SA, s drift for 'none',
+            evaluated as (s gamma) G, s (G / psi) and 0, plus s drift.
         """
         a = self.attention_coefficient
+        if out is None:
+            out = np.empty(np.shape(G), dtype=np.result_type(G, float))
         if self.attention == "none":
-            v = np.zeros_like(G)
+            out[...] = 0.0
         elif self.normalized:
-            v = a * (G / psi)
+            np.divide(G, psi, out=out)
+            out *= a
         else:
-            v = a * G
+            np.multiply(G, a, out=out)
         if drift is not None:
-            v = v + self.drift_coefficient * drift
-        return v
+            s = self.drift_coefficient
+            # s = +-1: s * drift is exact, so adding or subtracting drift gives v + s * drift bit for bit
+            if s == 1.0:
+                out += drift
+            elif s == -1.0:
+                out -= drift
+            else:
+                out += s * drift
+        return out
 
     def drift(self, x: np.ndarray) -> np.ndarray | None:
         """Perceptron drift at unit vectors x (n, d), or None without a perceptron."""

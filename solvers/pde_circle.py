@@ -322,6 +322,9 @@ class CircleDiscretization:
         nrows = 1 + (self.Ka > 0) + (self.Ka > 0 and model.normalized)
         self._inv = b.plan(nrows, "backward")
         self._fwd = b.plan(1, "forward")
+        self._normalized = model.normalized
+        self._v = np.empty(b.M)          # the velocity, rebuilt in place by every call
+        self._zero = np.zeros(b.M)       # G without attention
         self.last = {}
 
     # --- right-hand side ------------------------------------------------------------------------
@@ -330,30 +333,27 @@ class CircleDiscretization:
         inv = self._inv
         K, Ka = self.K, self.Ka
         inv.spec[0, :K] = c
-        inv.clear_tail(K)
+        inv.clear_tail(K)               # every row: the c2r transform destroyed its input
         G = psi = None
         if Ka:
             np.multiply(c[:Ka], self._mult_G, out=inv.spec[1, :Ka])
-            inv.spec[1:, K:] = 0.0
             inv.spec[1, Ka:K] = 0.0
-            if self.model.normalized:
+            if self._normalized:
                 np.multiply(c[:Ka], self._mult_psi, out=inv.spec[2, :Ka])
                 inv.spec[2, Ka:K] = 0.0
         inv.execute()
         rho = inv.grid[0]
         if Ka:
             G = inv.grid[1]
-            if self.model.normalized:
+            if self._normalized:
                 psi = inv.grid[2]
         return rho, G, psi
 
     def velocity(self, c: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-        """rho, the angular velocity v_theta and Psi (SA only) on the grid."""
+        """rho, the angular velocity v_theta and Psi (SA only) on the grid (views into buffers: valid until
+        the next call)."""
         rho, G, psi = self.fields(c)
-        if G is None:
-            v = self.model.velocity(np.zeros_like(rho), None, self.drift)
-        else:
-            v = self.model.velocity(G, psi, self.drift)
+        v = self.model.velocity(self._zero if G is None else G, psi, self.drift, out=self._v)
         return rho, v, psi
 
     def rhs(self, t: float, c: np.ndarray, last: bool = False) -> np.ndarray:

@@ -387,7 +387,7 @@ class SphereDiscretization:
         self._S = b.spec_array()
         self._T = b.spec_array()
         self._zero = b.spat_array(2) if not self.La else None       # G without attention
-        self._keep = self.drift if self.drift is not None else self._G
+        self._v = b.spat_array(2)              # the velocity, rebuilt in place by every call
         self.last: dict = {}
 
     # --- right-hand side ------------------------------------------------------------------------
@@ -411,9 +411,10 @@ class SphereDiscretization:
         return self._rho, self._G, psi
 
     def velocity(self, u: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-        """rho, v = (v_theta, v_phi) (2, nlat, nphi) and Psi (SA only) on the grid."""
+        """rho, v = (v_theta, v_phi) (2, nlat, nphi) and Psi (SA only) on the grid (views into buffers:
+        valid until the next call)."""
         rho, G, psi = self.fields(u)
-        return rho, self.model.velocity(self._zero if G is None else G, psi, self.drift), psi
+        return rho, self.model.velocity(self._zero if G is None else G, psi, self.drift, out=self._v), psi
 
     def rhs(self, t: float, u: np.ndarray, last: bool = False) -> np.ndarray:
         """-div(rho v) in native coefficients (the nonlinear part of the PDE)."""
@@ -421,11 +422,10 @@ class SphereDiscretization:
         flux = self._flux
         np.multiply(v, rho, out=flux)
         if last:
-            # |v|^2 in v's own storage when v is a fresh array (it is no longer needed), never in the
-            # drift's, which the next call reuses
-            v2 = np.square(v, out=None if np.shares_memory(v, self._keep) else v)
+            # |v|^2 in v's buffer (v is no longer needed once the flux is formed)
+            v2 = np.square(v, out=v)
             self.last = {"min_density": float(rho.min()), "max_density": float(rho.max()),
-                         "vmax": float(math.sqrt((v2[0] + v2[1]).max()))}
+                         "vmax": float(math.sqrt(np.add(v2[0], v2[1], out=v2[0]).max()))}
             if psi is not None:
                 self.last["psi_ratio"] = self._psi_ratio(u, psi)
         self.basis.sht.spat_to_SHsphtor(flux[0], flux[1], self._S, self._T)
