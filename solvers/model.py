@@ -168,28 +168,41 @@ class Model:
         Returns
         -------
         ndarray
-            v = s (gamma G + drift) for USA, s (G / psi + drift) for SA, s drift for 'none',
-            evaluated as (s gamma) G, s (G / psi) and 0, plus s drift.
+            v = s (gamma G + drift) for USA, s (G / psi + drift) for SA, s drift for 'none':
+            s times :meth:`drive`.
         """
-        a = self.attention_coefficient
+        out = self.drive(G, psi, drift, out)
+        if self.sign != 1.0:
+            np.negative(out, out=out)
+        return out
+
+    def drive(self, G: np.ndarray, psi: np.ndarray | float | None, drift: np.ndarray | None,
+              out: np.ndarray | None = None) -> np.ndarray:
+        """The velocity without the flow's sign: w = gamma G + drift (USA), G / psi + drift (SA), drift
+        ('none'), so that v = s w (:meth:`velocity`; arguments as there).
+
+        s = +-1, so s w is exact and a linear operation applied to w then multiplied by s gives the
+        values it gives applied to v: the spectral solvers form the flux rho w and put s into the
+        divergence's multipliers, one pass over the grid fewer than forming v.
+        """
         if out is None:
             out = np.empty(np.shape(G), dtype=np.result_type(G, float))
         if self.attention == "none":
-            out[...] = 0.0
-        elif self.normalized:
-            np.divide(G, psi, out=out)
-            out *= a
-        else:
-            np.multiply(G, a, out=out)
-        if drift is not None:
-            s = self.drift_coefficient
-            # s = +-1: s * drift is exact, so adding or subtracting drift gives v + s * drift bit for bit
-            if s == 1.0:
-                out += drift
-            elif s == -1.0:
-                out -= drift
+            if drift is None:
+                out[...] = 0.0
             else:
-                out += s * drift
+                out[...] = drift
+            return out
+        if self.normalized:
+            np.divide(G, psi, out=out)
+        elif self.strength != 1.0:
+            np.multiply(G, self.strength, out=out)
+        elif drift is not None:
+            return np.add(G, drift, out=out)
+        else:
+            out[...] = G
+        if drift is not None:
+            out += drift
         return out
 
     def drift(self, x: np.ndarray) -> np.ndarray | None:

@@ -314,6 +314,8 @@ class CircleDiscretization:
         self._mult_G = (1j * k * g)[: self.Ka]       # c -> G = dPhi/dtheta
         self._mult_psi = lam[: self.Ka].astype(complex)
         self._div = -1j * k / b.M                    # unnormalised forward FFT -> -d/dtheta
+        # the flux is formed from the unsigned velocity w (v = s w, Model.drive): s goes here, exactly
+        self._div_signed = model.sign * self._div
         pts = b.points
         drift = model.drift(pts)
         self.drift = None if drift is None else np.einsum("nd,nd->n", drift, b.tangents)
@@ -323,7 +325,7 @@ class CircleDiscretization:
         self._inv = b.plan(nrows, "backward")
         self._fwd = b.plan(1, "forward")
         self._normalized = model.normalized
-        self._v = np.empty(b.M)          # the velocity, rebuilt in place by every call
+        self._v = np.empty(b.M)          # the velocity (or w), rebuilt in place by every call
         self._zero = np.zeros(b.M)       # G without attention
         self.last = {}
 
@@ -357,20 +359,23 @@ class CircleDiscretization:
         return rho, v, psi
 
     def rhs(self, t: float, c: np.ndarray, last: bool = False) -> np.ndarray:
-        """-d/dtheta (rho v) in coefficient space (the nonlinear part of the PDE)."""
-        rho, v, psi = self.velocity(c)
+        """-d/dtheta (rho v) in coefficient space (the nonlinear part of the PDE), as
+        s (-d/dtheta (rho w)) with v = s w (``Model.drive``): the same values, one grid pass fewer."""
+        rho, G, psi = self.fields(c)
+        w = self.model.drive(self._zero if G is None else G, psi, self.drift, out=self._v)
         fwd = self._fwd
-        np.multiply(rho, v, out=fwd.grid[0])
+        np.multiply(rho, w, out=fwd.grid[0])
         if last:
+            # |v| = |w|; max |w| as max(max w, -min w): no temporary
             self.last = {"min_density": float(rho.min()), "max_density": float(rho.max()),
-                         "vmax": float(np.abs(v).max())}
+                         "vmax": float(max(w.max(), -w.min()))}
             if psi is not None:
                 # Psi's round-off is eps times its series' absolute sum: log Psi is only as accurate as
                 # psi / that sum allows (The model §4)
                 a = np.abs(self._mult_psi * c[: self.Ka])
                 self.last["psi_ratio"] = float(psi.min() / (a[0] + 2.0 * a[1:].sum()))
         fwd.execute()
-        return fwd.spec[0, : self.K] * self._div
+        return fwd.spec[0, : self.K] * self._div_signed
 
     # --- diagnostics ------------------------------------------------------------------------------
     def norm(self, c: np.ndarray) -> float:
