@@ -45,6 +45,15 @@ def _basis(L: int, nlat: int | None = None, nphi: int | None = None) -> SphereBa
     return SphereBasis(L, nlat, nphi, threads=1)
 
 
+@lru_cache(maxsize=8)
+def _native_to_canonical(L: int) -> np.ndarray:
+    """``sphere.native_to_canonical_index(L)``, read-only and kept: the resolution control converts the
+    state to canonical order after every step."""
+    perm = sphere.native_to_canonical_index(L)
+    perm.flags.writeable = False
+    return perm
+
+
 class SphereSpace:
     """Operations on canonical coefficients of S^2 (no solver state): evaluation, grids, atoms.
 
@@ -183,13 +192,13 @@ class SphereSpace:
     @staticmethod
     def to_state(c: np.ndarray, degree: int) -> np.ndarray:
         """Solver state (native SHTns layout) from canonical coefficients of degree <= L."""
-        perm = sphere.native_to_canonical_index(int(degree))
+        perm = _native_to_canonical(int(degree))
         return np.ascontiguousarray(np.asarray(c, dtype=complex)[perm])
 
     @staticmethod
     def to_canonical(u: np.ndarray, degree: int) -> np.ndarray:
         out = np.empty(sphere.ncoef(degree), dtype=complex)
-        out[sphere.native_to_canonical_index(int(degree))] = u
+        out[_native_to_canonical(int(degree))] = u
         return out
 
     # --- comparison with particles -----------------------------------------------------------------
