@@ -103,7 +103,7 @@ def _parts(d: int, degree: int, r) -> dict:
     return {"rhs": _best(lambda: disc.rhs(0.0, u, False)), "stages": _best(step)}
 
 
-def _best(fn, repeats: int = 7, min_time: float = 0.02) -> float:
+def _best(fn, repeats: int = 9, min_time: float = 0.05) -> float:
     """Best per-call time of fn over ``repeats`` loops of at least ``min_time`` seconds."""
     fn()
     n = 1
