@@ -159,11 +159,11 @@ def test_sphere_nufft_sums_match_direct_and_harmonic_sums(beta):
 
 def test_sphere_nufft_sums_are_reproducible_for_any_thread_count():
     """More than one chunk: the same bits for one and two threads, and on every call."""
-    n = NUFFT_CHUNK + 5000                                        # two chunks
-    y, w = sphere_points(n, 3, 21, clustered=True), weights(n, 22)
-    x = sphere_points(1000, 3, 23)
     one = InteractionSums(3, 4.0, "nufft", nufft_threads=1)
     two = InteractionSums(3, 4.0, "nufft", nufft_threads=2)
+    n = 2 * one.nufft.chunk + 5000                                # three chunks
+    y, w = sphere_points(n, 3, 21, clustered=True), weights(n, 22)
+    x = sphere_points(one.nufft.chunk + 1000, 3, 23)              # two chunks
     a, b, c = one.fields(y, w), two.fields(y, w), two.fields(y, w)
     for u, v in ((a, b), (b, c), (one.fields(y, w, x), two.fields(y, w, x))):
         assert np.array_equal(u[0], v[0]) and np.array_equal(u[1], v[1])
