@@ -56,10 +56,12 @@ def legendre_samples(L: int, theta: np.ndarray, *, over_sin: bool = False) -> li
     -------
     list of L + 1 arrays; entry m has shape (L + 1 - m, n), row l - m holding degree l.
     """
-    L = _check_degree(L)
-    theta = np.asarray(theta, dtype=float).reshape(-1)
+    return list(_samples_by_order(_check_degree(L), np.asarray(theta, dtype=float).reshape(-1), over_sin))
+
+
+def _samples_by_order(L: int, theta: np.ndarray, over_sin: bool):
+    """The arrays of :func:`legendre_samples`, one order m at a time (a generator: O(L n) memory)."""
     z, s = np.cos(theta), np.sin(theta)
-    out = []
     sectoral = np.full(theta.shape, 1.0 / math.sqrt(4.0 * math.pi))       # Pbar_00
     for m in range(L + 1):
         P = np.zeros((L + 1 - m, theta.size))
@@ -68,7 +70,7 @@ def legendre_samples(L: int, theta: np.ndarray, *, over_sin: bool = False) -> li
             seed = c * sectoral                 # Pbar_mm / sin theta
             sectoral = seed * s                 # Pbar_mm
         if over_sin and m == 0:
-            out.append(P)
+            yield P
             continue
         P[0] = seed if over_sin else sectoral
         if L > m:
@@ -77,8 +79,7 @@ def legendre_samples(L: int, theta: np.ndarray, *, over_sin: bool = False) -> li
             a = math.sqrt((4.0 * l * l - 1.0) / (l * l - m * m))
             b = math.sqrt(((l - 1.0) ** 2 - m * m) / (4.0 * (l - 1.0) ** 2 - 1.0))
             P[l - m] = a * (z * P[l - m - 1] - b * P[l - m - 2])
-        out.append(P)
-    return out
+        yield P
 
 
 def legendre_fourier(L: int, *, over_sin: bool = False) -> list[np.ndarray]:
@@ -104,7 +105,7 @@ def legendre_fourier(L: int, *, over_sin: bool = False) -> list[np.ndarray]:
     n = 2 * L + 2
     theta = 2.0 * np.pi * np.arange(n) / n
     out = []
-    for m, P in enumerate(legendre_samples(L, theta, over_sin=over_sin)):
+    for m, P in enumerate(_samples_by_order(L, theta, over_sin)):
         F = np.fft.rfft(P, axis=1)[:, : L + 1] / n          # sum_k f(theta_k) e^{-i p theta_k} / n
         if _is_cosine(m, over_sin):
             alpha = 2.0 * F.real
