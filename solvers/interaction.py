@@ -104,10 +104,13 @@ SPHERE_MAX_DEGREE = 200
 # eps 1e-14, one thread) + (2L + 1)^2 * _C_S2NUFFT_GRID (the FFTs of the fine grid and the conversions
 # between double Fourier and harmonic coefficients) + _C_S2NUFFT_CALL. Measured 2026-11-23 (load ~1.2,
 # min of 5-15 repeats, OMP_NUM_THREADS=1): 1.67e-7 s per point and transform at N = 1e6, beta = 4;
-# fixed cost 3.5e-4 s (L = 15) .. 1.7e-2 s (L = 126), fitted as 9.6e-5 + 2.65e-7 (2L + 1)^2. In the same
+# fixed cost (8 points) 3.5e-4 s (L = 15) .. 1.7e-2 s (L = 126), fitted (relative least squares over
+# L = 15, 23, 35, 48, 65, 90, 126; within 20%) as 1.25e-4 + 2.16e-7 (2L + 1)^2. In the same
 # process the S^2 fast and direct sums ran 2.5x and 2.3x faster than _C_SPHERE and _C_DIRECT predict
-# (those were measured on a busier machine), so the S^2 nufft constants are today's times x 2.4: the
-# model compares methods, and only the ratios matter.
+# (their measurement conditions are not recorded), so the S^2 nufft constants are today's times x 2.4:
+# the model compares methods, and only the ratios matter. Check: the crossover direct -> nufft predicted
+# between 300 and 500 points at beta = 4 and between 1000 and 2000 at beta = 100 matches the measured
+# one (bench_particles: 1000 points, beta = 4, direct 3.8 ms vs nufft 1.1 ms).
 _C_DIRECT = 1.0e-9
 _C_CIRCLE = 2.0e-9
 _C_SPHERE = 1.2e-8
@@ -115,8 +118,8 @@ _C_CALL = 3.0e-5
 _C_NUFFT = 4.5e-8
 _C_NUFFT_CALL = 4.0e-5
 _C_S2NUFFT = 4.0e-7
-_C_S2NUFFT_GRID = 6.4e-7
-_C_S2NUFFT_CALL = 2.3e-4
+_C_S2NUFFT_GRID = 5.2e-7
+_C_S2NUFFT_CALL = 3.0e-4
 
 
 def _as_points(name: str, a, d: int | None = None) -> np.ndarray:
