@@ -110,7 +110,7 @@ SPHERE_MAX_DEGREE = 200
 # (their measurement conditions are not recorded), so the S^2 nufft constants are today's times x 2.4:
 # the model compares methods, and only the ratios matter. It puts the switch direct -> nufft between 300
 # and 500 points at beta = 4 and between 1000 and 2000 at beta = 100; measured (fields, one thread):
-# beta = 4, 100 points direct 0.12 ms vs nufft 0.75 ms, 1000 points direct 5-20 ms vs nufft 1.1 ms;
+# beta = 4, 100 points direct 0.12 ms vs nufft 0.75 ms, 1000 points direct 4-21 ms vs nufft 1.1 ms;
 # beta = 100, 1000 points direct 5.5 ms vs nufft 7.9 ms, 10^4 points 370 ms vs 12 ms.
 _C_DIRECT = 1.0e-9
 _C_CIRCLE = 2.0e-9
