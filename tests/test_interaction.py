@@ -171,6 +171,21 @@ def test_sphere_nufft_sums_are_reproducible_for_any_thread_count():
     assert max(rel_errors(a[0][:400], a[1][:400], psi_d, G_d)) <= 1e-10
 
 
+def test_sphere_nufft_sums_hold_no_points_by_modes_array():
+    """N = 2e5 at beta = 25 (47^2 modes per point would be 0.7 GB complex): the numpy memory of one
+    evaluation stays O(N) (outputs, angles, one chunk's temporaries). FINUFFT's own buffers are per
+    chunk and per grid, outside tracemalloc's view."""
+    n = 200_000
+    y, w = sphere_points(n, 3, 25), weights(n, 26)
+    S = SphereNufftSums(25.0, threads=2)
+    S.fields(y[:1000], w[:1000])                                   # plans, pool
+    tracemalloc.start()
+    S.fields(y, w)
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert peak < 150 * n, peak          # measured ~100 bytes per point; (points x modes) would be 35 kB
+
+
 def test_legendre_fourier_series_match_scipy():
     """The exact trigonometric series of Pbar_lm(cos t) and Pbar_lm(cos t) / sin t against scipy's lpmv
     (with its Condon–Shortley phase removed and the normalisation (2l+1)/(4 pi) (l-m)!/(l+m)!)."""
