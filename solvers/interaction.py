@@ -48,7 +48,7 @@ Both are dimensionless (the kernel is <= 1; G is a tangent vector at x). Three w
   gives c_lm = sum_p a^{lm}_p F(-p, m); G = grad Phi (Phi = Psi / beta, multipliers g_l) needs the series
   of d/dtheta Pbar_lm (a factor ip) and of Pbar_lm / sin theta (bounded at the poles), and two type-2
   transforms evaluate Psi + i G_theta and G_phi (real fields share a complex transform). The degree
-  L (:func:`sphere_bandwidth`) also resolves (l + 1) g_l. O((N + M) w^2 + L^2 log L + L^3), w ~ 16;
+  L (:func:`sphere_bandwidth`) also resolves (l + 1) g_l. O((N + M) w^2 + L^2 log L + L^3), w = 15;
   no array of size (points x modes). Same reproducibility design as on S^1 (one-thread plans,
   upsampling factor 2, fixed chunks added in chunk order).
 
@@ -498,8 +498,8 @@ class SphereNufftSums:
     3. two type-2 transforms (the adjoint of the same plan) evaluate Psi + i G_theta and G_phi at x
        (a real field on the torus has Hermitian coefficients, so two real fields share one transform).
 
-    Cost O(N_src + 2 N_eval) spreading with width w ~ 16 in 2-D (w^2 per point) plus O(L^3) for the
-    conversions; no array of (points x modes). At the poles phi is undefined: phi = 0 there, with
+    Cost O(N_src + 2 N_eval) spreading with width w = 15 in 2-D (w^2 per point; FINUFFT's width at eps
+    1e-14 and upsampling 2) plus O(L^2 log L) for the fine-grid FFTs and O(L^3) for the conversions; no array of (points x modes). At the poles phi is undefined: phi = 0 there, with
     e_theta, e_phi taken at the same phi (Pbar_lm vanishes at the poles for m != 0, so the phase of
     Psi does not matter; G is the limit along that meridian). Reproducibility as
     :class:`CircleNufftSums`: single-threaded plans with upsampling factor 2, fixed chunks of
