@@ -599,8 +599,7 @@ class SphereNufftSums:
         G = np.empty_like(x)
 
         def one(c: slice) -> None:
-            # the same points as the type-1 pass: its angles
-            theta, phi = self._angles(x[c]) if keep is None else (keep[0][c], keep[1][c])
+            theta, phi = self._angles(x[c]) if keep is None else (keep[0][c], keep[1][c])   # type-1's
             s, cph, sph = self._frame(x[c])
             plan = self._plans.get()
             try:
@@ -703,16 +702,16 @@ def _sphere_nufft_cost(L: int, n_src: int, n_eval: int) -> float:
     return _C_S2NUFFT * (n_src + 2 * n_eval) + _C_S2NUFFT_GRID * (2 * L + 1) ** 2 + _C_S2NUFFT_CALL
 
 
-def _series_to_exp(beta: np.ndarray, cosine: bool) -> np.ndarray:
-    """Exponential coefficients b_p, p = -L..L, of sum_{p=0}^{L} beta_p cos(p t) (or sin(p t))."""
-    L = beta.shape[0] - 1
+def _series_to_exp(a: np.ndarray, cosine: bool) -> np.ndarray:
+    """Exponential coefficients b_p, p = -L..L, of sum_{p=0}^{L} a_p cos(p t) (or sin(p t))."""
+    L = a.shape[0] - 1
     b = np.empty(2 * L + 1, dtype=complex)
     if cosine:                      # cos(pt) = (e^{ipt} + e^{-ipt}) / 2
-        b[L + 1:] = 0.5 * beta[1:]
+        b[L + 1:] = 0.5 * a[1:]
         b[:L] = b[:L:-1]
-        b[L] = beta[0]
+        b[L] = a[0]
     else:                           # sin(pt) = (e^{ipt} - e^{-ipt}) / (2i)
-        b[L + 1:] = -0.5j * beta[1:]
+        b[L + 1:] = -0.5j * a[1:]
         b[:L] = -b[:L:-1]
         b[L] = 0.0
     return b
