@@ -499,8 +499,9 @@ class SphereNufftSums:
        (a real field on the torus has Hermitian coefficients, so two real fields share one transform).
 
     Cost O(N_src + 2 N_eval) spreading with width w = 15 in 2-D (w^2 per point; FINUFFT's width at eps
-    1e-14 and upsampling 2) plus O(L^2 log L) for the fine-grid FFTs and O(L^3) for the conversions; no array of (points x modes). At the poles phi is undefined: phi = 0 there, with
-    e_theta, e_phi taken at the same phi (Pbar_lm vanishes at the poles for m != 0, so the phase of
+    1e-14 and upsampling 2) plus O(L^2 log L) for the fine-grid FFTs and O(L^3) for the conversions;
+    no array of (points x modes). At the poles phi is undefined: phi = 0 there, with e_theta, e_phi
+    taken at the same phi (Pbar_lm vanishes at the poles for m != 0, so the phase of
     Psi does not matter; G is the limit along that meridian). Reproducibility as
     :class:`CircleNufftSums`: single-threaded plans with upsampling factor 2, fixed chunks of
     :func:`sphere_nufft_chunk` points (angles, transforms and the assembly of G per chunk) run

@@ -177,7 +177,8 @@ REFUSALS = [
      r"^attnpde: error: c\.toml: \[particles\]: nufft sums exist on S\^1 and S\^2 only \(d = 2, 3\), not d = 4: "
      r"use sum='direct'"),
     ("run-nufft-sums-on-the-sphere-beyond-their-degree", "cli",
-     (["run", "c.toml"], BASE3.replace("beta = 1.0", "beta = 1e6") + '[particles]\nn = 10\nt_final = 0.1\nsum = "nufft"\n'),
+     (["run", "c.toml"], BASE3.replace("beta = 1.0", "beta = 1e6")
+      + '[particles]\nn = 10\nt_final = 0.1\nsum = "nufft"\n'),
      r"^attnpde: error: c\.toml: \[particles\]: nufft sums on S\^2 need degree L = \d+ at beta = 1e\+06, above the "
      r"supported 200; use method='direct'$"),
     ("sweep-member-invalid-for-its-beta", "cli", (["sweep", "c.toml", "--beta", "1,1e6"], FAST_SPHERE),
