@@ -171,8 +171,8 @@ def _workers(args) -> tuple[int, str | None]:
 def cmd_sweep(args) -> int:
     from .archive import ArchiveError
     from .config import ConfigError
-    from .executor import SchedulerError
-    from .runner import RunRefused
+    from .executor import SchedulerError, TaskLost
+    from .runner import RunFailed, RunRefused
     from .sweep import sweep
 
     config, betas, rc = _config_and_list(args.config, args.beta, "--beta")
@@ -197,6 +197,10 @@ def cmd_sweep(args) -> int:
         return _config_error(args.config, e)
     except (RunRefused, ArchiveError, ValueError, FileExistsError, SchedulerError) as e:
         return _err(str(e))
+    except (TaskLost, RunFailed) as e:
+        print(f"attnpde: error: {e}; the members that finished are complete, continue with --resume",
+              file=sys.stderr)
+        return EXIT_FAILED
     except OSError as e:
         return _err(f"{out_dir}: {e.strerror or e}")
     return rc
@@ -204,7 +208,7 @@ def cmd_sweep(args) -> int:
 
 def cmd_validate(args) -> int:
     from .archive import ArchiveError
-    from .executor import SchedulerError
+    from .executor import SchedulerError, TaskLost
     from .runner import RunRefused
     from .plots import plot_validation
     from .validate import validate
@@ -234,6 +238,9 @@ def cmd_validate(args) -> int:
                        at=args.at, command=command, scheduler=args.scheduler)
     except (RunRefused, ArchiveError, ValueError, SchedulerError) as e:
         return _err(str(e))
+    except TaskLost as e:
+        print(f"attnpde: error: {e}", file=sys.stderr)
+        return EXIT_FAILED
     print(res.table)
     png = plot_validation(res, out.with_suffix(".png"),
                           f"{config.name}: S^{config.model.d - 1}, beta = {config.model.beta:g}, {config.model.flow}")

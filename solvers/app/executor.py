@@ -29,7 +29,7 @@ from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
-__all__ = ["TaskPool", "LocalPool", "DaskPool", "open_pool", "run_single_threaded", "SchedulerError",
+__all__ = ["TaskPool", "LocalPool", "DaskPool", "open_pool", "run_single_threaded", "SchedulerError", "TaskLost",
            "THREAD_VARIABLES"]
 
 #: the environment variables that set the thread counts of OpenMP (FFTW via pyfftw, SHTns), the BLAS
@@ -39,6 +39,12 @@ THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"
 
 class SchedulerError(RuntimeError):
     """``--scheduler`` cannot be used: dask.distributed is not installed, or the scheduler is unreachable."""
+
+
+class TaskLost(RuntimeError):
+    """A task's process died and the task will not be run again: a local worker process killed (by a
+    signal, the out-of-memory killer), or on a cluster a task whose workers died more often than Dask's
+    ``distributed.scheduler.allowed-failures``."""
 
 
 def run_single_threaded(fn: Callable, *args: Any) -> Any:
@@ -66,6 +72,22 @@ class TaskPool(ABC):
     def as_completed(self, futures: Iterable) -> Iterator:
         """The futures in the order they complete."""
 
+    def results(self, futures: Iterable) -> Iterator[tuple[int, Any]]:
+        """(index in ``futures``, result) of each task as it completes; a task's exception is raised, a
+        task lost with its process as :class:`TaskLost`."""
+        futures = list(futures)
+        index = {id(f): i for i, f in enumerate(futures)}
+        for f in self.as_completed(futures):
+            try:
+                value = f.result()
+            except self._lost_errors() as e:
+                raise TaskLost(f"a task was lost with the process that ran it ({type(e).__name__}: {e}); "
+                               "what finished before is kept") from e
+            yield index[id(f)], value
+
+    def _lost_errors(self) -> tuple:
+        return ()
+
     @abstractmethod
     def close(self) -> None:
         """Wait for nothing more; release the processes or the connection."""
@@ -92,6 +114,10 @@ class LocalPool(TaskPool):
 
     def as_completed(self, futures: Iterable) -> Iterator[Future]:
         return as_completed(list(futures))
+
+    def _lost_errors(self) -> tuple:
+        from concurrent.futures.process import BrokenProcessPool
+        return (BrokenProcessPool,)
 
     def close(self) -> None:
         # a KeyboardInterrupt in the caller must not wait for tasks that were never started
@@ -132,6 +158,10 @@ class DaskPool(TaskPool):
         # the loop of this client: it is not the process's default client (set_as_default=False), so that
         # nothing else in the process picks it up by accident
         return iter(dask_as_completed(list(futures), loop=self.client.loop))
+
+    def _lost_errors(self) -> tuple:
+        from distributed import KilledWorker
+        return (KilledWorker,)
 
     def close(self) -> None:
         self.client.close()

@@ -200,8 +200,8 @@ def sweep(config: RunConfig, betas: list[float], out_dir: Path, *, workers: int 
         if pool is not None:
             print(f"{len(todo)} member(s) on {pool.description}", file=sys.stderr, flush=True)
             futs = [pool.submit(_member, m.text, m.source, str(p), resume) for m, p in todo]
-            for fut in pool.as_completed(futs):
-                rows.append(fut.result())
+            for _, row in pool.results(futs):
+                rows.append(row)
     rows.sort(key=lambda r: r["beta"])
     (out_dir / "summary.json").write_text(json.dumps(rows, indent=2))
     print(f"{'beta':>8s} {'sqrt(beta)':>10s} {'PDE atoms':>9s} {'clusters':>8s} {'max mass':>8s}  stops")

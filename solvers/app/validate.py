@@ -147,8 +147,8 @@ def validate(config: RunConfig, ns: list[int], seeds: int, out: str | Path, *, w
                 log(f"[validate] N = {n}, seed {s}: {results[-1]['wall']:.1f} s")
         else:
             futs = [pool.submit(_job, pde, config.text, n, s, copts) for n, s in order]
-            for f in pool.as_completed(futs):
-                results.append(f.result())
+            for _, r in pool.results(futs):
+                results.append(r)
                 log(f"[validate] N = {results[-1]['n']}, seed {results[-1]['seed']}: "
                     f"{results[-1]['wall']:.1f} s")
             # in the order of the jobs, not of their completion: the archive must not depend on it
