@@ -197,9 +197,12 @@ def cmd_sweep(args) -> int:
         return _config_error(args.config, e)
     except (RunRefused, ArchiveError, ValueError, FileExistsError, SchedulerError) as e:
         return _err(str(e))
-    except (TaskLost, RunFailed) as e:
+    except TaskLost as e:
         print(f"attnpde: error: {e}; the members that finished are complete, continue with --resume",
               file=sys.stderr)
+        return EXIT_FAILED
+    except RunFailed as e:
+        print(f"attnpde: error: {e}", file=sys.stderr)
         return EXIT_FAILED
     except OSError as e:
         return _err(f"{out_dir}: {e.strerror or e}")

@@ -48,11 +48,16 @@ class TaskLost(RuntimeError):
 
 
 def run_single_threaded(fn: Callable, *args: Any) -> Any:
-    """``fn(*args)`` with one thread per library (see the module docstring). The variables are set in the
-    worker process before the task's solvers are built, which is when they read them."""
+    """``fn(*args)`` with one thread per library (see the module docstring). The variables are set before
+    the task builds its solvers (the NUFFT sums read OMP_NUM_THREADS then; the FFTW and SHTns transforms
+    take theirs from the configuration, ``pde.threads``, default 1); OpenBLAS read its own when it was
+    loaded, so it is set through its API for the duration of the task."""
+    from .._blas import blas_threads
+
     for name in THREAD_VARIABLES:
         os.environ[name] = "1"
-    return fn(*args)
+    with blas_threads(1):
+        return fn(*args)
 
 
 class TaskPool(ABC):
