@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -216,6 +217,14 @@ def test_sweep_on_a_cluster_survives_a_lost_worker(cluster, tmp_path):
             sweep.wait()
     assert sweep.returncode == 0, stderr
     assert parts_at_kill, "no member was being written when the worker was killed"
+    # from the members' own log lines (each prefixed [beta=B]): the killed worker had started a member it
+    # never finished, and the surviving worker ran that member to its end
+    def logged(log: str, pattern: str) -> set[str]:
+        return set(re.findall(pattern, (cluster.logs / log).read_text()))
+
+    started, ended = r"\[beta=([0-9.]+)\]", r"\[beta=([0-9.]+)\] \[particles\] \w+ at t ="
+    lost = logged("w0.log", started) - logged("w0.log", ended)
+    assert lost and lost <= logged("w1.log", ended), (lost, logged("w1.log", ended))
     assert len(cluster.client.scheduler_info()["workers"]) == 1
     # complete or absent: every member complete under its final name, no temporary file left
     assert sorted(p.name for p in out.glob("*.h5")) == sorted(names)
