@@ -200,6 +200,15 @@ REFUSALS = [
      r"^attnpde: error: sw\.h5: not a UTF-8 TOML file"),
     ("sweep-existing-members", "cli", (["sweep", "c.toml", "--beta", "1"], SMALL, archive("c/c_beta1.h5")),
      r"^attnpde: error: c/c_beta1\.h5 exists; use --force to overwrite or --resume to continue$"),
+    ("sweep-unfinished-member", "cli", (["sweep", "c.toml", "--beta", "1"], SMALL, archive("c/c_beta1.h5.part")),
+     r"^attnpde: error: c/c_beta1\.h5\.part: an unfinished member of an earlier sweep; use --resume to continue "
+     r"it or --force to start it again$"),
+    ("sweep-workers-with-scheduler", "cli",
+     (["sweep", "c.toml", "--beta", "1", "--workers", "2", "--scheduler", "tcp://127.0.0.1:9"], SMALL),
+     r"^attnpde: error: --workers sets the local processes; with --scheduler .*: give one of the two$"),
+    ("validate-workers-with-scheduler", "cli",
+     (["validate", "c.toml", "--n", "10", "--workers", "2", "--scheduler", "tcp://127.0.0.1:9"], VALIDATE),
+     r"^attnpde: error: --workers sets the local processes; with --scheduler .*: give one of the two$"),
 
     # --- command-line helpers (API) ----------------------------------------------------------------------
     ("validate-only-t0-api", "api", _validate_one, r"share no snapshot time after t = 0"),
