@@ -21,6 +21,11 @@ The perceptron is Perceptron.random(d, d, "relu", 1.0, seed=111); on the sphere 
 1e-4 of the mass, so two more sphere-descent cases use the next seed, 112 (dead zone 0.133 of the mass).
 
     scripts/atoms_study.py [--n N] [--cases circle-ascent-1,...] [--json out.json]
+                           [--workers W | --scheduler ADDRESS]
+
+The cases are independent tasks (solvers.app.executor): one local process by default, ``--workers W``
+local processes, or the workers of a running Dask cluster with ``--scheduler`` (README: Running on a
+Dask cluster). Every case is seeded, so its row does not depend on where it ran.
 """
 from __future__ import annotations
 
@@ -115,29 +120,45 @@ def main(argv=None) -> int:
     ap.add_argument("--n", type=int, help="particles for every case (default 1e4)")
     ap.add_argument("--cases", default=",".join(CASES))
     ap.add_argument("--json", help="write the rows as JSON")
+    ap.add_argument("--workers", type=int, default=1, help="local processes (default 1: one case at a time)")
+    ap.add_argument("--scheduler", metavar="ADDRESS",
+                    help="run the cases on a running Dask cluster (tcp://HOST:PORT or a scheduler file)")
     args = ap.parse_args(argv)
-    rows = []
-    for name in args.cases.split(","):
+    from solvers.app.executor import SchedulerError, open_pool
+
+    names = args.cases.split(",")
+    for name in names:
         if name not in CASES:
             print(f"unknown case {name!r}; known: {', '.join(CASES)}", file=sys.stderr)
             return 2
-        r = run_case(name, args.n)
-        rows.append(r)
-        atoms = ", ".join(f"{m:.4f}±{e:.1e}" for m, e in zip(r["pde_masses"], r["pde_mass_errors"])) or "none"
-        if r["match"]:
-            verdict = "MATCH"
-        elif r["extra_particle_clusters"]:
-            verdict = "the particles end in another atomic state (clusters the PDE does not have)"
-        else:
-            verdict = "the particles put other masses at the PDE's atoms"
-        print(f"{r['case']:>24s}: PDE {r['pde_stop']} at t={r['pde_t_stop']:.4g} (handoff t={r['t_handoff']}); atoms "
-              f"{atoms}, diffuse {r['pde_diffuse']:.4f} | particles (N={r['n']}, Euler 0.1) {r['particle_stop']} at "
-              f"t={r['particle_t_stop']:.4g}: mass within {CAP} rad of each atom "
-              f"{', '.join(f'{m:.4f}' for m in r['particle_cap_masses'])}; clusters without an atom "
-              f"{np.round(r['particle_clusters'], 4).tolist()} | max |dm| {r['max_mass_difference']:.4f} | dead-zone "
-              f"mass PDE {r['dead_pde'][0]:.4f}->{r['dead_pde'][1]:.4f} particles {r['dead_particles'][0]:.4f}->"
-              f"{r['dead_particles'][1]:.4f} | perceptron seed {r['perceptron_seed']} | {verdict} "
-              f"[{r['wall_pde']:.0f}+{r['wall_particles']:.0f} s]", flush=True)
+    if args.workers < 1:
+        print("--workers must be >= 1", file=sys.stderr)
+        return 2
+    try:
+        pool = open_pool(args.workers, args.scheduler)
+    except SchedulerError as e:
+        print(e, file=sys.stderr)
+        return 2
+    rows = [None] * len(names)
+    with pool:
+        futs = [pool.submit(run_case, name, args.n) for name in names]
+        for i, r in pool.results(futs):
+            rows[i] = r
+            atoms = ", ".join(f"{m:.4f}±{e:.1e}" for m, e in zip(r["pde_masses"], r["pde_mass_errors"])) or "none"
+            if r["match"]:
+                verdict = "MATCH"
+            elif r["extra_particle_clusters"]:
+                verdict = "the particles end in another atomic state (clusters the PDE does not have)"
+            else:
+                verdict = "the particles put other masses at the PDE's atoms"
+            print(f"{r['case']:>24s}: PDE {r['pde_stop']} at t={r['pde_t_stop']:.4g} (handoff t={r['t_handoff']}); atoms "
+                  f"{atoms}, diffuse {r['pde_diffuse']:.4f} | particles (N={r['n']}, Euler 0.1) {r['particle_stop']} at "
+                  f"t={r['particle_t_stop']:.4g}: mass within {CAP} rad of each atom "
+                  f"{', '.join(f'{m:.4f}' for m in r['particle_cap_masses'])}; clusters without an atom "
+                  f"{np.round(r['particle_clusters'], 4).tolist()} | max |dm| {r['max_mass_difference']:.4f} | dead-zone "
+                  f"mass PDE {r['dead_pde'][0]:.4f}->{r['dead_pde'][1]:.4f} particles {r['dead_particles'][0]:.4f}->"
+                  f"{r['dead_particles'][1]:.4f} | perceptron seed {r['perceptron_seed']} | {verdict} "
+                  f"[{r['wall_pde']:.0f}+{r['wall_particles']:.0f} s]", flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=2))
     return 0

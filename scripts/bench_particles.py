@@ -1,12 +1,13 @@
 #!/usr/bin/env python
-"""Benchmark of one particle velocity evaluation: fast (and on S^1 nufft) vs direct vs a naive O(N^2)
-numpy reference.
+"""Benchmark of one particle velocity evaluation: fast and nufft vs direct vs a naive O(N^2) numpy
+reference.
 
 Cases (all in the same run, USA ascent with a ReLU perceptron of d units, i.i.d. uniform particles):
   S^1, beta = 25, N in {1e3, 1e4, 2e4, 1e5, 1e6}; S^1, beta = 100, N in {1e5, 1e6};
-  S^2, beta = 4, N in {1e3, 1e4, 1e5, 1e6}. On S^1 both fast methods are timed: the Bessel series by
-  power tables ("fast") and the same series through FINUFFT ("nufft"); ``method="auto"``'s choice is
-  reported with them.
+  S^2, beta = 4, N in {1e3, 1e4, 1e5, 1e6}. Both fast methods are timed: on S^1 the Bessel series by
+  power tables ("fast") and the same series through a 1-D FINUFFT ("nufft"); on S^2 the addition
+  theorem by harmonic tables ("fast") and through a 2-D FINUFFT on the doubled sphere ("nufft");
+  ``method="auto"``'s choice is reported with them.
 
 "One velocity evaluation" is what the particle solver does per stage: Psi and G at the N particles
 (self-interaction included), the perceptron drift, and ``Model.velocity``. Timings are the best of a
@@ -16,8 +17,9 @@ reference keeps the BLAS default). Naive / direct are skipped where they would n
 
 Targets (issue "Performance, second round"; the method "auto" picks): S^1 N = 1e6 <= 0.1 s at beta = 25
 and <= 0.15 s at beta = 100; S^2 beta = 4 N = 1e5 <= 0.1 s and N = 1e6 <= 1 s; S^1 N = 2e4 Bessel sums
->= 100x the naive reference; peak memory of the N = 1e6 circle case < 2 GiB (measured in a fresh
-process running ``simulate_particles`` for two RK4 steps, which includes snapshots, energy, clusters).
+>= 100x the naive reference; peak memory of the N = 1e6 circle case (fast sums) and of the N = 1e6
+sphere case (beta = 4, nufft sums) < 2 GiB (each measured in a fresh process running
+``simulate_particles`` for two RK4 steps, which includes snapshots, energy, clusters).
 
 Importable: :func:`benchmark_records` returns records {case, seconds, floor_seconds, ratio, target, met}
 (plus "note"), with one convention for every record: ``ratio = floor_seconds / seconds`` and
@@ -84,23 +86,33 @@ def _velocity_fn(model: Model, sums: InteractionSums, method: str, x: np.ndarray
     return run
 
 
-def peak_memory_circle(N: int = 10 ** 6, beta: float = 25.0) -> float:
-    """Peak resident memory (GiB) of a fresh process running two RK4 steps of N particles on S^1
-    (``simulate_particles`` with snapshots, energy and clusters, fast sums)."""
+def peak_memory(d: int, N: int, beta: float, sum: str) -> float:
+    """Peak resident memory (GiB) of a fresh process running two RK4 steps of N particles on S^{d-1}
+    (``simulate_particles`` with snapshots, energy and clusters, interaction sums ``sum``)."""
     # VmHWM (peak resident set of this address space) rather than ru_maxrss: Linux carries the
     # parent's high-water mark through fork + exec into ru_maxrss
     code = f"""
 import numpy as np
 from solvers import Model, Perceptron
 from solvers.particles import simulate_particles
-m = Model(2, {beta}, "ascent", perceptron=Perceptron.random(2, 2, "relu", 1.0, seed=111))
-r = simulate_particles(m, n={N}, t_final=0.02, dt=0.01, integrator="rk4", sum="fast")
+m = Model({d}, {beta}, "ascent", perceptron=Perceptron.random({d}, {d}, "relu", 1.0, seed=111))
+r = simulate_particles(m, n={N}, t_final=0.02, dt=0.01, integrator="rk4", sum="{sum}")
 assert r.stop_reason == "t_final", r.message
 print([l.split()[1] for l in open("/proc/self/status") if l.startswith("VmHWM")][0])
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env=dict(os.environ))
     return int(out.stdout.strip().splitlines()[-1]) * 1024 / GIB      # VmHWM is in kB
+
+
+def peak_memory_circle(N: int = 10 ** 6, beta: float = 25.0) -> float:
+    """:func:`peak_memory` on S^1 with the Bessel (fast) sums."""
+    return peak_memory(2, N, beta, "fast")
+
+
+def peak_memory_sphere(N: int = 10 ** 6, beta: float = 4.0) -> float:
+    """:func:`peak_memory` on S^2 with the NUFFT sums (what "auto" picks at this size)."""
+    return peak_memory(3, N, beta, "nufft")
 
 
 PLAN = ((2, 25.0, (10 ** 3, 10 ** 4, 2 * 10 ** 4, 10 ** 5, 10 ** 6)), (2, 100.0, (10 ** 5, 10 ** 6)),
@@ -113,7 +125,7 @@ def velocity_rows(plan=PLAN, naive_max_bytes: float = 8 * GIB, max_seconds: floa
 
     Returns rows {d, beta, N, fast, nufft, auto, direct, naive}: seconds (best of a few), or a
     "skipped (...)" text for direct / naive where they would exceed ``naive_max_bytes`` or an estimated
-    ``max_seconds``; nufft is None on S^2; auto is the method ``InteractionSums(method="auto")`` picks.
+    ``max_seconds``; auto is the method ``InteractionSums(method="auto")`` picks.
     """
     rows = []
     per_pair = {}          # measured direct / naive seconds per pair, to estimate skipped sizes
@@ -126,7 +138,7 @@ def velocity_rows(plan=PLAN, naive_max_bytes: float = 8 * GIB, max_seconds: floa
             reps = 3 if N >= 10 ** 5 else 5
             row = {"d": d, "beta": beta, "N": N}
             row["fast"] = _best(_velocity_fn(model, sums, "fast", x, w), reps)
-            row["nufft"] = _best(_velocity_fn(model, sums, "nufft", x, w), reps) if d == 2 else None
+            row["nufft"] = _best(_velocity_fn(model, sums, "nufft", x, w), reps)
             row["auto"] = InteractionSums(d, beta).method_for(N)
             for name in ("direct", "naive"):
                 est = per_pair.get((d, name), None)
@@ -158,11 +170,13 @@ def benchmark_records(quick: bool = False, naive_max_bytes: float = 8 * GIB, max
     ``quick`` keeps N <= 1e4 and skips the memory measurement (seconds, no target records).
     """
     records = []
-    peak = None
+    peak = peak2 = None
     if not quick:
-        peak = peak_memory_circle()
+        peak, peak2 = peak_memory_circle(), peak_memory_sphere()
         if verbose:
             print(f"peak memory, S^1 N=1e6 (two RK4 steps in a fresh process): {peak:.3f} GiB", flush=True)
+            print(f"peak memory, S^2 N=1e6 beta=4 nufft (two RK4 steps in a fresh process): {peak2:.3f} GiB",
+                  flush=True)
     plan = [(d, beta, [n for n in sizes if not quick or n <= 10 ** 4]) for d, beta, sizes in PLAN]
     rows = velocity_rows(plan, naive_max_bytes, max_seconds, verbose)
     results = {(row["d"], row["beta"], row["N"]): row for row in rows}
@@ -190,10 +204,13 @@ def benchmark_records(quick: bool = False, naive_max_bytes: float = 8 * GIB, max
                 rec(f"S^{row['d'] - 1} velocity, {name}, N={row['N']:.0e}", row[name], None, None)
         rec(f"S^{row['d'] - 1} velocity, fast, N={row['N']:.0e}, beta={row['beta']:g}", row["fast"], None, None)
         if row["nufft"] is not None:
-            rec(f"S^1 velocity, nufft, N={row['N']:.0e}, beta={row['beta']:g}", row["nufft"], None, None)
+            rec(f"S^{row['d'] - 1} velocity, nufft, N={row['N']:.0e}, beta={row['beta']:g}", row["nufft"], None, None)
     if peak is not None:
         rec("S^1 N=1e6 two RK4 steps: peak RSS (GiB in 'seconds')", peak, 2.0, 1.0,
             f"peak resident memory {peak:.3f} GiB, limit 2 GiB")
+    if peak2 is not None:
+        rec("S^2 N=1e6 beta=4 nufft two RK4 steps: peak RSS (GiB in 'seconds')", peak2, 2.0, 1.0,
+            f"peak resident memory {peak2:.3f} GiB, limit 2 GiB")
     return records
 
 

@@ -35,6 +35,8 @@ from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "2")
 
+import numpy as np  # noqa: E402
+
 from solvers import Model, Perceptron, solve_pde  # noqa: E402
 from solvers.app.config import parse_config  # noqa: E402
 from solvers.app.runner import run_config  # noqa: E402
@@ -80,24 +82,74 @@ def _rhs_floor(d: int, degree: int) -> float:
     return bs.measure(_model(3), degree, repeats=7)["floor"]
 
 
+def _parts(d: int, degree: int, r) -> dict:
+    """Per-call cost of what a step does besides the transforms, measured in isolation on the run's final
+    state (same process): one whole RHS evaluation ("rhs": transforms and grid products), and one DP54
+    step of the integrating-factor stepper with a free right-hand side ("stages": the factors e^{tau h L}
+    for a new h and the stage combinations), so that a run's time splits into transforms, the rest of the
+    RHS, the stage arithmetic and everything else (control, checks, bookkeeping)."""
+    from solvers.pde import space_for
+    from solvers.stepping import TABLEAUS, IFRungeKutta
+    Disc, space = space_for(d)
+    disc = Disc(_model(d), degree)
+    u = space.to_state(r.coefficients(-1), degree)
+    ks = [disc.rhs(0.0, u, False) for _ in range(7)]
+    stepper = IFRungeKutta(lambda t, U, last: ks[1], TABLEAUS["DP54"], disc.lin)
+    h = [float(np.median(r.steps["dt"]))]
+
+    def step():                 # a new step size every call, as in a run (the factors are recomputed)
+        h[0] *= 1.0 + 1e-9
+        stepper.step(0.0, u, h[0], ks[0])
+    return {"rhs": _best(lambda: disc.rhs(0.0, u, False)), "stages": _best(step)}
+
+
+def _best(fn, repeats: int = 9, min_time: float = 0.05) -> float:
+    """Best per-call time of fn over ``repeats`` loops of at least ``min_time`` seconds."""
+    fn()
+    n = 1
+    while True:
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        dt = time.perf_counter() - t0
+        if dt >= min_time:
+            break
+        n *= 2
+    best = dt / n
+    for _ in range(repeats - 1):
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        best = min(best, (time.perf_counter() - t0) / n)
+    return best
+
+
 def whole_run(d: int, degree: int, t_final: float = 10.0, repeats: int = 1) -> dict:
-    """Best-of-``repeats`` wall time of the run (no snapshots but the first and last)."""
+    """Best-of-``repeats`` wall time of the run (no snapshots but the first and last), with the split of
+    that time estimated from per-call costs (:func:`_parts`): transforms (the floor), the rest of the RHS
+    evaluations, the stepper's stage arithmetic, and the remainder."""
     model = _model(d)
     wall = float("inf")
     for _ in range(repeats):
         t0 = time.perf_counter()
         r = solve_pde(model, t_final, degree, max_degree=degree)
         wall = min(wall, time.perf_counter() - t0)
-    nrhs = len(r.steps["t"]) * 6 + 1          # DP54 with FSAL: 6 new stages per attempted step
+    nattempts = len(r.steps["t"])
+    nrhs = nattempts * 6 + 1          # DP54 with FSAL: 6 new stages per attempted step
     floor = nrhs * _rhs_floor(d, degree)
     per_step = wall / max(r.nsteps, 1)
+    parts = _parts(d, degree, r)
+    rhs_s, stage_s = nrhs * parts["rhs"], nattempts * parts["stages"]
+    split = {"transforms": floor, "rhs_rest": rhs_s - floor, "stage_arithmetic": stage_s,
+             "remainder": wall - rhs_s - stage_s}
     return {"case": f"whole PDE run {_res(d, degree)}, uniform data to t={t_final:g}", "seconds": wall,
             "floor_seconds": floor, "ratio": wall / floor, "target": "none (reported)", "met": None,
             "steps": r.nsteps, "rejected": r.nrejected, "per_step": per_step, "rhs_evaluations": nrhs,
-            "stop_reason": r.stop_reason,
+            "stop_reason": r.stop_reason, "split_seconds": split,
             "repeats": repeats,
             "note": f"{r.nsteps} steps ({r.nrejected} rejected), {1e3 * per_step:.3g} ms/step; floor = {nrhs} RHS "
-                    f"x bare transforms; stop: {r.stop_reason}" + (f"; best of {repeats}" if repeats > 1 else "")}
+                    f"x bare transforms; stop: {r.stop_reason}" + (f"; best of {repeats}" if repeats > 1 else "")
+                    + "; split (est.): " + ", ".join(f"{k} {100 * v / wall:.0f}%" for k, v in split.items())}
 
 
 class WriterClock:

@@ -68,7 +68,6 @@ import json
 import math
 import os
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -238,7 +237,7 @@ def run_pde(setup: str, beta: float, t_final: float = 2000.0) -> dict:
 
 
 def _job(kind: str, setup: str, beta: float, n: int, max_steps: int) -> dict:
-    os.environ["OMP_NUM_THREADS"] = "1"
+    # one thread per task: solvers.app.executor.run_single_threaded runs every task
     if kind == "particles":
         return run_particles(setup, beta, n=n, max_steps=max_steps)
     return run_pde(setup, beta)
@@ -454,13 +453,20 @@ def main(argv=None) -> int:
     ap.add_argument("--betas", type=str, help="comma-separated betas (default The model §5's 13 values)")
     ap.add_argument("--n", type=int, help="particles (default 1000; --quick: 200)")
     ap.add_argument("--setups", type=str, default=",".join(SETUPS), help="comma-separated, from S1,S1-0,S2,S3")
-    ap.add_argument("--workers", type=int, default=2, help="processes (default 2)")
+    ap.add_argument("--workers", type=int, default=2, help="local processes (default 2)")
+    ap.add_argument("--scheduler", metavar="ADDRESS",
+                    help="run the jobs on a running Dask cluster (tcp://HOST:PORT or a scheduler file) instead of "
+                         "local processes; the workers must import this script's directory (README: Running on a "
+                         "Dask cluster)")
     ap.add_argument("--max-steps", type=int, default=MAX_STEPS)
     ap.add_argument("--fit-min-beta", type=float, default=1.0,
                     help="fit clusters = a + b sqrt(beta) over beta >= this (default 1)")
     ap.add_argument("--pde-betas", type=str, help=f"betas of the PDE runs (default {PDE_BETAS}; none in --quick)")
     ap.add_argument("--no-pde", action="store_true", help="skip the PDE runs")
     args = ap.parse_args(argv)
+    from solvers.app.executor import SchedulerError, open_pool
+    if args.workers < 1:
+        ap.error("--workers must be >= 1")
 
     betas = [float(b) for b in args.betas.split(",")] if args.betas else (QUICK_BETAS if args.quick else BETAS)
     n = args.n or (QUICK_N if args.quick else 1000)
@@ -475,6 +481,10 @@ def main(argv=None) -> int:
     else:
         pde_betas = [] if args.quick else [b for b in PDE_BETAS]
     pde_setups = [s for s in setups if SETUPS[s][1] is not None]
+    try:
+        pool = open_pool(args.workers, args.scheduler)
+    except SchedulerError as e:
+        ap.error(str(e))
     args.out.mkdir(parents=True, exist_ok=True)
 
     print(f"particle seed {PARTICLE_SEED}, perceptron Perceptron.random(2, 2, act, 1.0, seed={PERCEPTRON_SEED}); "
@@ -492,11 +502,11 @@ def main(argv=None) -> int:
     jobs.sort(key=lambda j: (-j[2], j[0] != "pde"))
     t0 = time.perf_counter()
     records, pde = [], []
-    with ProcessPoolExecutor(max_workers=args.workers) as pool:
-        futs = {pool.submit(_job, kind, s, b, n, args.max_steps): (kind, s, b) for kind, s, b in jobs}
-        for i, fut in enumerate(as_completed(futs), 1):
-            kind, s, b = futs[fut]
-            r = fut.result()
+    with pool:
+        print(f"jobs on {pool.description}", flush=True)
+        futs = [pool.submit(_job, kind, s, b, n, args.max_steps) for kind, s, b in jobs]
+        for i, (j, r) in enumerate(pool.results(futs), 1):
+            kind, s, b = jobs[j]
             (records if kind == "particles" else pde).append(r)
             what = (f"{r['stop_reason']} t={r['t_stop']:g}, {r['clusters']} clusters" if kind == "particles"
                     else f"{r['stop_reason']} t={r['t_stop']:.4g}, {r['heavy_atoms']} atoms >= 0.01")

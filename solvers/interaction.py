@@ -42,6 +42,16 @@ Both are dimensionless (the kernel is <= 1; G is a tangent vector at x). Three w
   of harmonics as G = P_x H with H(x) = sum_j w_j exp(beta(<x,y_j> - 1)) y_j: four kernel sums (weights
   w and w y^(a)) share one set of harmonic values. O((N + M) L^2 / 2), L ~ 9 sqrt(beta).
 
+``nufft`` on S^2 (d = 3) — the same addition theorem through a 2-D NUFFT on the doubled sphere
+  (theta, phi) in [0, 2 pi)^2: with sin theta signed, Pbar_lm(cos theta) = sum_{|p|<=l} a^{lm}_p e^{ip theta}
+  exactly (:mod:`spectral.legendre_fourier`), so one type-1 transform F(k, m) of the weighted points
+  gives c_lm = sum_p a^{lm}_p F(-p, m); G = grad Phi (Phi = Psi / beta, multipliers g_l) needs the series
+  of d/dtheta Pbar_lm (a factor ip) and of Pbar_lm / sin theta (bounded at the poles), and two type-2
+  transforms evaluate Psi + i G_theta and G_phi (real fields share a complex transform). The degree
+  L (:func:`sphere_bandwidth`) also resolves (l + 1) g_l. O((N + M) w^2 + L^2 log L + L^3), w = 15;
+  no array of size (points x modes). Same reproducibility design as on S^1 (one-thread plans,
+  upsampling factor 2, fixed chunks added in chunk order).
+
 The degree K (L) is the smallest for which every dropped multiplier (and, on S^1, k g_k) is below
 ``tol`` (1e-17) times lambda_0. Since max Psi >= mean Psi = lambda_0 ∫ d(w-measure), the truncation
 error is ~tol relative to max Psi; round-off is ~1e-15 relative to max Psi; G inherits the same
@@ -61,11 +71,13 @@ from concurrent.futures import ThreadPoolExecutor
 import finufft
 import numpy as np
 
+from spectral.legendre_fourier import legendre_fourier
 from spectral.multipliers import kernel_bandwidth, potential_multipliers, zonal_multipliers
 from . import validators as check
 from ._blas import blas_threads
 
 __all__ = ["InteractionSums", "direct_fields", "CircleSums", "CircleNufftSums", "SphereSums",
+           "SphereNufftSums", "sphere_bandwidth", "sphere_nufft_chunk",
            "interaction_fields", "circle_bandwidth", "SUM_METHODS", "DEFAULT_BLOCK_BYTES", "NUFFT_EPS_MIN"]
 
 SUM_METHODS = ("auto", "direct", "fast", "nufft")
@@ -87,13 +99,28 @@ SPHERE_MAX_DEGREE = 200
 # OpenBLAS thread): direct ~ pairs * (d + 6) * _C_DIRECT; fast S^1 ~ points * (K + 1) * _C_CIRCLE per
 # pass + _C_CALL; fast S^2 ~ points * (number of (l, m) pairs) * _C_SPHERE per pass + _C_CALL * L
 # (the Legendre recurrence is a Python loop over degrees);
-# nufft S^1 ~ points * _C_NUFFT per pass (spreading at eps 1e-14, one thread) + _C_NUFFT_CALL.
+# nufft S^1 ~ points * _C_NUFFT per pass (spreading at eps 1e-14, one thread) + _C_NUFFT_CALL;
+# nufft S^2 ~ (sources + 2 evaluation points) * _C_S2NUFFT (one 2-D type-1 and two type-2 transforms at
+# eps 1e-14, one thread) + (2L + 1)^2 * _C_S2NUFFT_GRID (the FFTs of the fine grid and the conversions
+# between double Fourier and harmonic coefficients) + _C_S2NUFFT_CALL. Measured 2026-11-23 (load ~1.2,
+# min of 5-15 repeats, OMP_NUM_THREADS=1): 1.67e-7 s per point and transform at N = 1e6, beta = 4;
+# fixed cost (8 points) 3.5e-4 s (L = 15) .. 1.7e-2 s (L = 126), fitted (relative least squares over
+# L = 15, 23, 35, 48, 65, 90, 126; within 20%) as 1.25e-4 + 2.16e-7 (2L + 1)^2. In the same
+# process the S^2 fast and direct sums ran 2.5x and 2.3x faster than _C_SPHERE and _C_DIRECT predict
+# (their measurement conditions are not recorded), so the S^2 nufft constants are today's times x 2.4:
+# the model compares methods, and only the ratios matter. It puts the switch direct -> nufft between 300
+# and 500 points at beta = 4 and between 1000 and 2000 at beta = 100; measured (fields, one thread):
+# beta = 4, 100 points direct 0.12 ms vs nufft 0.75 ms, 1000 points direct 4-21 ms vs nufft 1.1 ms;
+# beta = 100, 1000 points direct 5.5 ms vs nufft 7.9 ms, 10^4 points 370 ms vs 12 ms.
 _C_DIRECT = 1.0e-9
 _C_CIRCLE = 2.0e-9
 _C_SPHERE = 1.2e-8
 _C_CALL = 3.0e-5
 _C_NUFFT = 4.5e-8
 _C_NUFFT_CALL = 4.0e-5
+_C_S2NUFFT = 4.0e-7
+_C_S2NUFFT_GRID = 5.2e-7
+_C_S2NUFFT_CALL = 3.0e-4
 
 
 def _as_points(name: str, a, d: int | None = None) -> np.ndarray:
@@ -431,6 +458,266 @@ class SphereSums:
         return out[:, 0], _tangent(x, out[:, 1:])
 
 
+def sphere_bandwidth(beta: float, tol: float = DEFAULT_TOL) -> int:
+    """Smallest L >= 1 with lambda_l <= tol lambda_0 and (l + 1) g_l <= tol lambda_0 for all l > L (d = 3).
+
+    lambda_l are the kernel's Funk–Hecke multipliers and g_l = lambda_l / beta those of Phi = Psi / beta,
+    whose gradient is G; a degree-l harmonic's gradient is sqrt(l (l + 1)) < l + 1 times as large, so
+    (l + 1) g_l bounds what dropping degree l costs G. Both decrease like exp(-l^2 / (2 beta)).
+    """
+    if beta == 0.0:
+        return 1
+    L = kernel_bandwidth(beta, 3, tol)
+    while True:
+        n = 2 * L + 16
+        lam = zonal_multipliers(beta, 3, n)
+        lg = np.arange(1, n + 2) * potential_multipliers(beta, 3, n)
+        big = np.nonzero((lam > tol * lam[0]) | (lg > tol * lam[0]))[0]
+        last = int(big[-1]) if big.size else 1
+        if last < n - 4:
+            return max(last, 1)
+        L = n
+
+
+class SphereNufftSums:
+    """Interaction sums on S^2 through a 2-D non-uniform FFT on the doubled sphere (FINUFFT).
+
+    A point (theta, phi) of S^2 (theta in [0, pi] the colatitude) is a point of the torus [0, 2 pi)^2, and
+    with sin theta signed every Pbar_lm(cos theta) is a trigonometric polynomial of degree l in theta
+    (:mod:`spectral.legendre_fourier`: Pbar_lm = sum_p a^{lm}_p e^{ip theta}, exact). So, with the
+    complex orthonormal harmonics Y_lm = Pbar_l|m| e^{im phi} and the addition theorem
+    exp(beta(<x,y> - 1)) = 4 pi sum_l lambda_l sum_{|m|<=l} Y_lm(x) conj(Y_lm(y)):
+
+    1. one type-1 transform F(k, m) = sum_j w_j e^{-i(k theta_j + m phi_j)}, |k|, |m| <= L, gives
+       c_lm = sum_j w_j conj(Y_lm(y_j)) = sum_p a^{l|m|}_p F(-p, m);
+    2. Psi = sum 4 pi lambda_l c_lm Y_lm, and Phi = Psi / beta (multipliers g_l = lambda_l / beta, exact
+       at beta = 0) has G = grad Phi = e_theta d_theta Phi + e_phi (1 / sin theta) d_phi Phi; folding back
+       with the coefficients of Pbar_lm, of its theta-derivative (a factor i p) and of Pbar_lm / sin theta
+       (bounded at the poles, also a trigonometric polynomial) gives the double Fourier coefficients of
+       the three real fields Psi, G_theta, G_phi;
+    3. two type-2 transforms (the adjoint of the same plan) evaluate Psi + i G_theta and G_phi at x
+       (a real field on the torus has Hermitian coefficients, so two real fields share one transform).
+
+    Cost O(N_src + 2 N_eval) spreading with width w = 15 in 2-D (w^2 per point; FINUFFT's width at eps
+    1e-14 and upsampling 2) plus O(L^2 log L) for the fine-grid FFTs and O(L^3) for the conversions;
+    no array of (points x modes). At the poles phi is undefined: phi = 0 there, with e_theta, e_phi
+    taken at the same phi (Pbar_lm vanishes at the poles for m != 0, so the phase of
+    Psi does not matter; G is the limit along that meridian). Reproducibility as
+    :class:`CircleNufftSums`: single-threaded plans with upsampling factor 2, fixed chunks of
+    :func:`sphere_nufft_chunk` points (angles, transforms and the assembly of G per chunk) run
+    concurrently and added in chunk order, so the same bits for any ``threads``.
+
+    Parameters
+    ----------
+    beta : float
+        Inverse temperature >= 0.
+    tol : float
+        Degrees with lambda_l and (l + 1) g_l below tol * lambda_0 are dropped (:func:`sphere_bandwidth`);
+        the transforms' precision is max(tol, NUFFT_EPS_MIN).
+    threads : int
+        Threads transforming chunks concurrently (the result does not depend on it).
+    """
+
+    d = 3
+
+    def __init__(self, beta: float, tol: float = DEFAULT_TOL, threads: int = 1) -> None:
+        self.beta = float(beta)
+        self.L = L = _sphere_nufft_degree(self.beta, tol)
+        self.eps = max(float(tol), NUFFT_EPS_MIN)
+        self.threads = check.integer("threads", threads, ge=1)
+        lam = zonal_multipliers(self.beta, 3, L)
+        g = potential_multipliers(self.beta, 3, L)
+        self._alpha = legendre_fourier(L)                      # Pbar_lm
+        self._alpha_s = legendre_fourier(L, over_sin=True)     # Pbar_lm / sin theta
+        self._lam = [4.0 * np.pi * lam[m:] for m in range(L + 1)]
+        self._g = [4.0 * np.pi * g[m:] for m in range(L + 1)]
+        self._p = np.arange(-L, L + 1)
+        self.chunk = sphere_nufft_chunk(L)
+        self._plans = queue.SimpleQueue()
+        for _ in range(self.threads):
+            self._plans.put(finufft.Plan(1, (2 * L + 1, 2 * L + 1), n_trans=1, eps=self.eps, isign=-1,
+                                         dtype="complex128", nthreads=1, upsampfac=2.0, modeord=0))
+        self._pool = None
+
+    def cost(self, n_src: int, n_eval: int) -> float:
+        """Estimated seconds of one :meth:`fields` call (one thread)."""
+        return _sphere_nufft_cost(self.L, n_src, n_eval)
+
+    # -- points --------------------------------------------------------------------------------------
+    @staticmethod
+    def _angles(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """theta in [0, pi], phi of unit vectors x (n, 3); phi = 0 where sin theta = 0 (as in :meth:`_frame`;
+        arctan2(0, -0.0) would give pi)."""
+        s = np.hypot(x[:, 0], x[:, 1])
+        theta = np.arctan2(s, x[:, 2])
+        phi = np.arctan2(x[:, 1], x[:, 0])
+        phi[s == 0.0] = 0.0
+        return theta, phi
+
+    @staticmethod
+    def _frame(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """sin theta, cos phi, sin phi of unit vectors x (n, 3), phi = 0 where sin theta = 0."""
+        s = np.hypot(x[:, 0], x[:, 1])
+        pole = s == 0.0
+        cph, sph = np.ones_like(s), np.zeros_like(s)
+        np.divide(x[:, 0], s, out=cph, where=~pole)
+        np.divide(x[:, 1], s, out=sph, where=~pole)
+        return s, cph, sph
+
+    # -- transforms ----------------------------------------------------------------------------------
+    def _map(self, fn, n: int) -> list:
+        """fn(slice) for the fixed chunks of ``self.chunk`` of n points, in chunk order."""
+        cuts = [slice(s, min(s + self.chunk, n)) for s in range(0, max(n, 1), self.chunk)]
+        if self.threads == 1 or len(cuts) == 1:
+            return [fn(c) for c in cuts]
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="attnpde-s2nufft")
+        return list(self._pool.map(fn, cuts))
+
+    def _type1(self, y: np.ndarray, w: np.ndarray, keep: tuple | None) -> np.ndarray:
+        """F(k, m) = sum_j w_j e^{-i(k theta_j + m phi_j)}; with ``keep`` = (theta, phi) arrays, the
+        angles are stored there (for the type-2 pass at the same points)."""
+        def one(c: slice) -> np.ndarray:
+            theta, phi = self._angles(y[c])
+            if keep is not None:
+                keep[0][c], keep[1][c] = theta, phi
+            plan = self._plans.get()
+            try:
+                plan.setpts(theta, phi)
+                return plan.execute(w[c].astype(complex))
+            finally:
+                self._plans.put(plan)
+        parts = self._map(one, y.shape[0])
+        F = parts[0]
+        for p in parts[1:]:                   # a fixed order: the same bits for any threads
+            F += p
+        return F
+
+    def _type2(self, x: np.ndarray, B1: np.ndarray, B2: np.ndarray, keep: tuple | None
+               ) -> tuple[np.ndarray, np.ndarray]:
+        """Psi (M,) and G (M, 3) at x from the coefficients of Psi + i G_theta (B1) and G_phi (B2)."""
+        psi = np.empty(x.shape[0])
+        G = np.empty_like(x)
+
+        def one(c: slice) -> None:
+            theta, phi = self._angles(x[c]) if keep is None else (keep[0][c], keep[1][c])   # type-1's
+            s, cph, sph = self._frame(x[c])
+            plan = self._plans.get()
+            try:
+                plan.setpts(theta, phi)
+                f1 = plan.execute_adjoint(B1)
+                gph = plan.execute_adjoint(B2).real
+            finally:
+                self._plans.put(plan)
+            psi[c] = f1.real
+            gth = f1.imag
+            # G = G_theta e_theta + G_phi e_phi, e_theta = (cos th cos ph, cos th sin ph, -sin th),
+            # e_phi = (-sin ph, cos ph, 0)
+            zt = x[c, 2] * gth
+            Gc = G[c]
+            np.multiply(zt, cph, out=Gc[:, 0])
+            Gc[:, 0] -= gph * sph
+            np.multiply(zt, sph, out=Gc[:, 1])
+            Gc[:, 1] += gph * cph
+            np.multiply(s, gth, out=Gc[:, 2])
+            np.negative(Gc[:, 2], out=Gc[:, 2])
+        self._map(one, x.shape[0])
+        return psi, G
+
+    # -- coefficients --------------------------------------------------------------------------------
+    def coefficients(self, F: np.ndarray) -> list[np.ndarray]:
+        """c_lm = sum_p a^{lm}_p F(-p, m) for m = 0..L: entry m is (L + 1 - m,), degrees l = m..L."""
+        L = self.L
+        c = []
+        for m in range(L + 1):
+            col = F[:, L + m]                      # F(p, m), p = -L..L
+            pos, neg = col[L:], col[L::-1]         # F(p, m), F(-p, m), p = 0..L
+            if m % 2 == 0:                         # cosine series: a_{+-p} = alpha_p / 2, a_0 = alpha_0
+                u = 0.5 * (pos + neg)
+                u[0] = pos[0]
+            else:                                  # sine series: a_{+-p} = +-alpha_p / (2i)
+                u = 0.5j * (pos - neg)
+            c.append(self._alpha[m] @ u)
+        return c
+
+    def _fold(self, c: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        """Double Fourier coefficients (p, m), |p|, |m| <= L, of Psi + i G_theta and of G_phi."""
+        L = self.L
+        Bpsi = np.zeros((2 * L + 1, 2 * L + 1), dtype=complex)
+        Bth, B2 = np.zeros_like(Bpsi), np.zeros_like(Bpsi)
+        ip = 1j * self._p
+        for m in range(L + 1):
+            cosine = m % 2 == 0
+            phi_m = self._g[m] * c[m]                     # coefficients of Phi = Psi / beta
+            Bpsi[:, L + m] = _series_to_exp(self._alpha[m].T @ (self._lam[m] * c[m]), cosine)
+            Bth[:, L + m] = ip * _series_to_exp(self._alpha[m].T @ phi_m, cosine)
+            if m >= 1:                                    # (1 / sin theta) d/dphi: i m and Pbar_lm / sin theta
+                B2[:, L + m] = (1j * m) * _series_to_exp(self._alpha_s[m].T @ phi_m, not cosine)
+        for B in (Bpsi, Bth, B2):                         # real fields: B(p, -m) = conj(B(-p, m))
+            B[:, L - 1::-1] = np.conj(B[::-1, L + 1:])
+        Bpsi += 1j * Bth
+        return Bpsi, B2
+
+    def fields(self, y: np.ndarray, w: np.ndarray, x: np.ndarray | None = None
+               ) -> tuple[np.ndarray, np.ndarray]:
+        """Psi (M,) and G (M, 3) at x (default: at the sources y)."""
+        y = _as_points("y", y, 3)
+        w = np.asarray(w, dtype=float).reshape(-1)
+        if w.shape != (y.shape[0],):
+            raise ValueError(f"w must have one weight per source ({y.shape[0]}), got shape {w.shape}")
+        keep = (np.empty(y.shape[0]), np.empty(y.shape[0])) if x is None else None
+        F = self._type1(y, w, keep)
+        B1, B2 = self._fold(self.coefficients(F))
+        return self._type2(y if x is None else _as_points("x", x, 3), B1, B2, keep)
+
+    def __del__(self) -> None:
+        if getattr(self, "_pool", None) is not None:
+            self._pool.shutdown(wait=False)
+
+
+def sphere_nufft_chunk(L: int) -> int:
+    """Points per transform of the S^2 NUFFT sums: 2^15, or the power of two >= 2 (4L + 2)^2 if larger.
+
+    Depends on L only, so the chunks (and the order of the sums) are fixed by the point count and beta.
+    Smaller than NUFFT_CHUNK so that N ~ 1e5 points already spread on several threads; at least twice
+    the fine grid (4L + 2)^2 so that each chunk's FFTs stay a small part of its spreading (measured,
+    one thread: one type-1 + two type-2 transforms cost ~0.5 us per point; the whole fixed cost of an
+    evaluation, three FFTs of the fine grid and the conversions, 1.8 ms at L = 48 and 7.6 ms at L = 90).
+    """
+    return max(2 ** 15, 1 << (2 * (4 * L + 2) ** 2 - 1).bit_length())
+
+
+def _sphere_nufft_degree(beta: float, tol: float) -> int:
+    """:func:`sphere_bandwidth`, refused above SPHERE_MAX_DEGREE (the coefficient tables grow as L^3)."""
+    L = sphere_bandwidth(beta, tol)
+    if L > SPHERE_MAX_DEGREE:
+        raise ValueError(f"nufft sums on S^2 need degree L = {L} at beta = {beta:g}, above the "
+                         f"supported {SPHERE_MAX_DEGREE}; use method='direct'")
+    return L
+
+
+def _sphere_nufft_cost(L: int, n_src: int, n_eval: int) -> float:
+    """Estimated seconds of one :meth:`SphereNufftSums.fields` (one thread): one type-1 transform at the
+    sources, two type-2 at the evaluation points, the fine-grid FFTs and the conversions (measured
+    ~ (2L + 1)^2 up to L = 126, although the conversions are O(L^3) flops)."""
+    return _C_S2NUFFT * (n_src + 2 * n_eval) + _C_S2NUFFT_GRID * (2 * L + 1) ** 2 + _C_S2NUFFT_CALL
+
+
+def _series_to_exp(a: np.ndarray, cosine: bool) -> np.ndarray:
+    """Exponential coefficients b_p, p = -L..L, of sum_{p=0}^{L} a_p cos(p t) (or sin(p t))."""
+    L = a.shape[0] - 1
+    b = np.empty(2 * L + 1, dtype=complex)
+    if cosine:                      # cos(pt) = (e^{ipt} + e^{-ipt}) / 2
+        b[L + 1:] = 0.5 * a[1:]
+        b[:L] = b[:L:-1]
+        b[L] = a[0]
+    else:                           # sin(pt) = (e^{ipt} - e^{-ipt}) / (2i)
+        b[L + 1:] = -0.5j * a[1:]
+        b[:L] = -b[:L:-1]
+        b[L] = 0.0
+    return b
+
+
 # ----------------------------------------------------------------------------------------------
 # selection
 # ----------------------------------------------------------------------------------------------
@@ -445,7 +732,8 @@ class InteractionSums:
         Inverse temperature >= 0.
     method : {"auto", "direct", "fast", "nufft"}
         "fast" exists for d = 2 (Fourier) and d = 3 (harmonics, beta up to about 400); "nufft" for
-        d = 2 (FINUFFT); "auto" takes the cheapest that exists by a measured cost model.
+        d = 2 and d = 3 (FINUFFT; on S^2 the same beta range); "auto" takes the cheapest that exists by
+        a measured cost model.
     tol : float
         Truncation of the fast sums (relative to lambda_0), and the NUFFT precision (at least
         NUFFT_EPS_MIN).
@@ -455,7 +743,8 @@ class InteractionSums:
         OpenBLAS threads while summing (default 1: the block products are small, and extra threads
         stall on a busy machine; see ``solvers._blas``); None leaves the library's setting alone.
     nufft_threads : int or None
-        Threads of the S^1 NUFFT sums (:class:`CircleNufftSums`; the result does not depend on it).
+        Threads of the NUFFT sums (:class:`CircleNufftSums`, :class:`SphereNufftSums`; the result
+        does not depend on it).
         None: the environment's OMP_NUM_THREADS, else 1.
     """
 
@@ -483,12 +772,17 @@ class InteractionSums:
             env = os.environ.get("OMP_NUM_THREADS", "")
             nufft_threads = int(env) if env.isdigit() and int(env) >= 1 else 1
         self.nufft_threads = check.integer("nufft_threads", nufft_threads, ge=1)
+        self._s2_degree = None           # the S^2 NUFFT's degree, for the cost model
         self._nufft = None               # made on first use (its FINUFFT plans): see :attr:`nufft`
         if method == "fast" and self._fast is None:
             why = self._fast_error or f"fast sums exist on S^1 and S^2 only (d = 2, 3), not d = {self.d}"
             raise ValueError(why)
-        if method == "nufft" and self.d != 2:
-            raise ValueError(f"nufft sums exist on S^1 only (d = 2), not d = {self.d}: use sum='fast' or 'auto'")
+        if method == "nufft":
+            if self.d not in (2, 3):
+                raise ValueError(f"nufft sums exist on S^1 and S^2 only (d = 2, 3), not d = {self.d}: "
+                                 f"use sum='direct' or 'auto'")
+            if self.d == 3:              # the degree check, up front (the plans are made on first use)
+                _sphere_nufft_degree(self.beta, tol)
 
     @property
     def fast(self):
@@ -497,9 +791,12 @@ class InteractionSums:
 
     @property
     def nufft(self):
-        """The NUFFT sums (:class:`CircleNufftSums`, made on first use) on S^1, else None."""
+        """The NUFFT sums (:class:`CircleNufftSums` / :class:`SphereNufftSums`, made on first use) on S^1
+        and S^2, else None."""
         if self._nufft is None and self.d == 2:
             self._nufft = CircleNufftSums(self.beta, self.tol, self.nufft_threads)
+        elif self._nufft is None and self.d == 3:
+            self._nufft = SphereNufftSums(self.beta, self.tol, self.nufft_threads)
         return self._nufft
 
     def direct_cost(self, n_src: int, n_eval: int) -> float:
@@ -515,6 +812,12 @@ class InteractionSums:
             costs["fast"] = self._fast.cost(n_src, n_eval)
         if self.d == 2:
             costs["nufft"] = CircleNufftSums.cost(n_src, n_eval)
+        elif self.d == 3 and self._fast is not None:
+            # the S^2 NUFFT's degree is within a few of SphereSums' (same range of beta); the cost model
+            # needs only L, so no plans are made to answer
+            if self._s2_degree is None:
+                self._s2_degree = sphere_bandwidth(self.beta, self.tol)
+            costs["nufft"] = _sphere_nufft_cost(self._s2_degree, n_src, n_eval)
         return min(costs, key=costs.get)
 
     def fields(self, y: np.ndarray, w: np.ndarray, x: np.ndarray | None = None

@@ -149,7 +149,8 @@ class Model:
         return self.attention != "normalized" and (self.perceptron is None or self.perceptron.is_gradient)
 
     # --- the velocity field (the single definition used by every solver) ---------------------------
-    def velocity(self, G: np.ndarray, psi: np.ndarray | float | None, drift: np.ndarray | None) -> np.ndarray:
+    def velocity(self, G: np.ndarray, psi: np.ndarray | float | None, drift: np.ndarray | None,
+                 out: np.ndarray | None = None) -> np.ndarray:
         """Velocity from the attention fields and the perceptron drift at the same points.
 
         Parameters
@@ -160,22 +161,49 @@ class Model:
             ∫ exp(beta(<x,y>-1)) dmu(y), broadcastable against G (only used by SA).
         drift : ndarray or None
             Perceptron drift at the points, same shape as G, or None.
+        out : ndarray, optional
+            Float array of G's shape, not overlapping G, psi or drift, to hold the result (a solver's
+            buffer, reused on every call); default a new array.
 
         Returns
         -------
         ndarray
-            v = s (gamma G + drift) for USA, s (G / psi + drift) for SA, s drift for 'none'.
+            v = s (gamma G + drift) for USA, s (G / psi + drift) for SA, s drift for 'none':
+            s times :meth:`drive`.
         """
-        a = self.attention_coefficient
+        out = self.drive(G, psi, drift, out)
+        if self.sign != 1.0:
+            np.negative(out, out=out)
+        return out
+
+    def drive(self, G: np.ndarray, psi: np.ndarray | float | None, drift: np.ndarray | None,
+              out: np.ndarray | None = None) -> np.ndarray:
+        """The velocity without the flow's sign: w = gamma G + drift (USA), G / psi + drift (SA), drift
+        ('none'), so that v = s w (:meth:`velocity`; arguments as there).
+
+        s = +-1, so s w is exact and a linear operation applied to w then multiplied by s gives the
+        values it gives applied to v: the spectral solvers form the flux rho w and put s into the
+        divergence's multipliers, one pass over the grid fewer than forming v.
+        """
+        if out is None:
+            out = np.empty(np.shape(G), dtype=np.result_type(G, float))
         if self.attention == "none":
-            v = np.zeros_like(G)
-        elif self.normalized:
-            v = a * (G / psi)
+            if drift is None:
+                out[...] = 0.0
+            else:
+                out[...] = drift
+            return out
+        if self.normalized:
+            np.divide(G, psi, out=out)
+        elif self.strength != 1.0:
+            np.multiply(G, self.strength, out=out)
+        elif drift is not None:
+            return np.add(G, drift, out=out)
         else:
-            v = a * G
+            out[...] = G
         if drift is not None:
-            v = v + self.drift_coefficient * drift
-        return v
+            out += drift
+        return out
 
     def drift(self, x: np.ndarray) -> np.ndarray | None:
         """Perceptron drift at unit vectors x (n, d), or None without a perceptron."""

@@ -157,7 +157,7 @@ class ParticleOptions:
     Attributes
     ----------
     sum : {"auto", "direct", "fast", "nufft"}
-        Interaction sums (:class:`solvers.interaction.InteractionSums`; "nufft": S^1 only).
+        Interaction sums (:class:`solvers.interaction.InteractionSums`; "nufft": S^1 and S^2).
     sum_tol : float
         Truncation of the fast sums relative to lambda_0 (and the NUFFT precision, at least 1e-14).
     block_bytes : int

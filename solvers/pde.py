@@ -534,6 +534,7 @@ class PDERun(Integration):
         self.snaps = _Snapshots()
         self.steps = {"t": [], "dt": [], "error": [], "accepted": []}
         self._steps_mark = 0
+        self._norms = ((None, 0.0), (None, 0.0))       # (state, its norm), see _norm
         self.refinements: list = []
         self.output_points = opts.output_points or space.default_output_points
         self.t = 0.0 if restart is None else float(restart["t"])
@@ -793,8 +794,18 @@ class PDERun(Integration):
         return self.disc.rhs(t, u, last)
 
     def error_norm(self, err: np.ndarray, u: np.ndarray, u_new: np.ndarray) -> float:
-        scale = self.opts.atol + self.opts.rtol * max(self.disc.norm(u), self.disc.norm(u_new))
+        scale = self.opts.atol + self.opts.rtol * max(self._norm(u), self._norm(u_new))
         return self.disc.norm(err) / scale
+
+    def _norm(self, u: np.ndarray) -> float:
+        """||u|| of a state, remembered for the last two states asked: a step starts from the previous
+        step's u_new (accepted, unfiltered) or retries from the same u (rejected)."""
+        for x, val in self._norms:
+            if x is u:
+                return val
+        val = self.disc.norm(u)
+        self._norms = (self._norms[-1], (u, val))
+        return val
 
     def step_bound(self) -> float:
         return min(self._cfl_dt(self.diag), self.opts.dt_max or math.inf)

@@ -314,6 +314,8 @@ class CircleDiscretization:
         self._mult_G = (1j * k * g)[: self.Ka]       # c -> G = dPhi/dtheta
         self._mult_psi = lam[: self.Ka].astype(complex)
         self._div = -1j * k / b.M                    # unnormalised forward FFT -> -d/dtheta
+        # the flux is formed from the unsigned velocity w (v = s w, Model.drive): s goes here, exactly
+        self._div_signed = model.sign * self._div
         pts = b.points
         drift = model.drift(pts)
         self.drift = None if drift is None else np.einsum("nd,nd->n", drift, b.tangents)
@@ -322,6 +324,9 @@ class CircleDiscretization:
         nrows = 1 + (self.Ka > 0) + (self.Ka > 0 and model.normalized)
         self._inv = b.plan(nrows, "backward")
         self._fwd = b.plan(1, "forward")
+        self._normalized = model.normalized
+        self._v = np.empty(b.M)          # the velocity (or w), rebuilt in place by every call
+        self._zero = np.zeros(b.M)       # G without attention
         self.last = {}
 
     # --- right-hand side ------------------------------------------------------------------------
@@ -330,47 +335,47 @@ class CircleDiscretization:
         inv = self._inv
         K, Ka = self.K, self.Ka
         inv.spec[0, :K] = c
-        inv.clear_tail(K)
+        inv.clear_tail(K)               # every row: the c2r transform destroyed its input
         G = psi = None
         if Ka:
             np.multiply(c[:Ka], self._mult_G, out=inv.spec[1, :Ka])
-            inv.spec[1:, K:] = 0.0
             inv.spec[1, Ka:K] = 0.0
-            if self.model.normalized:
+            if self._normalized:
                 np.multiply(c[:Ka], self._mult_psi, out=inv.spec[2, :Ka])
                 inv.spec[2, Ka:K] = 0.0
         inv.execute()
         rho = inv.grid[0]
         if Ka:
             G = inv.grid[1]
-            if self.model.normalized:
+            if self._normalized:
                 psi = inv.grid[2]
         return rho, G, psi
 
     def velocity(self, c: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-        """rho, the angular velocity v_theta and Psi (SA only) on the grid."""
+        """rho, the angular velocity v_theta and Psi (SA only) on the grid (views into buffers: valid until
+        the next call)."""
         rho, G, psi = self.fields(c)
-        if G is None:
-            v = self.model.velocity(np.zeros_like(rho), None, self.drift)
-        else:
-            v = self.model.velocity(G, psi, self.drift)
+        v = self.model.velocity(self._zero if G is None else G, psi, self.drift, out=self._v)
         return rho, v, psi
 
     def rhs(self, t: float, c: np.ndarray, last: bool = False) -> np.ndarray:
-        """-d/dtheta (rho v) in coefficient space (the nonlinear part of the PDE)."""
-        rho, v, psi = self.velocity(c)
+        """-d/dtheta (rho v) in coefficient space (the nonlinear part of the PDE), as
+        s (-d/dtheta (rho w)) with v = s w (``Model.drive``): the same values, one grid pass fewer."""
+        rho, G, psi = self.fields(c)
+        w = self.model.drive(self._zero if G is None else G, psi, self.drift, out=self._v)
         fwd = self._fwd
-        np.multiply(rho, v, out=fwd.grid[0])
+        np.multiply(rho, w, out=fwd.grid[0])
         if last:
+            # |v| = |w|; max |w| as max(max w, -min w): no temporary
             self.last = {"min_density": float(rho.min()), "max_density": float(rho.max()),
-                         "vmax": float(np.abs(v).max())}
+                         "vmax": float(max(w.max(), -w.min()))}
             if psi is not None:
                 # Psi's round-off is eps times its series' absolute sum: log Psi is only as accurate as
                 # psi / that sum allows (The model §4)
                 a = np.abs(self._mult_psi * c[: self.Ka])
                 self.last["psi_ratio"] = float(psi.min() / (a[0] + 2.0 * a[1:].sum()))
         fwd.execute()
-        return fwd.spec[0, : self.K] * self._div
+        return fwd.spec[0, : self.K] * self._div_signed
 
     # --- diagnostics ------------------------------------------------------------------------------
     def norm(self, c: np.ndarray) -> float:

@@ -45,6 +45,15 @@ def _basis(L: int, nlat: int | None = None, nphi: int | None = None) -> SphereBa
     return SphereBasis(L, nlat, nphi, threads=1)
 
 
+@lru_cache(maxsize=8)
+def _native_to_canonical(L: int) -> np.ndarray:
+    """``sphere.native_to_canonical_index(L)``, read-only and kept: the resolution control converts the
+    state to canonical order after every step."""
+    perm = sphere.native_to_canonical_index(L)
+    perm.flags.writeable = False
+    return perm
+
+
 class SphereSpace:
     """Operations on canonical coefficients of S^2 (no solver state): evaluation, grids, atoms.
 
@@ -183,13 +192,13 @@ class SphereSpace:
     @staticmethod
     def to_state(c: np.ndarray, degree: int) -> np.ndarray:
         """Solver state (native SHTns layout) from canonical coefficients of degree <= L."""
-        perm = sphere.native_to_canonical_index(int(degree))
+        perm = _native_to_canonical(int(degree))
         return np.ascontiguousarray(np.asarray(c, dtype=complex)[perm])
 
     @staticmethod
     def to_canonical(u: np.ndarray, degree: int) -> np.ndarray:
         out = np.empty(sphere.ncoef(degree), dtype=complex)
-        out[sphere.native_to_canonical_index(int(degree))] = u
+        out[_native_to_canonical(int(degree))] = u
         return out
 
     # --- comparison with particles -----------------------------------------------------------------
@@ -343,6 +352,8 @@ class SphereDiscretization:
         self.l = b.l
         ll1 = (b.l * (b.l + 1)).astype(float)
         self._ll1 = ll1                                      # -div = l(l+1) S
+        # the flux is formed from the unsigned velocity w (v = s w, Model.drive): s goes here, exactly
+        self._ll1_signed = model.sign * ll1
         self.lin = -model.noise * ll1 if model.noise > 0 else None
         self._g = model.energy_multipliers(self.L)
         lam = model.kernel_multipliers(self.L)
@@ -387,7 +398,7 @@ class SphereDiscretization:
         self._S = b.spec_array()
         self._T = b.spec_array()
         self._zero = b.spat_array(2) if not self.La else None       # G without attention
-        self._keep = self.drift if self.drift is not None else self._G
+        self._v = b.spat_array(2)              # the velocity (or w), rebuilt in place by every call
         self.last: dict = {}
 
     # --- right-hand side ------------------------------------------------------------------------
@@ -411,25 +422,27 @@ class SphereDiscretization:
         return self._rho, self._G, psi
 
     def velocity(self, u: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-        """rho, v = (v_theta, v_phi) (2, nlat, nphi) and Psi (SA only) on the grid."""
+        """rho, v = (v_theta, v_phi) (2, nlat, nphi) and Psi (SA only) on the grid (views into buffers:
+        valid until the next call)."""
         rho, G, psi = self.fields(u)
-        return rho, self.model.velocity(self._zero if G is None else G, psi, self.drift), psi
+        return rho, self.model.velocity(self._zero if G is None else G, psi, self.drift, out=self._v), psi
 
     def rhs(self, t: float, u: np.ndarray, last: bool = False) -> np.ndarray:
-        """-div(rho v) in native coefficients (the nonlinear part of the PDE)."""
-        rho, v, psi = self.velocity(u)
+        """-div(rho v) in native coefficients (the nonlinear part of the PDE), as s (-div(rho w)) with
+        v = s w (``Model.drive``): the same values, one grid pass fewer."""
+        rho, G, psi = self.fields(u)
+        w = self.model.drive(self._zero if G is None else G, psi, self.drift, out=self._v)
         flux = self._flux
-        np.multiply(v, rho, out=flux)
+        np.multiply(w, rho, out=flux)
         if last:
-            # |v|^2 in v's own storage when v is a fresh array (it is no longer needed), never in the
-            # drift's, which the next call reuses
-            v2 = np.square(v, out=None if np.shares_memory(v, self._keep) else v)
+            # |v|^2 = |w|^2, in w's buffer (w is no longer needed once the flux is formed)
+            v2 = np.square(w, out=w)
             self.last = {"min_density": float(rho.min()), "max_density": float(rho.max()),
-                         "vmax": float(math.sqrt((v2[0] + v2[1]).max()))}
+                         "vmax": float(math.sqrt(np.add(v2[0], v2[1], out=v2[0]).max()))}
             if psi is not None:
                 self.last["psi_ratio"] = self._psi_ratio(u, psi)
         self.basis.sht.spat_to_SHsphtor(flux[0], flux[1], self._S, self._T)
-        return self._S * self._ll1
+        return self._S * self._ll1_signed
 
     def _psi_ratio(self, u: np.ndarray, psi: np.ndarray) -> float:
         """min Psi / (absolute sum of its series).

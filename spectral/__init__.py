@@ -4,4 +4,5 @@
 - :mod:`spectral.sphere`: real spherical-harmonic basis on S^2 (SHTns, dealiased Gauss grid).
 - :mod:`spectral.multipliers`: Funk–Hecke multipliers of the zonal kernel exp(beta(t-1)), any d.
 - :mod:`spectral.filters`: explicit spectral filters.
+- :mod:`spectral.legendre_fourier`: exact Fourier series in theta of the normalised Legendre functions.
 """

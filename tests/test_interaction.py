@@ -1,5 +1,6 @@
 """Interaction sums Psi, G: direct (any d) against the definition and finite differences; fast sums
-(Fourier on S^1, harmonics on S^2) against direct; memory bound of the direct sums; method choice."""
+(Fourier on S^1, harmonics on S^2) and NUFFT sums (S^1, S^2) against direct; the exact Fourier series
+of the Legendre functions against scipy; memory bound of the direct sums; method choice."""
 import math
 import tracemalloc
 
@@ -7,8 +8,8 @@ import numpy as np
 import pytest
 
 from solvers import Model
-from solvers.interaction import (NUFFT_CHUNK, CircleNufftSums, CircleSums, InteractionSums, SphereSums,
-                                 circle_bandwidth, direct_fields, interaction_fields)
+from solvers.interaction import (NUFFT_CHUNK, CircleNufftSums, CircleSums, InteractionSums, SphereNufftSums,
+                                 SphereSums, circle_bandwidth, direct_fields, interaction_fields)
 
 
 def sphere_points(n, d, seed, clustered=False):
@@ -127,6 +128,91 @@ def test_sphere_fast_sums_match_direct(beta):
         assert max(e_psi, e_G, e_G_own) <= 1e-10, (beta, e_psi, e_G, e_G_own)
 
 
+def _with_poles(x, seed):
+    """x with its first rows at the poles (also -0.0 components: arctan2(0, -0.0) = pi) and within
+    1e-12 .. 1e-6 of them."""
+    x = x.copy()
+    x[0], x[1], x[2] = (0.0, 0.0, 1.0), (-0.0, 0.0, -1.0), (-0.0, -0.0, 1.0)
+    rng = np.random.default_rng(seed)
+    for i, r in enumerate((1e-12, 1e-9, 1e-6, 1e-3)):
+        a = rng.uniform(0, 2 * np.pi)
+        x[3 + i] = (r * np.cos(a), r * np.sin(a), (-1) ** i)
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+@pytest.mark.parametrize("beta", [0.0, 0.01, 1.0, 4.0, 25.0, 100.0])
+def test_sphere_nufft_sums_match_direct_and_harmonic_sums(beta):
+    """2-D NUFFT on the doubled sphere against the direct sums and the addition-theorem sums (an
+    independent route to the same c_lm), with sources and evaluation points at and near the poles."""
+    y = _with_poles(sphere_points(2000, 3, 16, clustered=True), 17)
+    w = weights(2000, 18)
+    S = SphereNufftSums(beta)
+    assert S.eps == 1e-14
+    for x in (None, _with_poles(sphere_points(300, 3, 19), 20)):
+        psi_f, G_f = S.fields(y, w, x)
+        xe = y if x is None else x
+        assert np.max(np.abs(np.einsum("nd,nd->n", G_f, xe))) <= 1e-14 * np.max(np.abs(G_f))   # tangent
+        for psi_r, G_r in (direct_fields(xe, y, w, beta), SphereSums(beta).fields(y, w, x)):
+            e_psi, e_G, e_G_own = rel_errors(psi_f, G_f, psi_r, G_r)
+            assert max(e_psi, e_G, e_G_own) <= 1e-10, (beta, e_psi, e_G, e_G_own)
+
+
+def test_sphere_nufft_sums_are_reproducible_for_any_thread_count():
+    """More than one chunk: the same bits for one and two threads, and on every call."""
+    one = InteractionSums(3, 4.0, "nufft", nufft_threads=1)
+    two = InteractionSums(3, 4.0, "nufft", nufft_threads=2)
+    n = 2 * one.nufft.chunk + 5000                                # three chunks
+    y, w = sphere_points(n, 3, 21, clustered=True), weights(n, 22)
+    x = sphere_points(one.nufft.chunk + 1000, 3, 23)              # two chunks
+    a, b, c = one.fields(y, w), two.fields(y, w), two.fields(y, w)
+    for u, v in ((a, b), (b, c), (one.fields(y, w, x), two.fields(y, w, x))):
+        assert np.array_equal(u[0], v[0]) and np.array_equal(u[1], v[1])
+    psi_d, G_d = direct_fields(y[:400], y, w, 4.0)
+    assert max(rel_errors(a[0][:400], a[1][:400], psi_d, G_d)) <= 1e-10
+
+
+def test_sphere_nufft_sums_hold_no_points_by_modes_array():
+    """N = 2e5 at beta = 25 (47^2 modes per point would be 0.7 GB complex): the numpy memory of one
+    evaluation stays O(N) (outputs, angles, one chunk's temporaries). FINUFFT's own buffers are per
+    chunk and per grid, outside tracemalloc's view."""
+    n = 200_000
+    y, w = sphere_points(n, 3, 25), weights(n, 26)
+    S = SphereNufftSums(25.0, threads=2)
+    S.fields(y[:1000], w[:1000])                                   # plans, pool
+    tracemalloc.start()
+    S.fields(y, w)
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert peak < 150 * n, peak          # measured ~100 bytes per point; (points x modes) would be 35 kB
+
+
+def test_legendre_fourier_series_match_scipy():
+    """The exact trigonometric series of Pbar_lm(cos t) and Pbar_lm(cos t) / sin t against scipy's lpmv
+    (with its Condon–Shortley phase removed and the normalisation (2l+1)/(4 pi) (l-m)!/(l+m)!)."""
+    from scipy.special import gammaln, lpmv
+
+    from spectral.legendre_fourier import fourier_series, legendre_fourier
+    L = 40
+    t = np.concatenate([[0.0, np.pi], np.random.default_rng(24).uniform(0, np.pi, 60)])
+    alpha, alpha_s = legendre_fourier(L), legendre_fourier(L, over_sin=True)
+    inner = (t > 0.05) & (t < np.pi - 0.05)
+    for m in range(L + 1):
+        assert alpha[m].shape == (L + 1 - m, L + 1)
+        l = np.arange(m, L + 1)
+        norm = (-1) ** m * np.sqrt((2 * l + 1) / (4 * np.pi) * np.exp(gammaln(l - m + 1) - gammaln(l + m + 1)))
+        ref = norm[:, None] * lpmv(m, l[:, None], np.cos(t)[None, :])
+        assert np.max(np.abs(fourier_series(alpha, m, t) - ref)) <= 1e-13
+        # degree l, parity of l: only p = l, l-2, ... carry weight
+        p = np.arange(L + 1)
+        zero = (p[None, :] > l[:, None]) | ((p[None, :] - l[:, None]) % 2 != 0)
+        assert np.max(np.abs(alpha[m][zero])) <= 1e-14
+        if m >= 1:
+            q = fourier_series(alpha_s, m, t, over_sin=True)
+            assert np.max(np.abs(q[:, inner] - ref[:, inner] / np.sin(t[inner]))) <= 1e-12
+            # at the poles only m = 1 is nonzero (the limit of Pbar_l1 / sin t)
+            assert (m == 1) or np.max(np.abs(q[:, :2])) <= 1e-12
+
+
 def test_sphere_basis_is_orthonormal_on_a_gauss_grid():
     """The harmonic table of the recurrence: ∫ Y_lm conj(Y_l'm') dA = delta (exact Gauss quadrature)."""
     S = SphereSums(10.0)
@@ -161,7 +247,8 @@ def test_method_selection_and_refusals():
     assert InteractionSums(4, 3.0).method_for(10 ** 6) == "direct"       # no fast sums for d >= 4
     assert InteractionSums(2, 25.0).method_for(10 ** 5) == "nufft"      # K = 48: spreading is cheaper
     assert InteractionSums(2, 1.0).method_for(10 ** 5) == "fast"        # K = 15: the power tables are
-    assert InteractionSums(3, 4.0).method_for(10 ** 5) == "fast"
+    assert InteractionSums(3, 4.0).method_for(10 ** 5) == "nufft"      # 3 transforms vs 300 harmonics
+    assert InteractionSums(3, 100.0).method_for(10 ** 3) == "direct"    # L = 90: the FFTs of the fine grid
     assert InteractionSums(2, 25.0).method_for(3) == "direct"
     assert InteractionSums(3, 4.0, "direct").method_for(10 ** 6) == "direct"
     with pytest.raises(ValueError, match="S\\^1 and S\\^2"):
@@ -169,8 +256,10 @@ def test_method_selection_and_refusals():
     with pytest.raises(ValueError, match="use method='direct'"):
         InteractionSums(3, 1e5, "fast")
     assert InteractionSums(3, 1e5).method_for(10 ** 6) == "direct"        # auto falls back
-    with pytest.raises(ValueError, match="S\\^1 only"):
-        InteractionSums(3, 1.0, "nufft")
+    with pytest.raises(ValueError, match="S\\^1 and S\\^2 only"):
+        InteractionSums(4, 1.0, "nufft")
+    with pytest.raises(ValueError, match="nufft sums on S\\^2 need degree .* use method='direct'"):
+        InteractionSums(3, 1e5, "nufft")
     with pytest.raises(ValueError, match="sum method"):
         InteractionSums(2, 1.0, "nfft")
     with pytest.raises(ValueError, match="shape"):

@@ -146,6 +146,29 @@ def test_velocity_matches_definition(attention, flow, general):
     assert np.allclose(m.velocity_direct(x, y, w), brute_velocity(m, x, y, w), rtol=1e-12, atol=1e-14)
 
 
+
+@pytest.mark.parametrize("attention", ["unnormalized", "normalized", "none"])
+@pytest.mark.parametrize("flow", ["ascent", "descent"])
+@pytest.mark.parametrize("with_drift", [False, True])
+def test_velocity_is_the_signed_drive_exactly_and_out_buffers_change_nothing(attention, flow, with_drift):
+    """v = s w with s = +-1 holds bit for bit (the spectral solvers put s into the divergence), and the
+    velocity written into a reused buffer is the velocity computed afresh, written out from The model §1."""
+    rng = np.random.default_rng(7)
+    strength = 1.0 if attention == "normalized" else 1.7
+    m = Model(2, 2.5, flow, attention=attention, strength=strength)
+    G, drift = rng.standard_normal((2, 500))
+    psi = 0.5 + rng.random(500)
+    drift = drift if with_drift else None
+    s = 1.0 if flow == "ascent" else -1.0
+    att = {"unnormalized": strength * G, "normalized": G / psi, "none": 0.0 * G}[attention]
+    v = m.velocity(G, psi, drift)
+    assert np.array_equal(v, s * att + (s * drift if with_drift else 0.0))
+    w = m.drive(G, psi, drift)
+    assert np.array_equal(v, s * w)
+    buf = np.full(500, np.nan)
+    assert m.velocity(G, psi, drift, out=buf) is buf and np.array_equal(buf, v)
+    assert m.drive(G, psi, drift, out=buf) is buf and np.array_equal(buf, w)
+
 def test_energy_matches_definition_and_beta_zero_limit():
     d = 3
     p = Perceptron.random(d, 3, "relu", 1.0, seed=3)

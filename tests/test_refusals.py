@@ -174,9 +174,15 @@ REFUSALS = [
      r"^attnpde: error: --beta: 1\.0 is given twice \(c/c_beta1\.h5: .*\); give distinct values$"),
     ("sweep-betas-with-one-name", "cli", (["sweep", "c.toml", "--beta", "2,2.0000001"], SMALL),
      r"^attnpde: error: --beta: 2\.0000001 and 2\.0 give the same archive name \(c/c_beta2\.h5"),
-    ("run-nufft-sums-on-the-sphere", "cli",
-     (["run", "c.toml"], BASE3 + '[particles]\nn = 10\nt_final = 0.1\nsum = "nufft"\n'),
-     r"^attnpde: error: c\.toml: \[particles\]: nufft sums exist on S\^1 only \(d = 2\), not d = 3: use sum='fast'"),
+    ("run-nufft-sums-on-S3", "cli",
+     (["run", "c.toml"], BASE.replace("d = 2", "d = 4") + '[particles]\nn = 10\nt_final = 0.1\nsum = "nufft"\n'),
+     r"^attnpde: error: c\.toml: \[particles\]: nufft sums exist on S\^1 and S\^2 only \(d = 2, 3\), not d = 4: "
+     r"use sum='direct'"),
+    ("run-nufft-sums-on-the-sphere-beyond-their-degree", "cli",
+     (["run", "c.toml"], BASE3.replace("beta = 1.0", "beta = 1e6")
+      + '[particles]\nn = 10\nt_final = 0.1\nsum = "nufft"\n'),
+     r"^attnpde: error: c\.toml: \[particles\]: nufft sums on S\^2 need degree L = \d+ at beta = 1e\+06, above the "
+     r"supported 200; use method='direct'$"),
     ("sweep-member-invalid-for-its-beta", "cli", (["sweep", "c.toml", "--beta", "1,1e6"], FAST_SPHERE),
      r"^attnpde: error: c\.toml \(beta = 1e\+06\): \[particles\]: fast sums on S\^2 need degree"),
     ("sweep-resume-finished-other-config", "cli",
@@ -194,6 +200,15 @@ REFUSALS = [
      r"^attnpde: error: sw\.h5: not a UTF-8 TOML file"),
     ("sweep-existing-members", "cli", (["sweep", "c.toml", "--beta", "1"], SMALL, archive("c/c_beta1.h5")),
      r"^attnpde: error: c/c_beta1\.h5 exists; use --force to overwrite or --resume to continue$"),
+    ("sweep-unfinished-member", "cli", (["sweep", "c.toml", "--beta", "1"], SMALL, archive("c/c_beta1.h5.part")),
+     r"^attnpde: error: c/c_beta1\.h5\.part: an unfinished member of an earlier sweep; use --resume to continue "
+     r"it or --force to start it again$"),
+    ("sweep-workers-with-scheduler", "cli",
+     (["sweep", "c.toml", "--beta", "1", "--workers", "2", "--scheduler", "tcp://127.0.0.1:9"], SMALL),
+     r"^attnpde: error: --workers sets the local processes; with --scheduler .*: give one of the two$"),
+    ("validate-workers-with-scheduler", "cli",
+     (["validate", "c.toml", "--n", "10", "--workers", "2", "--scheduler", "tcp://127.0.0.1:9"], VALIDATE),
+     r"^attnpde: error: --workers sets the local processes; with --scheduler .*: give one of the two$"),
 
     # --- command-line helpers (API) ----------------------------------------------------------------------
     ("validate-only-t0-api", "api", _validate_one, r"share no snapshot time after t = 0"),

@@ -3,8 +3,11 @@
     attnpde run CONFIG [--out PATH] [--resume] [--force] [--quiet]
     attnpde info ARCHIVE
     attnpde plot ARCHIVE [--out DIR]
-    attnpde sweep CONFIG --beta LIST [--workers N] [--out DIR] [--resume] [--force]
-    attnpde validate CONFIG --n LIST [--seeds M] [--workers N] [--at T] [--out PATH] [--force]
+    attnpde sweep CONFIG --beta LIST [--workers N | --scheduler ADDRESS] [--out DIR] [--resume] [--force]
+    attnpde validate CONFIG --n LIST [--seeds M] [--workers N | --scheduler ADDRESS] [--at T] [--out PATH] [--force]
+
+``--scheduler`` sends the tasks of a sweep or a validation to a running Dask cluster
+(:mod:`solvers.app.executor`); without it they run in ``--workers`` local processes (default 2).
 
 Exit status: 0 done, 1 the run failed after its archive was created (status "failed", attr ``failure``),
 2 bad input (configuration, arguments, archive), 130 interrupted.
@@ -150,17 +153,34 @@ def cmd_plot(args) -> int:
     return EXIT_OK
 
 
+def _workers(args) -> tuple[int, str | None]:
+    """(local worker processes, None) or (0, the error) for --workers and --scheduler."""
+    if args.scheduler is not None:
+        if args.workers is not None:
+            return 0, ("--workers sets the local processes; with --scheduler the cluster's workers run the "
+                       "tasks (start as many as wanted with `dask worker`): give one of the two")
+        if not args.scheduler.strip():
+            return 0, "--scheduler: give the scheduler's address (tcp://HOST:PORT) or its scheduler file"
+        return 1, None
+    workers = 2 if args.workers is None else args.workers
+    if workers < 1:
+        return 0, "--workers must be >= 1"
+    return workers, None
+
+
 def cmd_sweep(args) -> int:
     from .archive import ArchiveError
     from .config import ConfigError
-    from .runner import RunRefused
+    from .executor import SchedulerError, TaskLost
+    from .runner import RunFailed, RunRefused
     from .sweep import sweep
 
     config, betas, rc = _config_and_list(args.config, args.beta, "--beta")
     if rc is not None:
         return rc
-    if args.workers < 1:
-        return _err("--workers must be >= 1")
+    workers, problem = _workers(args)
+    if problem:
+        return _err(problem)
     if args.resume and args.force:
         return _err("--resume and --force exclude each other")
     out_dir = Path(args.out) if args.out else Path(args.config).with_suffix("")
@@ -171,11 +191,19 @@ def cmd_sweep(args) -> int:
     if problem:
         return _err(problem)
     try:
-        rc = sweep(config, betas, out_dir, workers=args.workers, resume=args.resume, force=args.force)
+        rc = sweep(config, betas, out_dir, workers=workers, resume=args.resume, force=args.force,
+                   scheduler=args.scheduler)
     except ConfigError as e:
         return _config_error(args.config, e)
-    except (RunRefused, ArchiveError, ValueError, FileExistsError) as e:
+    except (RunRefused, ArchiveError, ValueError, FileExistsError, SchedulerError) as e:
         return _err(str(e))
+    except TaskLost as e:
+        print(f"attnpde: error: {e}; the members that finished are complete, continue with --resume",
+              file=sys.stderr)
+        return EXIT_FAILED
+    except RunFailed as e:
+        print(f"attnpde: error: {e}", file=sys.stderr)
+        return EXIT_FAILED
     except OSError as e:
         return _err(f"{out_dir}: {e.strerror or e}")
     return rc
@@ -183,6 +211,7 @@ def cmd_sweep(args) -> int:
 
 def cmd_validate(args) -> int:
     from .archive import ArchiveError
+    from .executor import SchedulerError, TaskLost
     from .runner import RunRefused
     from .plots import plot_validation
     from .validate import validate
@@ -192,8 +221,11 @@ def cmd_validate(args) -> int:
         return rc
     if any(v != int(v) or v < 1 for v in ns):
         return _err("--n: particle counts must be integers >= 1")
-    if args.seeds < 1 or args.workers < 1:
-        return _err("--seeds and --workers must be >= 1")
+    if args.seeds < 1:
+        return _err("--seeds must be >= 1")
+    workers, problem = _workers(args)
+    if problem:
+        return _err(problem)
     if config.pde is None or config.particles is None:
         return _err(f"{args.config}: validate needs both a [pde] and a [particles] table")
     if config.particles.get("stop") is not None:
@@ -205,15 +237,22 @@ def cmd_validate(args) -> int:
         return _err(problem)
     command = _command("validate")
     try:
-        res = validate(config, [int(v) for v in ns], args.seeds, out, workers=args.workers, force=args.force,
-                       at=args.at, command=command)
-    except (RunRefused, ArchiveError, ValueError) as e:
+        res = validate(config, [int(v) for v in ns], args.seeds, out, workers=workers, force=args.force,
+                       at=args.at, command=command, scheduler=args.scheduler)
+    except (RunRefused, ArchiveError, ValueError, SchedulerError) as e:
         return _err(str(e))
+    except TaskLost as e:
+        print(f"attnpde: error: {e}", file=sys.stderr)
+        return EXIT_FAILED
     print(res.table)
     png = plot_validation(res, out.with_suffix(".png"),
                           f"{config.name}: S^{config.model.d - 1}, beta = {config.model.beta:g}, {config.model.flow}")
     print(f"archive: {out}; figure: {png}")
     return EXIT_OK
+
+
+_SCHEDULER_HELP = ("a running Dask scheduler (tcp://HOST:PORT, or the file of `dask scheduler --scheduler-file`): "
+                   "the tasks run on its workers instead of local processes (README: Running on a Dask cluster)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -236,7 +275,8 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("sweep", help="one run per beta, in parallel; table and cluster count vs sqrt(beta)")
     s.add_argument("config")
     s.add_argument("--beta", required=True, help="comma-separated values, e.g. 1,5,25")
-    s.add_argument("--workers", type=int, default=2)
+    s.add_argument("--workers", type=int, help="local processes (default 2)")
+    s.add_argument("--scheduler", metavar="ADDRESS", help=_SCHEDULER_HELP)
     s.add_argument("--out", help="directory of the archives (default: the configuration's path without .toml)")
     s.add_argument("--resume", action="store_true")
     s.add_argument("--force", action="store_true")
@@ -245,7 +285,8 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("config", help="TOML configuration with [pde] and [particles] (its n is replaced)")
     v.add_argument("--n", required=True, help="comma-separated particle counts, e.g. 100,1000,10000")
     v.add_argument("--seeds", type=int, default=1, help="seeds per N (particles.seed, +1, ...)")
-    v.add_argument("--workers", type=int, default=2)
+    v.add_argument("--workers", type=int, help="local processes (default 2; 1: in this process)")
+    v.add_argument("--scheduler", metavar="ADDRESS", help=_SCHEDULER_HELP)
     v.add_argument("--at", type=float, help="time of the fit (default: the last common snapshot)")
     v.add_argument("--out", help="archive path (default: CONFIG's stem + _validation.h5)")
     v.add_argument("--force", action="store_true", help="overwrite an existing archive")

@@ -3,14 +3,24 @@
 Each member is the configuration with ``model.beta`` replaced (and ``run.name`` suffixed), written as its
 own archive ``<out>/<name>_beta<beta>.h5``; the sweep prints a table (beta, sqrt(beta), atoms and
 clusters, stop reasons), writes it as ``summary.json`` and plots cluster counts against sqrt(beta).
+
+The members run on a :class:`~solvers.app.executor.TaskPool`: local processes, or the workers of a Dask
+cluster (``--scheduler``). A member writes ``<name>_beta<beta>.h5.part`` and renames it (``os.replace``,
+atomic on one file system) to its final name once its status is "finished", so a member's archive is
+complete or absent, whatever happens to the process that wrote it. A ``.part`` left by a killed or
+interrupted member is continued by ``--resume`` (the runner's resume: the same numbers as an
+uninterrupted run) or, when it cannot be resumed (cut in the middle of a write), started again; a task
+the cluster runs again after losing its worker starts its ``.part`` afresh. On a cluster the output
+directory must be one shared file system, at the same path, on every worker.
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import math
+import os
 import sys
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Callable
 
@@ -18,7 +28,7 @@ import numpy as np
 
 from .config import ConfigError, RunConfig, dump_toml, parse_config
 
-__all__ = ["parse_list", "sweep", "member_config"]
+__all__ = ["parse_list", "sweep", "member_config", "partial_path"]
 
 
 def parse_list(text: str, what: str) -> list[float]:
@@ -53,14 +63,46 @@ def _log(beta: float) -> Callable[[str], None]:
     return lambda s: print(f"[beta={beta:g}] {s}", file=sys.stderr, flush=True)
 
 
-def _member(text: str, source: str, out: str, resume: bool, force: bool) -> dict:
+def partial_path(path: Path) -> Path:
+    """Where a member's archive is written until it is complete: ``NAME.h5.part`` beside ``NAME.h5``
+    (the same directory, hence the same file system, so that the final rename is atomic)."""
+    return path.with_name(path.name + ".part")
+
+
+def _resumable(part: Path, cfg: RunConfig, log: Callable[[str], None]) -> bool:
+    """Whether the unfinished member archive ``part`` can be continued; if not (damaged by a kill in the
+    middle of a write, or from another configuration) it is only a temporary file, and is started again."""
+    from .archive import ArchiveError
+    from .runner import RunRefused, check_resumable
+
+    try:
+        check_resumable(part, cfg)
+    except (RunRefused, ArchiveError, OSError) as e:
+        log(f"{part}: cannot be continued ({e}); starting the member again")
+        return False
+    return True
+
+
+def _member(text: str, source: str, out: str, resume: bool) -> dict:
+    """Run one member into ``out`` through its ``.part`` file (module docstring); returns its summary row."""
     from .runner import run_config
 
     cfg = parse_config(text, source)
+    log = _log(cfg.model.beta)
     path = Path(out)
-    resume_this = resume and path.exists()
-    outcome = run_config(cfg, path, resume=resume_this, force=force or False, progress=False,
-                         log=_log(cfg.model.beta), command=f"attnpde sweep (member beta = {cfg.model.beta:g})")
+    part = partial_path(path)
+    if resume and path.exists():
+        # an unfinished archive under the final name (written before members used .part files): the
+        # sweep's checks found it resumable; it continues under the temporary name
+        os.replace(path, part)
+    resume_this = resume and part.exists() and _resumable(part, cfg, log)
+    # force=True on the .part only: whether the final archive may be replaced was decided by the sweep
+    # before any member started; a .part is ours to overwrite (a killed attempt of this very task)
+    outcome = run_config(cfg, part, resume=resume_this, force=True, progress=False, log=log,
+                         command=f"attnpde sweep (member beta = {cfg.model.beta:g})")
+    if outcome.status != "finished":
+        return {"beta": cfg.model.beta, "archive": str(part), "status": outcome.status}
+    os.replace(part, path)
     return _row(cfg.model.beta, path, outcome.status)
 
 
@@ -115,15 +157,19 @@ def _check_members(members: list[RunConfig], paths: list[Path], resume: bool) ->
 
 
 def sweep(config: RunConfig, betas: list[float], out_dir: Path, *, workers: int = 2, resume: bool = False,
-          force: bool = False) -> int:
+          force: bool = False, scheduler: str | None = None) -> int:
     """Run one member per beta (module docstring) into ``out_dir``; returns the exit status (130 if a
     member was interrupted).
 
     Every member is checked before the first starts: two betas naming one archive, or a member that
     would be refused (ValueError, RunRefused, ArchiveError), refuse the whole sweep, and ``out_dir`` is
     not created. With ``resume`` finished members are skipped (their rows read from their archives),
-    the others resumed or started.
+    the others resumed (from their ``.part``) or started. The members run in ``workers`` local
+    processes, or with ``scheduler`` (an address or a scheduler file) on that Dask cluster's workers;
+    SchedulerError if it cannot be reached (before ``out_dir`` is created).
     """
+    from .executor import open_pool
+
     members = [member_config(config, b) for b in betas]
     paths = [out_dir / f"{m.name}.h5" for m in members]
     seen: dict[Path, float] = {}
@@ -136,19 +182,26 @@ def sweep(config: RunConfig, betas: list[float], out_dir: Path, *, workers: int 
     existing = [p for p in paths if p.exists()]
     if existing and not (resume or force):
         raise FileExistsError(f"{existing[0]} exists; use --force to overwrite or --resume to continue")
+    unfinished = [partial_path(p) for p in paths if partial_path(p).exists()]
+    if unfinished and not (resume or force):
+        raise FileExistsError(f"{unfinished[0]}: an unfinished member of an earlier sweep; use --resume to continue "
+                              "it or --force to start it again")
     finished = _check_members(members, paths, resume)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    rows = []
-    for m, p, done in zip(members, paths, finished):
-        if done:
-            _log(m.model.beta)(f"{p} is finished: skipped")
-            rows.append(_row(m.model.beta, p, "finished"))
     todo = [(m, p) for m, p, done in zip(members, paths, finished) if not done]
-    if todo:
-        with ProcessPoolExecutor(max_workers=min(workers, len(todo))) as pool:
-            futs = {pool.submit(_member, m.text, m.source, str(p), resume, force): m for m, p in todo}
-            for fut in as_completed(futs):
-                rows.append(fut.result())
+    # connected (or refused) before anything is written
+    pool = open_pool(min(workers, len(todo)), scheduler) if todo else None
+    with pool or contextlib.nullcontext():
+        out_dir.mkdir(parents=True, exist_ok=True)
+        rows = []
+        for m, p, done in zip(members, paths, finished):
+            if done:
+                _log(m.model.beta)(f"{p} is finished: skipped")
+                rows.append(_row(m.model.beta, p, "finished"))
+        if pool is not None:
+            print(f"{len(todo)} member(s) on {pool.description}", file=sys.stderr, flush=True)
+            futs = [pool.submit(_member, m.text, m.source, str(p), resume) for m, p in todo]
+            for _, row in pool.results(futs):
+                rows.append(row)
     rows.sort(key=lambda r: r["beta"])
     (out_dir / "summary.json").write_text(json.dumps(rows, indent=2))
     print(f"{'beta':>8s} {'sqrt(beta)':>10s} {'PDE atoms':>9s} {'clusters':>8s} {'max mass':>8s}  stops")

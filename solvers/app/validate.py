@@ -12,6 +12,11 @@ would dominate the archive); the distances are, in ``/validation``::
                   attrs: at (the time of the fit), slopes (JSON: metric -> fitted slope of
                   log mean distance against log N), config of the comparison, table (text)
 
+The particle runs are independent tasks on a :class:`~solvers.app.executor.TaskPool` (``workers`` local
+processes, or the workers of a Dask cluster with ``scheduler``); each is seeded, so the distances do not
+depend on where it ran. The archive is written as ``OUT.part`` and renamed to ``OUT`` once finished, so an
+archive under the final name is always complete.
+
 For i.i.d. initial particles the distances at a fixed time should decrease like N^{-1/2} (slope -1/2)
 while the PDE is resolved; quadrature particles (init = "quadrature") are not random and converge
 at the rate of the quadrature instead.
@@ -19,9 +24,9 @@ at the rate of the quadrature instead.
 from __future__ import annotations
 
 import math
+import os
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -86,14 +91,18 @@ def _compare_opts(config: RunConfig) -> dict:
 
 def validate(config: RunConfig, ns: list[int], seeds: int, out: str | Path, *, workers: int = 2,
              force: bool = False, at: float | None = None, command: str = "",
-             log: Callable[[str], None] | None = None) -> ValidationResult:
+             log: Callable[[str], None] | None = None, scheduler: str | None = None) -> ValidationResult:
     """Run the convergence study of the module docstring; returns its result (also in the archive).
 
-    Raises RunRefused for an existing archive without ``force``, ValueError for bad arguments (before
-    the archive is created: see :func:`check_fit_time` and :func:`check_particle_counts`).
+    The particle runs go to ``workers`` local processes (1: run here, one after the other) or, with
+    ``scheduler`` (an address or a scheduler file), to that Dask cluster. Raises RunRefused for an
+    existing archive without ``force``, ValueError for bad arguments, SchedulerError for a scheduler
+    that cannot be reached (all before the PDE runs and the archive is created: see
+    :func:`check_fit_time` and :func:`check_particle_counts`).
     """
     from .archive import write_validation
-    from .runner import _prepare_pde, _run_pde, new_archive
+    from .executor import open_pool
+    from .runner import RunRefused, _prepare_pde, _run_pde, new_archive
 
     log = log or (lambda s: print(s, file=sys.stderr, flush=True))
     if config.pde is None or config.particles is None:
@@ -108,7 +117,17 @@ def validate(config: RunConfig, ns: list[int], seeds: int, out: str | Path, *, w
     check_fit_time(config, at)
     check_particle_counts(config, ns)
     prepared = _prepare_pde(config)
-    writer = new_archive(config, out, force=force, command=command)
+    if out.exists() and not force:
+        raise RunRefused(f"{out} exists; use --force to overwrite it")
+    # connected (or refused) before the PDE runs
+    pool = open_pool(workers, scheduler) if (workers > 1 or scheduler is not None) else None
+    part = out.with_name(out.name + ".part")
+    try:
+        writer = new_archive(config, part, force=True, command=command)
+    except BaseException:
+        if pool is not None:
+            pool.close()
+        raise
     try:
         pde = _run_pde(config, writer, False, False, log, prepared=prepared)
         if pde.stop_reason == "interrupted":
@@ -117,28 +136,35 @@ def validate(config: RunConfig, ns: list[int], seeds: int, out: str | Path, *, w
         base_seed = int(config.particles.get("seed", 0))
         copts = _compare_opts(config)
         jobs = [(n, base_seed + s) for n in ns for s in range(seeds)]
-        log(f"[validate] {len(jobs)} particle runs (N in {ns}, {seeds} seed(s)) on {workers} worker(s)")
+        where = pool.description if pool is not None else "this process"
+        log(f"[validate] {len(jobs)} particle runs (N in {ns}, {seeds} seed(s)) on {where}")
         results = []
-        # largest first: the long jobs start early and the pool drains evenly
+        # largest first: the long jobs start early and the workers drain evenly
         order = sorted(jobs, key=lambda j: -j[0])
-        if workers == 1:
+        if pool is None:
             for n, s in order:
                 results.append(_job(pde, config.text, n, s, copts))
                 log(f"[validate] N = {n}, seed {s}: {results[-1]['wall']:.1f} s")
         else:
-            with ProcessPoolExecutor(max_workers=workers) as pool:
-                futs = [pool.submit(_job, pde, config.text, n, s, copts) for n, s in order]
-                for f in futs:
-                    results.append(f.result())
-                    log(f"[validate] N = {results[-1]['n']}, seed {results[-1]['seed']}: "
-                        f"{results[-1]['wall']:.1f} s")
+            futs = [pool.submit(_job, pde, config.text, n, s, copts) for n, s in order]
+            for _, r in pool.results(futs):
+                results.append(r)
+                log(f"[validate] N = {results[-1]['n']}, seed {results[-1]['seed']}: "
+                    f"{results[-1]['wall']:.1f} s")
+            # in the order of the jobs, not of their completion: the archive must not depend on it
+            rank = {job: i for i, job in enumerate(order)}
+            results.sort(key=lambda r: rank[(r["n"], r["seed"])])
         res = _assemble(results, ns, [base_seed + s for s in range(seeds)], at)
         write_validation(writer, res, results, copts, pde)
         writer.set_status("finished")
+        writer.close()
+        os.replace(part, out)
         res.path = out
         return res
     finally:
         writer.close()
+        if pool is not None:
+            pool.close()
 
 
 def snapshot_times(t_final: float, save_every: float | None) -> np.ndarray | None:

@@ -1,0 +1,184 @@
+"""Where the independent tasks of a fan-out run: local processes, or a Dask cluster.
+
+``attnpde sweep`` (one task per beta), ``attnpde validate`` (one task per particle count and seed) and
+the study scripts (``scripts/paper_protocol.py``, ``scripts/atoms_study.py``) hand their tasks to a
+:class:`TaskPool` and collect the results as they complete. Two implementations, one interface:
+
+- :class:`LocalPool` (the default, no ``--scheduler``): a ``ProcessPoolExecutor`` of ``workers``
+  processes on this machine. It starts in milliseconds (a ``distributed.LocalCluster`` takes about a
+  second, measured: README "Running on a Dask cluster"), which matters for the small sweeps of the
+  test suite, and it needs no Dask.
+- :class:`DaskPool` (``--scheduler ADDRESS``): a ``dask.distributed`` client of a running scheduler
+  (``dask scheduler`` / ``dask worker`` on any number of machines, or dask-jobqueue on SLURM/PBS). A task
+  lost with its worker (a killed process, a lost machine) is run again by the scheduler on another
+  worker, up to ``distributed.scheduler.allowed-failures`` times (Dask's default 3). Tasks that *raise*
+  are not retried: every task is deterministic (its seeds are in its arguments), so an exception would
+  only repeat.
+
+In both, every task runs with one thread for OpenMP, OpenBLAS and the NUFFT sums
+(:func:`run_single_threaded`): the parallelism is across tasks, and a worker that runs one task per
+core must not oversubscribe it. The results do not depend on the thread count anyway (the solvers fix
+their reduction orders), so a task gives the same bits in a local process and on a cluster worker.
+"""
+from __future__ import annotations
+
+import os
+import uuid
+from abc import ABC, abstractmethod
+from concurrent.futures import Future, ProcessPoolExecutor, as_completed
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator
+
+__all__ = ["TaskPool", "LocalPool", "DaskPool", "open_pool", "run_single_threaded", "SchedulerError", "TaskLost",
+           "THREAD_VARIABLES"]
+
+#: the environment variables that set the thread counts of OpenMP (FFTW via pyfftw, SHTns), the BLAS
+#: libraries and the NUFFT sums (``solvers.interaction`` reads OMP_NUM_THREADS)
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+class SchedulerError(RuntimeError):
+    """``--scheduler`` cannot be used: dask.distributed is not installed, or the scheduler is unreachable."""
+
+
+class TaskLost(RuntimeError):
+    """A task's process died and the task will not be run again: a local worker process killed (by a
+    signal, the out-of-memory killer), or on a cluster a task whose workers died more often than Dask's
+    ``distributed.scheduler.allowed-failures``."""
+
+
+def run_single_threaded(fn: Callable, *args: Any) -> Any:
+    """``fn(*args)`` with one thread per library (see the module docstring). The variables are set before
+    the task builds its solvers (the NUFFT sums read OMP_NUM_THREADS then; the FFTW and SHTns transforms
+    take theirs from the configuration, ``pde.threads``, default 1); OpenBLAS read its own when it was
+    loaded, so it is set through its API for the duration of the task."""
+    from .._blas import blas_threads
+
+    for name in THREAD_VARIABLES:
+        os.environ[name] = "1"
+    with blas_threads(1):
+        return fn(*args)
+
+
+class TaskPool(ABC):
+    """Submit tasks (picklable top-level functions and arguments); collect their futures as they complete.
+
+    Use as a context manager; futures have ``result()`` (which re-raises the task's exception).
+    """
+
+    #: one line saying where the tasks run (for the logs)
+    description: str = ""
+
+    @abstractmethod
+    def submit(self, fn: Callable, *args: Any) -> Any:
+        """Start ``fn(*args)`` (single-threaded, :func:`run_single_threaded`); returns its future."""
+
+    @abstractmethod
+    def as_completed(self, futures: Iterable) -> Iterator:
+        """The futures in the order they complete."""
+
+    def results(self, futures: Iterable) -> Iterator[tuple[int, Any]]:
+        """(index in ``futures``, result) of each task as it completes; a task's exception is raised, a
+        task lost with its process as :class:`TaskLost`."""
+        futures = list(futures)
+        index = {id(f): i for i, f in enumerate(futures)}
+        for f in self.as_completed(futures):
+            try:
+                value = f.result()
+            except self._lost_errors() as e:
+                raise TaskLost(f"a task was lost with the process that ran it ({type(e).__name__}: {e}); "
+                               "what finished before is kept") from e
+            yield index[id(f)], value
+
+    def _lost_errors(self) -> tuple:
+        return ()
+
+    @abstractmethod
+    def close(self) -> None:
+        """Wait for nothing more; release the processes or the connection."""
+
+    def __enter__(self) -> "TaskPool":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class LocalPool(TaskPool):
+    """``workers`` processes on this machine (a ``ProcessPoolExecutor``)."""
+
+    def __init__(self, workers: int) -> None:
+        if int(workers) < 1:
+            raise ValueError(f"workers must be >= 1, got {workers!r}")
+        self.workers = int(workers)
+        self._pool = ProcessPoolExecutor(max_workers=self.workers)
+        self.description = f"{self.workers} local process(es)"
+
+    def submit(self, fn: Callable, *args: Any) -> Future:
+        return self._pool.submit(run_single_threaded, fn, *args)
+
+    def as_completed(self, futures: Iterable) -> Iterator[Future]:
+        return as_completed(list(futures))
+
+    def _lost_errors(self) -> tuple:
+        from concurrent.futures.process import BrokenProcessPool
+        return (BrokenProcessPool,)
+
+    def close(self) -> None:
+        # a KeyboardInterrupt in the caller must not wait for tasks that were never started
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+class DaskPool(TaskPool):
+    """The workers of a running Dask scheduler (``address``: ``tcp://host:port``, or the path of the JSON
+    file written by ``dask scheduler --scheduler-file``). ``timeout`` (s): how long to try to connect
+    (None: Dask's ``distributed.comm.timeouts.connect``, 30 s unless configured, e.g. with the
+    environment variable DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT=5s)."""
+
+    def __init__(self, address: str, *, timeout: float | None = None) -> None:
+        try:
+            from distributed import Client
+        except ImportError:
+            raise SchedulerError("--scheduler needs dask.distributed, which is not installed; install the "
+                                 "cluster extra: pip install -e '.[cluster]' (scripts/setup does)") from None
+        where = {"scheduler_file": address} if Path(address).is_file() else {"address": address}
+        if timeout is not None:
+            where["timeout"] = timeout
+        try:
+            self.client = Client(**where, set_as_default=False)
+        except (OSError, TimeoutError, ValueError) as e:
+            raise SchedulerError(f"--scheduler {address}: cannot connect to a Dask scheduler ({e}); start one "
+                                 "with `dask scheduler` and its workers with `dask worker ADDRESS --nthreads 1`"
+                                 ) from None
+        self.description = f"the Dask cluster at {self.client.scheduler.address}"
+
+    def submit(self, fn: Callable, *args: Any):
+        # pure=False with a fresh key: two tasks with equal arguments are still two runs, and a resubmitted
+        # sweep never collects a stale result the scheduler kept
+        key = f"{getattr(fn, '__name__', 'task')}-{uuid.uuid4().hex}"
+        return self.client.submit(run_single_threaded, fn, *args, key=key, pure=False)
+
+    def as_completed(self, futures: Iterable) -> Iterator:
+        from distributed import as_completed as dask_as_completed
+        # the loop of this client: it is not the process's default client (set_as_default=False), so that
+        # nothing else in the process picks it up by accident
+        return iter(dask_as_completed(list(futures), loop=self.client.loop))
+
+    def _lost_errors(self) -> tuple:
+        from distributed import KilledWorker
+        return (KilledWorker,)
+
+    def close(self) -> None:
+        self.client.close()
+
+
+def open_pool(workers: int = 2, scheduler: str | None = None) -> TaskPool:
+    """A :class:`DaskPool` on ``scheduler`` if given, else a :class:`LocalPool` of ``workers`` processes.
+
+    Raises SchedulerError when the scheduler cannot be used (checked here, before any task is submitted).
+    """
+    if scheduler is not None:
+        if not str(scheduler).strip():
+            raise SchedulerError("--scheduler: give the scheduler's address (tcp://HOST:PORT) or its scheduler file")
+        return DaskPool(str(scheduler))
+    return LocalPool(workers)

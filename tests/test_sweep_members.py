@@ -1,0 +1,108 @@
+"""Sweep members are complete or absent: a member killed in the middle (kill -9 of its process) leaves only
+its ``.part``, which the sweep refuses to overwrite silently, and which ``--resume`` continues to the same
+numbers as the uninterrupted sweep (or starts again when it is damaged). The local pool and the Dask one
+share this code (solvers.app.executor); tests/test_dask_cluster.py runs it on a real cluster."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+
+from solvers.app.archive import load
+
+ROOT = Path(__file__).resolve().parents[1]
+
+CFG = """
+[run]
+name = "m"
+[model]
+d = 2
+beta = 1.0
+flow = "ascent"
+[model.perceptron]
+units = 2
+activation = "relu"
+seed = 111
+[pde]
+degree = 64
+t_final = 0.6
+save_every = 0.05
+max_degree = 256
+tail_max = 1e-2
+"""
+
+# the member's process kills itself (SIGKILL) once its archive holds `after` snapshots: a lost worker
+_KILL_MEMBER = """
+import os, signal, sys
+from solvers.app import archive
+after = int(sys.argv[1])
+write = archive.ArchiveWriter.write_pending
+archive.ArchiveWriter._due = lambda self: True
+def write_pending(self, *a, **k):
+    write(self, *a, **k)
+    if "pde/t" in self.f and self.f["pde/t"].shape[0] >= after:
+        os.kill(os.getpid(), signal.SIGKILL)
+archive.ArchiveWriter.write_pending = write_pending
+from solvers.app.cli import main
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+def _cli(*args, cwd: Path, kill_after: int | None = None) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    pre = [] if kill_after is None else ["-c", _KILL_MEMBER, str(kill_after)]
+    cmd = [sys.executable, *pre, *(["-m", "solvers.app.cli"] if kill_after is None else []), *map(str, args)]
+    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    d = tmp_path_factory.mktemp("full")
+    (d / "m.toml").write_text(CFG)
+    r = _cli("sweep", d / "m.toml", "--beta", "1,2", "--workers", "1", "--out", d / "out", cwd=d)
+    assert r.returncode == 0, r.stderr
+    return d / "out"
+
+
+def test_killed_member_is_absent_and_resume_continues_it(tmp_path, uninterrupted):
+    cfg = tmp_path / "m.toml"
+    cfg.write_text(CFG)
+    out = tmp_path / "out"
+    r = _cli("sweep", cfg, "--beta", "1,2", "--workers", "1", "--out", out, cwd=tmp_path, kill_after=4)
+    assert r.returncode == 1 and "lost with the process" in r.stderr and "--resume" in r.stderr, r.stderr
+    # the killed member (beta = 1 runs first on the one worker) has no archive, only its temporary file
+    assert not list(out.glob("*.h5")) and [p.name for p in out.glob("*.part")] == ["m_beta1.h5.part"]
+    with h5py.File(out / "m_beta1.h5.part") as f:
+        assert f.attrs["status"] == "running" and 4 <= f["pde/t"].shape[0] < 13
+
+    again = _cli("sweep", cfg, "--beta", "1,2", "--out", out, cwd=tmp_path)
+    assert again.returncode == 2 and "m_beta1.h5.part: an unfinished member" in again.stderr
+
+    done = _cli("sweep", cfg, "--beta", "1,2", "--out", out, "--resume", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert sorted(p.name for p in out.iterdir() if p.suffix in (".h5", ".part")) == ["m_beta1.h5", "m_beta2.h5"]
+    for name in ("m_beta1.h5", "m_beta2.h5"):
+        a, ref = load(out / name), load(uninterrupted / name)
+        assert a.status == "finished" and np.array_equal(a.pde.t, ref.pde.t)
+        assert np.abs(a.pde.coeffs - ref.pde.coeffs).max() <= 1e-12
+    with h5py.File(out / "m_beta1.h5") as f:
+        assert f.attrs["resumed"], "the member was started again, not continued"
+
+
+def test_damaged_part_is_started_again(tmp_path, uninterrupted):
+    cfg = tmp_path / "m.toml"
+    cfg.write_text(CFG)
+    out = tmp_path / "out"
+    out.mkdir()
+    # a member's temporary file cut in the middle of a write (not even HDF5 any more)
+    (out / "m_beta2.h5.part").write_bytes((uninterrupted / "m_beta2.h5").read_bytes()[:3000])
+    r = _cli("sweep", cfg, "--beta", "2", "--out", out, "--resume", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "cannot be continued" in r.stderr and not (out / "m_beta2.h5.part").exists()
+    a, ref = load(out / "m_beta2.h5"), load(uninterrupted / "m_beta2.h5")
+    assert np.array_equal(a.pde.coeffs, ref.pde.coeffs) and np.array_equal(a.pde.t, ref.pde.t)
