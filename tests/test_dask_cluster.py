@@ -199,13 +199,21 @@ def test_sweep_on_a_cluster_survives_a_lost_worker(cluster, tmp_path):
     sweep = subprocess.Popen([sys.executable, "-m", "solvers.app.cli", "sweep", str(cfg), "--beta", betas,
                               "--scheduler", str(cluster.file), "--out", str(tmp_path / "cluster")],
                              cwd=tmp_path, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # the members' own log lines (each prefixed [beta=B]) in a worker's log
+    def logged(log: str, pattern: str) -> set[str]:
+        return set(re.findall(pattern, (cluster.logs / log).read_text()))
+
+    started, ended = r"\[beta=([0-9.]+)\]", r"\[beta=([0-9.]+)\] \[particles\] \w+ at t ="
     try:
         out = tmp_path / "cluster"
-        # halfway: a member is complete, and both workers run one (each of the other two members in flight)
+        # halfway: a member is complete, both workers run one, and w0 has logged the start of a member it
+        # has not finished (a task just handed to w0 may not have printed yet: waiting for its line makes
+        # the kill land inside a member, however fast the machine)
         def halfway():
             assert sweep.poll() is None, "the sweep ended before a worker could be killed:\n" + sweep.stderr.read()
             busy = _busy(cluster.client)
-            return any((out / n).exists() for n in names) and len(busy) == 2 and min(busy.values()) >= 1
+            return (any((out / n).exists() for n in names) and len(busy) == 2 and min(busy.values()) >= 1
+                    and bool(logged("w0.log", started) - logged("w0.log", ended)))
 
         _wait(halfway, 120, "a finished member with both workers busy")
         parts_at_kill = sorted(p.name for p in out.glob("*.part"))
@@ -217,12 +225,7 @@ def test_sweep_on_a_cluster_survives_a_lost_worker(cluster, tmp_path):
             sweep.wait()
     assert sweep.returncode == 0, stderr
     assert parts_at_kill, "no member was being written when the worker was killed"
-    # from the members' own log lines (each prefixed [beta=B]): the killed worker had started a member it
-    # never finished, and the surviving worker ran that member to its end
-    def logged(log: str, pattern: str) -> set[str]:
-        return set(re.findall(pattern, (cluster.logs / log).read_text()))
-
-    started, ended = r"\[beta=([0-9.]+)\]", r"\[beta=([0-9.]+)\] \[particles\] \w+ at t ="
+    # the killed worker had started a member it never finished, and the surviving worker ran it to its end
     lost = logged("w0.log", started) - logged("w0.log", ended)
     assert lost and lost <= logged("w1.log", ended), (lost, logged("w1.log", ended))
     assert len(cluster.client.scheduler_info()["workers"]) == 1
