@@ -97,16 +97,31 @@ def _steepest_ascent_roots(rho: np.ndarray, edges: np.ndarray) -> np.ndarray:
     n = rho.size
     src = np.concatenate([edges[:, 0], edges[:, 1]])
     dst = np.concatenate([edges[:, 1], edges[:, 0]])
-    # grouped by source, highest target last
-    order = np.lexsort((dst, rho[dst], src))
-    last = np.r_[src[order][1:] != src[order][:-1], True]
-    s_best, d_best = src[order][last], dst[order][last]
+    if np.all(np.isfinite(rho)):
+        # per source, the neighbour with the largest (rho, index): a stable sort by source and two
+        # segmented maxima (linear after the integer sort; the lexicographic sort of the general branch
+        # took 60 ms of a 70 ms atoms call on the 96 x 192 sphere grid, measured)
+        order = np.argsort(src, kind="stable")
+        s, t = src[order], dst[order]
+        starts = np.flatnonzero(np.r_[True, s[1:] != s[:-1]])
+        vals = rho[t]
+        vmax = np.maximum.reduceat(vals, starts)
+        top = vals == np.repeat(vmax, np.diff(np.r_[starts, s.size]))
+        s_best, d_best = s[starts], np.maximum.reduceat(np.where(top, t, -1), starts)
+    else:
+        # grouped by source, highest target last (NaN sorts last, as the ordering of the finite branch
+        # cannot express)
+        order = np.lexsort((dst, rho[dst], src))
+        last = np.r_[src[order][1:] != src[order][:-1], True]
+        s_best, d_best = src[order][last], dst[order][last]
     up = np.arange(n)
     climb = (rho[d_best] > rho[s_best]) | ((rho[d_best] == rho[s_best]) & (d_best > s_best))
     up[s_best[climb]] = d_best[climb]
-    root = up.copy()
+    # every node's peak by pointer doubling (each pass doubles the length climbed: log of the longest path
+    # instead of one pass per step up it; the peaks are the fixed points either way)
+    root = up
     while True:
-        nxt = up[root]
+        nxt = root[root]
         if np.array_equal(nxt, root):
             return root
         root = nxt
