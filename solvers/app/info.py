@@ -84,13 +84,16 @@ def describe_pde(r, atoms: dict) -> list[str]:
 
 
 def describe_particles(r, atoms: dict) -> list[str]:
-    """A `ParticleResult`: size, how it ended, the single-linkage clusters recorded at the end."""
+    """A `ParticleResult`: size, how it ended, the clusters recorded at the end (by the rule and scale of
+    its stopping rule, recorded with them)."""
     out = ["particles:", f"  N = {r.x.shape[1]}, {len(r.t)} snapshots (t = {r.t[0]:.4g} .. {r.t[-1]:.4g})",
            _ended(r)]
     if "particles" in atoms:
         pos, mass = atoms["particles"]
-        out.append(f"  single-linkage clusters at the end (The model §5; chain through any diffuse part): {len(mass)} "
-                   f"(mass >= 0.01: {int(np.sum(mass >= 0.01))})")
+        rule = atoms.get("particles:attrs", {}).get("rule", "linkage")
+        what = ("single-linkage clusters at the end (The model §5; chain through any diffuse part)" if rule == "linkage"
+                else "clusters at the end by the released code's rule (greedy arcs on S^1, components on S^2)")
+        out.append(f"  {what}: {len(mass)} (mass >= 0.01: {int(np.sum(mass >= 0.01))})")
         out += _atoms_lines(pos, mass)
     return out
 
