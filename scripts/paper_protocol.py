@@ -143,20 +143,11 @@ def _angles(x: np.ndarray) -> np.ndarray:
     return np.arctan2(x[:, 1], x[:, 0])
 
 
-def _arc_extent(theta: np.ndarray) -> float:
-    """Length of the shortest arc holding all the angles (radians)."""
-    if theta.size < 2:
-        return 0.0
-    s = np.sort(np.mod(theta, 2 * np.pi))
-    gaps = np.diff(np.concatenate([s, [s[0] + 2 * np.pi]]))
-    return float(2 * np.pi - gaps.max())
-
-
 # --- one particle run --------------------------------------------------------------------------------
 def run_particles(setup: str, beta: float, n: int = 1000, max_steps: int = MAX_STEPS) -> dict:
     """One run of the protocol; returns its record (plain JSON values, final angles included)."""
     from solvers import simulate_particles
-    from solvers.atoms import clusters as cluster_points
+    from solvers.atoms import arc_extent, clusters as cluster_points
     from solvers.particles import cluster_radius
 
     model = model_for(setup, beta)
@@ -174,7 +165,7 @@ def run_particles(setup: str, beta: float, n: int = 1000, max_steps: int = MAX_S
     for k in range(len(masses)):
         member = labels == k
         rec = {"mass": float(masses[k]), "centre_deg": float(np.degrees(np.arctan2(centres[k, 1], centres[k, 0]))),
-               "extent_deg": float(np.degrees(_arc_extent(theta[member])))}
+               "extent_deg": float(np.degrees(arc_extent(theta[member])))}
         if dead is not None:
             rec["dead_fraction"] = float(np.sum(r.w[member & dead]) / masses[k])
         clusters.append(rec)

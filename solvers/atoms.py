@@ -52,7 +52,7 @@ from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
 __all__ = ["Atoms", "atoms_from_graph", "circle_neighbours", "single_linkage_clusters", "greedy_arc_labels",
-           "clusters", "cluster_spread", "spread_within", "CLUSTER_RULES", "DEFAULT_PROMINENCE"]
+           "clusters", "cluster_spread", "spread_within", "arc_extent", "CLUSTER_RULES", "DEFAULT_PROMINENCE"]
 
 #: the clustering rules of :func:`clusters` (see the module docstring)
 CLUSTER_RULES = ("linkage", "paper")
@@ -366,10 +366,20 @@ def clusters(x: np.ndarray, w: np.ndarray, radius: float, rule: str = "linkage"
     return single_linkage_clusters(x, w, radius)
 
 
+def arc_extent(theta: np.ndarray) -> float:
+    """Length (radians) of the shortest arc of the circle that holds every angle ``theta``: 2 pi minus the
+    largest gap between neighbouring angles (0 for fewer than two)."""
+    theta = np.asarray(theta, dtype=float)
+    if theta.size < 2:
+        return 0.0
+    a = np.sort(np.mod(theta, 2.0 * np.pi))
+    return float(2.0 * np.pi - np.diff(np.concatenate([a, [a[0] + 2.0 * np.pi]])).max())
+
+
 def cluster_spread(x: np.ndarray, labels: np.ndarray) -> float:
     """The largest geodesic diameter (radians) of a cluster: max over clusters of the largest distance
-    between two members (the released code's "spread"). On S^1 the arc a cluster spans (< pi); on
-    S^d an exact maximum over pairs, in blocks (O(n_c^2) per cluster)."""
+    between two members (the released code's "spread"). On S^1 the arc a cluster spans
+    (:func:`arc_extent`); on S^d an exact maximum over pairs, in blocks (O(n_c^2) per cluster)."""
     x = np.asarray(x, dtype=float)
     labels = np.asarray(labels)
     out = 0.0
@@ -378,9 +388,7 @@ def cluster_spread(x: np.ndarray, labels: np.ndarray) -> float:
         if len(xc) < 2:
             continue
         if x.shape[1] == 2:
-            th = np.sort(np.mod(np.arctan2(xc[:, 1], xc[:, 0]), 2.0 * np.pi))
-            gaps = np.diff(np.concatenate([th, [th[0] + 2.0 * np.pi]]))
-            out = max(out, float(2.0 * np.pi - gaps.max()))
+            out = max(out, arc_extent(np.arctan2(xc[:, 1], xc[:, 0])))
             continue
         lo = 1.0
         for s in range(0, len(xc), 2048):

@@ -442,7 +442,7 @@ class ArchiveWriter:
         self._pending: dict[str, list] = {"pde": [], "particles": []}
         self._groups: dict[str, h5py.Group] = {}      # open groups of the per-snapshot writes
         self._handles: dict[str, dict] = {}           # per group: open dataset handles (see _dataset)
-        self._labeled: dict[str, bool] = {}           # groups whose datasets have named dimensions
+        self._labeled: set[str] = set()               # groups whose datasets have named dimensions
         self._last_flush = time.perf_counter()
         if mode == "create":
             self.f = h5py.File(self.path, "w")
@@ -474,17 +474,21 @@ class ArchiveWriter:
             raise ValueError(f"mode must be 'create' or 'resume', got {mode!r}")
         self.d = model.d if model is not None else int(self.f["model"].attrs["d"]) if "model" in self.f else 0
         if self.labels and "model/perceptron" in self.f:
-            self._label(self.f["model/perceptron"], "model/perceptron")
+            self._label_group(self.f["model/perceptron"], "model/perceptron")
+
+    def _label_group(self, g: h5py.Group, path: str) -> None:
+        """Named dimensions for every dataset of group ``g`` (at ``path``): a group written whole, or the
+        first batch of one that grows."""
+        if self.labels and self.d:
+            self._labeled.add(path)
+            _label(g, path, self.d, list(g.keys()))
 
     def _label(self, g: h5py.Group, path: str, new=()) -> None:
-        """Named dimensions for the datasets of group ``g`` (at ``path``): all of them the first time, then
+        """Named dimensions for a group that grows batch by batch: all its datasets the first time, then
         those named in ``new`` (created or replaced since)."""
-        if not self.labels or not self.d:
-            return
         if path not in self._labeled:
-            self._labeled[path] = True
-            _label(g, path, self.d, list(g.keys()))
-        elif new:
+            self._label_group(g, path)
+        elif new and self.labels and self.d:
             _label(g, path, self.d, new)
 
     # --- status -------------------------------------------------------------------------------------
@@ -672,8 +676,7 @@ class ArchiveWriter:
             c = g.require_group("lagrangian").require_group("check")
             for k in ("x", "w", "count"):
                 _replace(c, k, np.asarray(check[k]))
-            self._labeled.pop("pde/lagrangian/check", None)
-            self._label(c, "pde/lagrangian/check")
+            self._label_group(c, "pde/lagrangian/check")
             for k in ("t", "initial_nodes", "nsteps", "stop_reason", "wall_time"):
                 c.attrs[k] = check[k]
         if result.stop_reason != "interrupted" and "t" in g and g["t"].shape[0]:
@@ -752,8 +755,7 @@ class ArchiveWriter:
                 attrs.update(diffuse_error=atoms.diffuse_error, check_nodes=atoms.check_nodes)
         for k, v in attrs.items():
             g.attrs[k] = v
-        self._labeled.pop(f"atoms/{which}", None)
-        self._label(g, f"atoms/{which}")
+        self._label_group(g, f"atoms/{which}")
 
     def truncate_to_restart(self, section: str) -> dict | None:
         """Drop rows written after the last complete restart state; return that state (None if none)."""
@@ -816,10 +818,8 @@ def write_comparison(writer: ArchiveWriter, cmp, d: int) -> None:
                      np.asarray(con[k]))
         for k in ("radius", "eps", "cells", "statement"):
             cg.attrs[k] = con[k]
-        writer._labeled.pop(f"comparison/concentration_{kind}", None)
-        writer._label(cg, f"comparison/concentration_{kind}")
-    writer._labeled.pop("comparison", None)
-    writer._label(g, "comparison")
+        writer._label_group(cg, f"comparison/concentration_{kind}")
+    writer._label_group(g, "comparison")
     writer.f.flush()
 
 
@@ -880,8 +880,7 @@ def write_validation(writer: ArchiveWriter, res, results: list[dict], compare_op
     g.attrs["table"] = res.table
     g.attrs["pde_stop_reason"] = pde.stop_reason
     g.attrs["pde_t_stop"] = float(pde.t_stop)
-    writer._labeled.pop("validation", None)
-    writer._label(g, "validation")
+    writer._label_group(g, "validation")
 
 
 def read_validation(g: h5py.Group, path: Path | None = None):

@@ -96,6 +96,12 @@ def deferred_interrupt():
             raise KeyboardInterrupt
 
 
+def deferred_interrupt_if(write: bool):
+    """:func:`deferred_interrupt` around a snapshot callback that writes to the archive; nothing around one
+    that only buffers its snapshot (installing a signal handler for each snapshot costs, measured)."""
+    return deferred_interrupt() if write else contextlib.nullcontext()
+
+
 def _differences(a: dict, b: dict, path: str = "") -> list[str]:
     out = []
     for k in sorted(set(a) | set(b)):
@@ -266,10 +272,7 @@ def _run_pde(config: RunConfig, writer: ArchiveWriter, resume: bool, progress, l
     bar = progress_for("pde", t_final, float(restart["t"]) if restart else 0.0, progress)
 
     def snapshot(snap):
-        if writer.write_due():          # the snapshot completes a batch: hold Ctrl-C over the write
-            with deferred_interrupt():
-                writer.pde_snapshot(snap)
-        else:                           # only buffered (installing a signal handler per snapshot costs)
+        with deferred_interrupt_if(writer.write_due()):
             writer.pde_snapshot(snap)
 
     if restart is not None or prepared is None:
@@ -326,7 +329,8 @@ def _run_particles(config: RunConfig, writer: ArchiveWriter, resume: bool, progr
     state = {"begun": restart is not None}
 
     def snapshot(snap):
-        with deferred_interrupt():
+        # the first snapshot opens /particles; a later one writes when it completes a batch
+        with deferred_interrupt_if(not state["begun"] or writer.write_due()):
             if not state["begun"]:
                 r = snap["restart"]
                 settings = {k: v for k, v in kw.items() if k in solver_keys - {"density"}}
