@@ -162,8 +162,9 @@ class Model:
         drift : ndarray or None
             Perceptron drift at the points, same shape as G, or None.
         out : ndarray, optional
-            Float array of G's shape, not overlapping G, psi or drift, to hold the result (a solver's
-            buffer, reused on every call); default a new array.
+            Float array of G's shape to hold the result (a solver's buffer, reused on every call): G
+            itself (every operation is elementwise), or an array not overlapping G, psi or drift;
+            default a new array.
 
         Returns
         -------

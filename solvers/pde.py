@@ -832,7 +832,7 @@ class PDERun(Integration):
         if self.filter is not None:
             self.u = self.u * self.disc.filter_multipliers(self.filter)
             self.f, diag = self._rhs_with_diag()
-        tail = self.disc.tail(self.u)
+        tail = self.disc.tail(self.u, self._norm(self.u))   # the norm of u_new is known from error_norm
         if tail > opts.tail_tol and self.degree < self.cap:
             new = min(2 * self.degree, self.cap)
             canon = self.space.to_canonical(self.u, self.degree)

@@ -325,6 +325,13 @@ class CircleDiscretization:
         self._inv = b.plan(nrows, "backward")
         self._fwd = b.plan(1, "forward")
         self._normalized = model.normalized
+        # views into the transform buffers, taken once (the right-hand side runs six times a step)
+        inv, fwd = self._inv, self._fwd
+        self._spec_rho, self._spec_tail = inv.spec[0, : self.K], inv.spec[:, self.K:]
+        self._rows_kernel = [(inv.spec[r, : self.Ka], inv.spec[r, self.Ka: self.K], m)
+                             for r, m in ((1, self._mult_G), (2, self._mult_psi))[: nrows - 1]]
+        self._grid_rows = [inv.grid[r] for r in range(nrows)]
+        self._flux, self._flux_hat = fwd.grid[0], fwd.spec[0, : self.K]
         self._v = np.empty(b.M)          # the velocity (or w), rebuilt in place by every call
         self._zero = np.zeros(b.M)       # G without attention
         self.last = {}
@@ -332,24 +339,15 @@ class CircleDiscretization:
     # --- right-hand side ------------------------------------------------------------------------
     def fields(self, c: np.ndarray) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
         """rho, G, Psi on the grid (views into the transform buffers: valid until the next call)."""
-        inv = self._inv
-        K, Ka = self.K, self.Ka
-        inv.spec[0, :K] = c
-        inv.clear_tail(K)               # every row: the c2r transform destroyed its input
-        G = psi = None
-        if Ka:
-            np.multiply(c[:Ka], self._mult_G, out=inv.spec[1, :Ka])
-            inv.spec[1, Ka:K] = 0.0
-            if self._normalized:
-                np.multiply(c[:Ka], self._mult_psi, out=inv.spec[2, :Ka])
-                inv.spec[2, Ka:K] = 0.0
-        inv.execute()
-        rho = inv.grid[0]
-        if Ka:
-            G = inv.grid[1]
-            if self._normalized:
-                psi = inv.grid[2]
-        return rho, G, psi
+        self._spec_rho[...] = c
+        self._spec_tail[...] = 0.0        # every row: the c2r transform destroyed its input
+        Ka = self.Ka
+        for head, rest, mult in self._rows_kernel:
+            np.multiply(c[:Ka], mult, out=head)
+            rest[...] = 0.0
+        self._inv.execute()
+        rows = self._grid_rows
+        return rows[0], (rows[1] if Ka else None), (rows[2] if len(rows) > 2 else None)
 
     def velocity(self, c: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         """rho, the angular velocity v_theta and Psi (SA only) on the grid (views into buffers: valid until
@@ -363,8 +361,7 @@ class CircleDiscretization:
         s (-d/dtheta (rho w)) with v = s w (``Model.drive``): the same values, one grid pass fewer."""
         rho, G, psi = self.fields(c)
         w = self.model.drive(self._zero if G is None else G, psi, self.drift, out=self._v)
-        fwd = self._fwd
-        np.multiply(rho, w, out=fwd.grid[0])
+        np.multiply(rho, w, out=self._flux)
         if last:
             # |v| = |w|; max |w| as max(max w, -min w): no temporary
             self.last = {"min_density": float(rho.min()), "max_density": float(rho.max()),
@@ -374,15 +371,16 @@ class CircleDiscretization:
                 # psi / that sum allows (The model §4)
                 a = np.abs(self._mult_psi * c[: self.Ka])
                 self.last["psi_ratio"] = float(psi.min() / (a[0] + 2.0 * a[1:].sum()))
-        fwd.execute()
-        return fwd.spec[0, : self.K] * self._div_signed
+        self._fwd.execute()
+        return self._flux_hat * self._div_signed
 
     # --- diagnostics ------------------------------------------------------------------------------
     def norm(self, c: np.ndarray) -> float:
         return self.space.l2_norm(c)
 
-    def tail(self, c: np.ndarray) -> float:
-        return self.space.tail(c)
+    def tail(self, c: np.ndarray, norm: float | None = None) -> float:
+        """The spectral tail of c; ``norm``: :meth:`norm` of c if known (one sum fewer)."""
+        return fourier.spectral_tail(c, norm=norm)
 
     def energy(self, c: np.ndarray) -> float:
         """E[rho] from the exact multipliers (pair term, Parseval) and grid quadrature of V rho."""

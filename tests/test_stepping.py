@@ -73,3 +73,56 @@ def test_controller_accepts_small_and_rejects_large_errors():
     assert not ok and h < 0.1
     ok, h = c.propose(0.1, float("nan"))
     assert not ok and h == pytest.approx(0.02)
+
+
+def _nonlinear_problem(n=64, seed=5):
+    """u' = L u + N(u) on complex coefficients: L = -nu k^2 (stiff at the top), N a smooth quadratic
+    coupling of neighbouring modes (a stand-in for a pseudo-spectral flux)."""
+    rng = np.random.default_rng(seed)
+    k = np.arange(n)
+    lin = -0.5 * k * k
+    u0 = (rng.standard_normal(n) + 1j * rng.standard_normal(n)) / (1.0 + k) ** 2
+
+    def rhs(t, u, last):
+        return 0.3j * k * np.roll(u, 1) * np.conj(u[1]) - 0.2 * np.cos(t) * u
+    return rhs, lin, u0
+
+
+@pytest.mark.parametrize("h", [1e-3, 0.05, 0.3])
+def test_interaction_picture_equals_the_lawson_form(h):
+    # the stepper forms its stages as e^{c_i h L}(u + h sum a_ij e^{-c_j h L} k_j); the Lawson form
+    # sums e^{(c_i - c_j) h L} k_j term by term. Mathematically the same step: they agree to round-off.
+    rhs, lin, u0 = _nonlinear_problem()
+    rk = IFRungeKutta(rhs, DP54, lin=lin)
+    assert h * 0.5 * 63 ** 2 <= rk.MAX_EXPONENT       # this step takes the interaction picture
+    fast = rk.step(0.2, u0, h)
+    lawson = rk._lawson_step(0.2, u0, h, None)
+    scale = np.abs(u0).max()          # the error estimate is a difference of O(|u|) terms: compare on that scale
+    for a, b in zip(fast, lawson):
+        assert np.abs(a - b).max() <= 1e-14 * max(np.abs(b).max(), scale)
+
+
+def test_stiff_steps_take_the_lawson_form_and_stay_finite():
+    # h max|L| = 0.5 63^2 * 0.4 ~ 800 > MAX_EXPONENT: e^{-c h L} would overflow, so the step falls back to
+    # the Lawson form, whose factors only decay; the top modes are damped to (nearly) nothing
+    rhs, lin, u0 = _nonlinear_problem()
+    rk = IFRungeKutta(rhs, DP54, lin=lin)
+    h = 0.4
+    assert h * 0.5 * 63 ** 2 > rk.MAX_EXPONENT
+    u, f, err = rk.step(0.0, u0, h)
+    assert np.all(np.isfinite(u)) and np.all(np.isfinite(err))
+    ref = rk._lawson_step(0.0, u0, h, None)
+    assert np.array_equal(u, ref[0]) and np.array_equal(err, ref[2])
+    assert abs(u[-1]) < 1e-100
+
+
+def test_round_step_is_exact_and_keeps_seven_bits():
+    from solvers.stepping import STEP_BITS, round_step
+    rng = np.random.default_rng(2)
+    for h in np.concatenate([10.0 ** rng.uniform(-9, 2, 200), [0.5, 1.0, 0.75, 2.0 ** -30]]):
+        r = round_step(float(h))
+        m, e = math.frexp(r)
+        assert r <= h and r >= h * (1 - 2.0 ** (1 - STEP_BITS))
+        assert (m * 2 ** STEP_BITS).is_integer()
+        assert round_step(r) == r
+    assert round_step(math.inf) == math.inf
