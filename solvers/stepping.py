@@ -10,7 +10,11 @@ the integrating-factor (Lawson) Runge–Kutta method treats L exactly:
 With nodes c increasing every factor is a decaying exponential, so the scheme is stable for any
 stiffness of L and exact for the linear part (The model §4: noise never explicit). With L = None it is
 the plain Runge–Kutta method. Step sizes follow Hairer's DOPRI5 controller (PI with Lund
-stabilisation) and an optional external bound (CFL), supplied by the caller.
+stabilisation) and an optional external bound (CFL), supplied by the caller; with an integrating
+factor they are rounded down to ``STEP_BITS`` bits of mantissa (:func:`round_step`), so that the
+factors, which cost exponentials for every new step size, are reused from step to step.
+:class:`IFRungeKutta` forms the stages in the interaction picture (see its notes): the same step,
+with one weighted sum per stage.
 """
 from __future__ import annotations
 
@@ -102,8 +106,8 @@ class IFRungeKutta:
     e^{c_i h L} e^{-c_j h L}), with the same round-off bound: the growing factors e^{-c_j h L} scale
     every term of a mode alike. Each stage is then one weighted sum over the stacked g_j (a single
     ``einsum``, no BLAS: no threads, one summation order on every machine) instead of a pass per
-    term, and a new step size costs 2 exponentials of the stacked nodes instead of one per
-    distinct difference c_i - c_j. The growing factors must stay far from overflow: when
+    term, and a new step size costs one exponential (and one reciprocal) per node c instead of one
+    exponential per distinct difference c_i - c_j. The growing factors must stay far from overflow: when
     h max|L| > ``MAX_EXPONENT`` the step uses the Lawson form directly (one factor per difference).
     """
 
@@ -177,7 +181,7 @@ class IFRungeKutta:
                 err += (h * e) * (k[j] * F[tau] if tau != 0.0 else k[j])
         return u_new, (k[-1] if tab.fsal else None), err
 
-    # --- the interaction picture (every other step) -----------------------------------------------
+    # --- the interaction picture (all other steps) ------------------------------------------------
     def _buffers(self, u: np.ndarray) -> None:
         """The stack [u, g_1 .. g_s] (u's shape and dtype), its rows as flat float arrays, and the
         exponentials e^{+-c h L} (one row per node), allocated once for the state's shape."""
