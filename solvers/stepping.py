@@ -211,8 +211,8 @@ class IFRungeKutta:
         return self._slots[0]
 
     def _weighted(self, w: np.ndarray, first: int = 0) -> np.ndarray:
-        """sum_j w_j G_{first + j} over rows of the stack [u, g_1, ...], in u's dtype and shape.
-        An einsum rather than a BLAS product: no threads, and one summation order on every machine."""
+        """sum_j w_j G_{first + j} over rows of the stack [u, g_1, ...], as a flat float row (a new array;
+        :meth:`_state` views it as a state). An einsum rather than a BLAS product: no threads, and one summation order on every machine."""
         return np.einsum("j,jn->n", w, self._flat[first: first + w.shape[0]])
 
     def _state(self, flat: np.ndarray) -> np.ndarray:

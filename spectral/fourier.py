@@ -238,22 +238,19 @@ def interpolate(c: np.ndarray, npoints: int) -> np.ndarray:
 def _power(c: np.ndarray, start: int = 0) -> float:
     """sum_{k >= start} |c_k|^2 of a 1-D coefficient array, by an einsum over its float view (one pass,
     no temporary, no BLAS threads)."""
+    if np.ndim(c) != 1:
+        raise ValueError(f"expected a 1-D array of coefficients, got shape {np.shape(c)}")
     v = np.ascontiguousarray(c[start:], dtype=complex).view(float)
     return float(np.einsum("i,i->", v, v))
 
 
 def spectral_tail(c: np.ndarray, fraction: float = 1.0 / 3.0, norm: float | None = None) -> float:
-    """Relative L^2 size of the top ``fraction`` of the spectrum: sqrt(E_tail / E_total).
+    """Relative L^2 size of the top ``fraction`` of the spectrum of 1-D coefficients c:
+    sqrt(E_tail / E_total).
 
-    ``norm``: :func:`l2_norm` of c (1-D c) when the caller has it, so that E_total = norm^2 is not
+    ``norm``: :func:`l2_norm` of c when the caller has it, so that E_total = norm^2 is not
     summed again."""
     c = np.asarray(c)
-    if c.ndim != 1:
-        a2 = np.abs(c) ** 2
-        a2[..., 1:] *= 2.0
-        cut = int(math.floor((1.0 - fraction) * a2.shape[-1]))
-        total = a2.sum()
-        return float(math.sqrt(a2[..., cut:].sum() / total)) if total > 0 else 0.0
     cut = int(math.floor((1.0 - fraction) * c.shape[-1]))
     c0 = abs(c[0]) ** 2
     total = c0 + 2.0 * _power(c, 1) if norm is None else norm * norm
@@ -262,7 +259,7 @@ def spectral_tail(c: np.ndarray, fraction: float = 1.0 / 3.0, norm: float | None
 
 
 def l2_norm(c: np.ndarray) -> float:
-    """||f||_{L^2(sigma)} from the coefficients (Parseval)."""
+    """||f||_{L^2(sigma)} from 1-D coefficients c (Parseval)."""
     c = np.asarray(c)
     return float(math.sqrt(abs(c[0]) ** 2 + 2.0 * _power(c, 1)))
 
