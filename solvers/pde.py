@@ -23,6 +23,7 @@ import numpy as np
 from spectral.filters import make_filter
 from . import lagrangian
 from . import validators as check
+from ._blas import blas_threads
 from ._memory import refuse_if_too_big
 from .atoms import DEFAULT_PROMINENCE
 from .interaction import InteractionSums
@@ -738,7 +739,7 @@ class PDERun(Integration):
             return "resolution", (f"SA: min Psi / |Psi series| = {diag['psi_ratio']:.2e} < sa_psi_min = "
                                   f"{opts.sa_psi_min:.0e}: log Psi, hence the normalised velocity, is no longer "
                                   "accurate in double precision")
-        if not all(math.isfinite(v) for v in diag.values()):
+        if not all(map(math.isfinite, diag.values())):
             return "non-finite", "non-finite values in the density or the velocity"
         if diag["min_density"] < -opts.positivity_tol * max(diag["max_density"], 1.0):
             return "positivity", (f"min rho = {diag['min_density']:.3e} < -{opts.positivity_tol:g} max rho "
@@ -763,14 +764,16 @@ class PDERun(Integration):
         wall0 = time.perf_counter()
         stop, message = None, ""
         try:
-            if self.lag is None:
-                stop, message = self._eulerian()
-                if stop == "handoff":
-                    stop, message = self._hand_off(*message)
-            if self.lag is not None and stop is None:
-                stop, message = self._lagrangian()
-                if self.opts.error_estimate and stop in ("t_final", "stationary"):
-                    self._error_estimate_run()
+            # one BLAS thread: the loop's BLAS calls (stage sums, norms) are a few microseconds each
+            with blas_threads(1):
+                if self.lag is None:
+                    stop, message = self._eulerian()
+                    if stop == "handoff":
+                        stop, message = self._hand_off(*message)
+                if self.lag is not None and stop is None:
+                    stop, message = self._lagrangian()
+                    if self.opts.error_estimate and stop in ("t_final", "stationary"):
+                        self._error_estimate_run()
         except KeyboardInterrupt:
             stop, message = "interrupted", "interrupted by the user (KeyboardInterrupt)"
         finally:

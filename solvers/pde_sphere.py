@@ -359,6 +359,11 @@ class SphereDiscretization:
         self._g = model.energy_multipliers(self.L)
         lam = model.kernel_multipliers(self.L)
         self._power_weight = np.where(b.m > 0, 2.0, 1.0) / (4.0 * math.pi)   # Parseval for sigma
+        # SphereSpace.tail in the native layout, over the float view of the state: the power weights
+        # (m > 0 twice) of every coefficient and of the tail's (l >= tail_cut) alone
+        mult = np.repeat(np.where(b.m > 0, 2.0, 1.0), 2)
+        self._tail_w = np.stack([mult, np.where(np.repeat(b.l, 2) >= sphere.tail_cut(self.L), mult, 0.0)])
+        self._sq = np.empty(mult.size)
 
         # kernel fields: only the degrees the kernel resolves above round-off
         self.La = 0 if model.attention == "none" else min(self.L, kernel_bandwidth(model.beta, 3, _KERNEL_TOL))
@@ -471,8 +476,11 @@ class SphereDiscretization:
         return float(math.sqrt((2.0 * np.einsum("i,i->", v, v) - np.einsum("i,i->", m0, m0)) / (4.0 * math.pi)))
 
     def tail(self, u: np.ndarray, norm: float | None = None) -> float:
-        """The spectral tail of u (``norm`` is accepted for the interface and not needed)."""
-        return self.space.tail(self.space.to_canonical(u, self.L))
+        """The spectral tail of u (``SphereSpace.tail`` of its canonical coefficients), summed in the
+        native layout; ``norm`` is accepted for the interface: the total comes from the same squares."""
+        sq = np.square(np.ascontiguousarray(u, dtype=complex).view(float), out=self._sq)
+        total, upper = self._tail_w @ sq
+        return float(math.sqrt(upper / total)) if total > 0 else 0.0
 
     def energy(self, u: np.ndarray) -> float:
         """E[rho] from the exact multipliers and grid quadrature of V rho.

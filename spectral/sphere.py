@@ -599,11 +599,16 @@ def l2_norm(c: np.ndarray) -> float:
     return float(math.sqrt(a2.sum()) / _SQRT_4PI)
 
 
+def tail_cut(L: int, fraction: float = 1.0 / 3.0) -> int:
+    """The lowest degree of the spectral tail: floor((1 - fraction)(L + 1))."""
+    return int(math.floor((1.0 - fraction) * (L + 1)))
+
+
 def spectral_tail(c: np.ndarray, fraction: float = 1.0 / 3.0) -> float:
     """Relative L^2 size of the degrees l >= floor((1 - fraction)(L + 1)) (the top ``fraction`` of the
     L + 1 degrees): sqrt(E_tail / E_total), m > 0 counted twice."""
     a2, L = _power(c)
-    cut = int(math.floor((1.0 - fraction) * (L + 1)))
+    cut = tail_cut(L, fraction)
     total = a2.sum()
     return float(math.sqrt(a2[ncoef(cut - 1):].sum() / total)) if total > 0 else 0.0
 

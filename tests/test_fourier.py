@@ -77,6 +77,30 @@ def test_tail_norm_resize():
     assert big.shape == (60,) and np.array_equal(big[:30], c) and not big[30:].any()
 
 
+def test_norm_and_tail_are_parseval_sums():
+    """l2_norm and spectral_tail (sums over float views, the step control's) against Parseval written out:
+    ||f||^2 = |c_0|^2 + 2 sum_{k>=1} |c_k|^2, checked on the grid too; any layout of the input."""
+    rng = np.random.default_rng(5)
+    K = 257
+    c = (rng.standard_normal(K) + 1j * rng.standard_normal(K)) * np.exp(-0.02 * np.arange(K))
+    c[0] = c[0].real
+    b = FourierBasis(K)
+    on_grid = np.sqrt(np.mean(b.to_grid(c) ** 2))
+    parseval = np.sqrt(abs(c[0]) ** 2 + 2 * np.sum(np.abs(c[1:]) ** 2))
+    assert abs(on_grid - parseval) < 1e-13 * parseval
+    cut = int(np.floor(2 * K / 3))
+    tail = np.sqrt(2 * np.sum(np.abs(c[cut:]) ** 2)) / parseval
+    strided = np.empty(2 * K, complex)[::2]
+    strided[...] = c
+    for x in (c, strided, list(c)):
+        assert abs(fourier.l2_norm(x) - parseval) < 1e-14 * parseval
+        assert abs(fourier.spectral_tail(x) - tail) < 1e-14 * tail
+        assert abs(fourier.spectral_tail(x, norm=parseval) - tail) < 1e-14 * tail
+    assert abs(fourier.spectral_tail(c, fraction=1.0) - 1.0) < 1e-15      # the whole spectrum
+    with pytest.raises(ValueError, match="1-D"):
+        fourier.l2_norm(np.ones((2, 3), complex))
+
+
 def test_filter():
     f = ExponentialFilter(alpha=36.0, order=8)
     m = f.multipliers(np.arange(101), 100)

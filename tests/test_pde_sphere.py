@@ -333,6 +333,18 @@ def test_sa_detects_unrepresentable_log_psi():
 
 
 # --- run control ---------------------------------------------------------------------------------
+def test_native_tail_is_the_canonical_tail():
+    """The resolution control's tail, summed in SHTns's native layout, is SphereSpace.tail (canonical
+    layout, sphere.spectral_tail's definition) of the same coefficients."""
+    rng = np.random.default_rng(7)
+    for L in (15, 16, 63):
+        disc = SphereDiscretization(Model(3, 4.0, "ascent"), L)
+        u = (rng.standard_normal(disc.basis.nlm) + 1j * rng.standard_normal(disc.basis.nlm)) * np.exp(-0.1 * disc.l)
+        u[: L + 1] = u[: L + 1].real                  # m = 0 (first in the native layout): real
+        expected = SphereSpace.tail(SphereSpace.to_canonical(u, L))
+        assert 1e-6 < expected < 1 and abs(disc.tail(u) - expected) < 1e-14 * expected
+
+
 def test_refinement_is_an_exact_re_representation():
     p = Perceptron.random(3, 3, "gelu", 1.0, seed=111)
     m = Model(3, 9.0, "ascent", perceptron=p)
