@@ -1,8 +1,10 @@
 """Configurations, the attnpde command and HDF5 archives: bad input, round trips, kill -9, Ctrl-C, resume."""
+import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import h5py
@@ -139,6 +141,47 @@ def test_round_trip_run_archive_load(tmp_path):
     assert all(p.stat().st_size > 10_000 for p in pngs)
 
 
+def test_batches_written_behind_the_run_are_the_run(tmp_path, monkeypatch):
+    """flush_interval = 0: every snapshot goes to the writer's background thread while the solver goes on;
+    the archive holds exactly what solve_pde returns in memory, every restart state included."""
+    from solvers.app import archive
+    from solvers.app.runner import run_config
+    threads, run = [], archive._WriteBehind._run
+    monkeypatch.setattr(archive._WriteBehind, "_run",
+                        lambda self, job: (threads.append(threading.current_thread().name), run(self, job))[1])
+    text = PDE_CFG.format(t_final=1.0, save_every=0.05, max_degree=512).replace('name = "t"', 'name = "t"\nflush_interval = 0')
+    out = tmp_path / "behind.h5"
+    res = run_config(parse_config(text), out, log=lambda s: None, progress=False)
+    model = Model(2, 1.0, "ascent", perceptron=Perceptron.random(2, 2, "relu", 1.0, seed=111))
+    ref = solve_pde(model, 1.0, 64, save_every=0.05, max_degree=512, tail_max=1e-2)
+    pde = load(out).pde
+    assert res.status == "finished" and len(ref.t) == 21
+    assert len(threads) == 21 and all(n.startswith("attnpde-archive") for n in threads)   # one batch each
+    assert np.array_equal(pde.t, ref.t) and np.array_equal(pde.coeffs, ref.coeffs)
+    assert np.array_equal(pde.density, ref.density) and np.array_equal(pde.steps["dt"], ref.steps["dt"])
+    with h5py.File(out) as f:
+        state = json.loads(f["pde/restart"].attrs["state"])
+        assert state["snapshots"] == 21 and state["t"] == ref.t[-1]
+
+
+def test_an_error_in_a_background_write_is_raised(tmp_path):
+    """A batch written behind the run that fails (here: a full disk) raises at the next use of the file,
+    on the run's thread; the file is still closed, readable."""
+    from solvers.app.archive import ArchiveWriter
+
+    def full(*a, **k):
+        raise OSError(28, "No space left on device")
+    w = ArchiveWriter(tmp_path / "e.h5", "create", flush_interval=0.0)
+    w.pde_begin(np.zeros((8, 2)), {}, "uniform")
+    w._write_pde = full
+    w.pde_snapshot({"t": 0.0})                         # due at once: handed to the background thread
+    with pytest.raises(OSError, match="No space left"):
+        w.f.attrs["status"] = "failed"
+    w.close()
+    with h5py.File(tmp_path / "e.h5") as f:
+        assert f.attrs["status"] == "running" and "pde" in f
+
+
 def test_existing_archive_is_not_overwritten(tmp_path):
     cfg = write(tmp_path, PDE_CFG.format(t_final=0.2, save_every=0.1, max_degree=256))
     assert cli("run", cfg, "--quiet").returncode == 0
@@ -158,15 +201,15 @@ _SELF_SIGNAL = """
 import os, sys
 from solvers.app import archive
 after, sig = int(sys.argv[1]), int(sys.argv[2])
-write = archive.ArchiveWriter.write_pending
+write = archive.ArchiveWriter._write_batch           # every batch, in the foreground or behind
 archive.ArchiveWriter._due = lambda self: True          # every snapshot is written at once
-def write_pending(self, *a, **k):
+def write_batch(self, *a, **k):
     write(self, *a, **k)
     rows = max((self.f[g].shape[0] for g in ("pde/t", "particles/t") if g in self.f), default=0)
     if rows >= after and not getattr(self, "_signalled", False):
         self._signalled = True
         os.kill(os.getpid(), sig)
-archive.ArchiveWriter.write_pending = write_pending
+archive.ArchiveWriter._write_batch = write_batch
 from solvers.app.cli import main
 sys.exit(main(sys.argv[3:]))
 """

@@ -41,13 +41,13 @@ _KILL_MEMBER = """
 import os, signal, sys
 from solvers.app import archive
 after = int(sys.argv[1])
-write = archive.ArchiveWriter.write_pending
+write = archive.ArchiveWriter._write_batch           # every batch, in the foreground or behind
 archive.ArchiveWriter._due = lambda self: True
-def write_pending(self, *a, **k):
+def write_batch(self, *a, **k):
     write(self, *a, **k)
     if "pde/t" in self.f and self.f["pde/t"].shape[0] >= after:
         os.kill(os.getpid(), signal.SIGKILL)
-archive.ArchiveWriter.write_pending = write_pending
+archive.ArchiveWriter._write_batch = write_batch
 from solvers.app.cli import main
 sys.exit(main(sys.argv[2:]))
 """

@@ -36,13 +36,21 @@ previous one, and always when a stage ends or is interrupted. A killed run there
 readable archive whose last snapshot (at most ``flush_interval`` of computation old) is a valid
 restart point; rows written after the last complete restart state (a kill inside a write) are
 dropped on resume.
+Batches that fall due during a stage are written behind the computation: one background thread writes
+and flushes a batch while the solver goes on (h5py releases the GIL inside HDF5, so the gzip and the
+I/O run on another core), one batch at a time. Every other use of the file (``ArchiveWriter.f``) first
+waits for that batch, and re-raises what it raised: the file is only ever used by one thread at a time,
+and an error in a background write stops the run when the next batch falls due (or the stage ends), as
+a write in the foreground would have. A batch due at the end of a stage is written in the foreground.
 """
 from __future__ import annotations
 
 import datetime as _dt
 import fnmatch
 import json
+import threading
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -422,6 +430,52 @@ def read_model(f: h5py.File) -> Model:
 
 
 # --- the writer ------------------------------------------------------------------------------------
+class _WriteBehind:
+    """One background thread for the writer's batches (module docstring): at most one batch in flight;
+    :meth:`wait` blocks until it is written and re-raises its exception."""
+
+    def __init__(self) -> None:
+        self._pool: ThreadPoolExecutor | None = None
+        self._future: Future | None = None
+        self._local = threading.local()
+
+    def submit(self, job) -> None:
+        self.wait()
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="attnpde-archive")
+        self._future = self._pool.submit(self._run, job)
+
+    def _run(self, job) -> None:
+        self._local.inside = True
+        try:
+            job()
+        finally:
+            self._local.inside = False
+
+    def inside(self) -> bool:
+        """Whether the caller is the background thread (which uses the file without waiting for itself)."""
+        return getattr(self._local, "inside", False)
+
+    def wait(self) -> None:
+        fut = self._future
+        if fut is None:
+            return
+        try:
+            fut.result()
+        finally:
+            # a KeyboardInterrupt while waiting leaves the batch in flight: the next wait waits again
+            if fut.done():
+                self._future = None
+
+    def shutdown(self) -> None:
+        try:
+            self.wait()
+        finally:
+            if self._pool is not None:
+                self._pool.shutdown(wait=True)
+                self._pool = None
+
+
 class ArchiveWriter:
     """Writes one run into an HDF5 archive as it goes (see the module docstring for the layout).
 
@@ -430,6 +484,10 @@ class ArchiveWriter:
     path : archive path
     mode : "create" (a new file; the caller decides about overwriting) or "resume" (an existing archive)
     config_text, name, command, model : written at creation
+    flush_interval : seconds between batches of snapshots (0: every snapshot)
+    compression : "density", "all" or "none" (module docstring)
+
+    ``f`` is the open ``h5py.File``; using it waits for a batch being written in the background.
     """
 
     def __init__(self, path: str | Path, mode: str, *, config_text: str = "", name: str = "", command: str = "",
@@ -444,8 +502,9 @@ class ArchiveWriter:
         self._handles: dict[str, dict] = {}           # per group: open dataset handles (see _dataset)
         self._labeled: set[str] = set()               # groups whose datasets have named dimensions
         self._last_flush = time.perf_counter()
+        self._behind = _WriteBehind()
         if mode == "create":
-            self.f = h5py.File(self.path, "w")
+            self._f = h5py.File(self.path, "w")
             a = self.f.attrs
             a["format"] = FORMAT
             a["format_version"] = FORMAT_VERSION
@@ -461,7 +520,7 @@ class ArchiveWriter:
             self.resumed = False
             self.set_status("running")
         elif mode == "resume":
-            self.f = _open(self.path, "r+")
+            self._f = _open(self.path, "r+")
             # an archive of format 1 stays as it was written (no dimensions half-way through a file)
             self.labels = int(self.f.attrs.get("format_version", 1)) >= 2
             self.resumed = True
@@ -475,6 +534,13 @@ class ArchiveWriter:
         self.d = model.d if model is not None else int(self.f["model"].attrs["d"]) if "model" in self.f else 0
         if self.labels and "model/perceptron" in self.f:
             self._label_group(self.f["model/perceptron"], "model/perceptron")
+
+    @property
+    def f(self) -> h5py.File:
+        """The open file, once no batch is being written in the background (see the module docstring)."""
+        if not self._behind.inside():
+            self._behind.wait()
+        return self._f
 
     def _label_group(self, g: h5py.Group, path: str) -> None:
         """Named dimensions for every dataset of group ``g`` (at ``path``): a group written whole, or the
@@ -498,9 +564,14 @@ class ArchiveWriter:
         self.f.flush()
 
     def close(self) -> None:
-        if self.f.id.valid:
-            self.write_pending()
-            self.f.close()
+        """Write what is buffered and close the file (which is closed even when a write fails)."""
+        try:
+            self._behind.shutdown()
+            if self._f.id.valid:
+                self.write_pending()
+        finally:
+            if self._f.id.valid:
+                self._f.close()
 
     def _due(self) -> bool:
         return time.perf_counter() - self._last_flush >= self.flush_interval
@@ -511,15 +582,29 @@ class ArchiveWriter:
 
     def write_pending(self, flush: bool = True) -> None:
         """Write every buffered snapshot with its restart state, then flush the file (unless the caller
-        flushes right after)."""
+        flushes right after), in the foreground."""
+        self._behind.wait()
+        self._write_batch(flush)
+
+    def _write_behind(self) -> None:
+        """Hand the buffered snapshots to the background thread (after the batch before them is written)."""
+        self._behind.wait()
+        pending = self._pending
+        self._pending = {"pde": [], "particles": []}
+        self._behind.submit(lambda: self._write_batch(True, pending))
+        self._last_flush = time.perf_counter()
+
+    def _write_batch(self, flush: bool, pending: dict | None = None) -> None:
+        """Write the snapshots of ``pending`` (default: the buffer, emptied) with their restart states and
+        flush; the time of the batch is set by the caller."""
+        if pending is None:
+            pending, self._pending = self._pending, {"pde": [], "particles": []}
         wrote = False
-        if self._pending["pde"]:
-            self._write_pde(self._pending["pde"])
-            self._pending["pde"] = []
+        if pending["pde"]:
+            self._write_pde(pending["pde"])
             wrote = True
-        if self._pending["particles"]:
-            self._write_particles(self._pending["particles"])
-            self._pending["particles"] = []
+        if pending["particles"]:
+            self._write_particles(pending["particles"])
             wrote = True
         if wrote:
             self.f.attrs["updated"] = _now()
@@ -555,7 +640,7 @@ class ArchiveWriter:
         """Buffer one snapshot (the dict a solve_pde callback receives); write the batch when due."""
         self._pending["pde"].append(snap)
         if self._due():
-            self.write_pending()
+            self._write_behind()
 
     def _group(self, path: str) -> tuple[h5py.Group, dict]:
         """An open group of the per-snapshot writes, and its dict of open dataset handles."""
@@ -696,7 +781,7 @@ class ArchiveWriter:
         """Buffer one particle snapshot; write the batch when due."""
         self._pending["particles"].append(snap)
         if self._due():
-            self.write_pending()
+            self._write_behind()
 
     def _write_particles(self, snaps: list[dict]) -> None:
         g = self.f["particles"]
