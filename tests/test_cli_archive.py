@@ -16,6 +16,7 @@ from solvers.app.archive import ArchiveError, load
 from solvers.app.config import ConfigError, load_config, parse_config
 
 ROOT = Path(__file__).resolve().parents[1]
+SIGNAL_AFTER_ROWS = str(ROOT / "tests" / "signal_after_rows.py")
 
 PDE_CFG = """
 [run]
@@ -194,32 +195,12 @@ def test_existing_archive_is_not_overwritten(tmp_path):
     assert r.returncode == 2 and "already finished" in r.stderr
 
 
-# The child signals itself right after its archive holds ``after`` snapshots of the running stage: every
-# batch is written at once (the writer's flush interval set to 0 in the child only), so where the run is
-# cut does not depend on how fast the machine is, or how busy.
-_SELF_SIGNAL = """
-import os, sys
-from solvers.app import archive
-after, sig = int(sys.argv[1]), int(sys.argv[2])
-write = archive.ArchiveWriter._write_batch           # every batch, in the foreground or behind
-archive.ArchiveWriter._due = lambda self: True          # every snapshot is written at once
-def write_batch(self, *a, **k):
-    write(self, *a, **k)
-    rows = max((self.f[g].shape[0] for g in ("pde/t", "particles/t") if g in self.f), default=0)
-    if rows >= after and not getattr(self, "_signalled", False):
-        self._signalled = True
-        os.kill(os.getpid(), sig)
-archive.ArchiveWriter._write_batch = write_batch
-from solvers.app.cli import main
-sys.exit(main(sys.argv[3:]))
-"""
-
-
 def _run_until_signalled(cfg, out, sig, after=3):
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     # SIGINT back to its default in the child: a shell's background job inherits it ignored, and Python
     # installs its KeyboardInterrupt handler only when SIGINT is not ignored at start-up
-    return subprocess.run([sys.executable, "-c", _SELF_SIGNAL, str(after), str(int(sig)), "run", str(cfg),
+    # the child signals itself once its archive holds ``after`` snapshots (tests/signal_after_rows.py)
+    return subprocess.run([sys.executable, SIGNAL_AFTER_ROWS, str(after), str(int(sig)), "run", str(cfg),
                            "--out", str(out), "--quiet"], cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=600, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 

@@ -5,6 +5,7 @@ share this code (solvers.app.executor); tests/test_dask_cluster.py runs it on a 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -36,26 +37,12 @@ max_degree = 256
 tail_max = 1e-2
 """
 
-# the member's process kills itself (SIGKILL) once its archive holds `after` snapshots: a lost worker
-_KILL_MEMBER = """
-import os, signal, sys
-from solvers.app import archive
-after = int(sys.argv[1])
-write = archive.ArchiveWriter._write_batch           # every batch, in the foreground or behind
-archive.ArchiveWriter._due = lambda self: True
-def write_batch(self, *a, **k):
-    write(self, *a, **k)
-    if "pde/t" in self.f and self.f["pde/t"].shape[0] >= after:
-        os.kill(os.getpid(), signal.SIGKILL)
-archive.ArchiveWriter._write_batch = write_batch
-from solvers.app.cli import main
-sys.exit(main(sys.argv[2:]))
-"""
-
-
 def _cli(*args, cwd: Path, kill_after: int | None = None) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    pre = [] if kill_after is None else ["-c", _KILL_MEMBER, str(kill_after)]
+    # kill_after: the member's process kills itself (SIGKILL) once its archive holds that many snapshots
+    # (tests/signal_after_rows.py): a lost worker
+    pre = [] if kill_after is None else [str(ROOT / "tests" / "signal_after_rows.py"), str(kill_after),
+                                         str(int(signal.SIGKILL))]
     cmd = [sys.executable, *pre, *(["-m", "solvers.app.cli"] if kill_after is None else []), *map(str, args)]
     return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
 
