@@ -358,10 +358,11 @@ class SphereDiscretization:
         self.lin = -model.noise * ll1 if model.noise > 0 else None
         self._g = model.energy_multipliers(self.L)
         lam = model.kernel_multipliers(self.L)
-        self._power_weight = np.where(b.m > 0, 2.0, 1.0) / (4.0 * math.pi)   # Parseval for sigma
-        # SphereSpace.tail in the native layout, over the float view of the state: the power weights
-        # (m > 0 twice) of every coefficient and of the tail's (l >= tail_cut) alone
-        mult = np.repeat(np.where(b.m > 0, 2.0, 1.0), 2)
+        twice = np.where(b.m > 0, 2.0, 1.0)                      # m > 0 stands for m and -m
+        self._power_weight = twice / (4.0 * math.pi)             # Parseval for sigma
+        # SphereSpace.tail in the native layout, over the float view of the state: the power weights of
+        # every coefficient and of the tail's (l >= tail_cut) alone
+        mult = np.repeat(twice, 2)
         self._tail_w = np.stack([mult, np.where(np.repeat(b.l, 2) >= sphere.tail_cut(self.L), mult, 0.0)])
         self._sq = np.empty(mult.size)
 

@@ -587,8 +587,7 @@ class ArchiveWriter:
         self._write_batch(flush)
 
     def _write_behind(self) -> None:
-        """Hand the buffered snapshots to the background thread (after the batch before them is written)."""
-        self._behind.wait()
+        """Hand the buffered snapshots to the background thread (``submit`` waits for the batch before)."""
         pending = self._pending
         self._pending = {"pde": [], "particles": []}
         self._behind.submit(lambda: self._write_batch(True, pending))
