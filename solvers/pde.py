@@ -796,6 +796,9 @@ class PDERun(Integration):
     def rhs(self, t: float, u: np.ndarray, last: bool = False) -> np.ndarray:
         return self.disc.rhs(t, u, last)
 
+    def rhs_scaled(self) -> tuple:
+        return self.disc.rhs_flux, self.disc.divergence
+
     def error_norm(self, err: np.ndarray, u: np.ndarray, u_new: np.ndarray) -> float:
         scale = self.opts.atol + self.opts.rtol * max(self._norm(u), self._norm(u_new))
         return self.disc.norm(err) / scale

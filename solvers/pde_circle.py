@@ -314,8 +314,9 @@ class CircleDiscretization:
         self._mult_G = (1j * k * g)[: self.Ka]       # c -> G = dPhi/dtheta
         self._mult_psi = lam[: self.Ka].astype(complex)
         self._div = -1j * k / b.M                    # unnormalised forward FFT -> -d/dtheta
-        # the flux is formed from the unsigned velocity w (v = s w, Model.drive): s goes here, exactly
-        self._div_signed = model.sign * self._div
+        # the flux is formed from the unsigned velocity w (v = s w, Model.drive): s goes here, exactly.
+        # N = divergence * rhs_flux (the stepper applies it when it stores a stage: IFRungeKutta's scaled)
+        self.divergence = model.sign * self._div
         pts = b.points
         drift = model.drift(pts)
         self.drift = None if drift is None else np.einsum("nd,nd->n", drift, b.tangents)
@@ -328,6 +329,7 @@ class CircleDiscretization:
         # views into the transform buffers, taken once (the right-hand side runs six times a step)
         inv, fwd = self._inv, self._fwd
         self._spec_rho, self._spec_tail = inv.spec[0, : self.K], inv.spec[:, self.K:]
+        self._rho_head = inv.spec[0, : self.Ka]
         self._rows_kernel = [(inv.spec[r, : self.Ka], inv.spec[r, self.Ka: self.K], m)
                              for r, m in ((1, self._mult_G), (2, self._mult_psi))[: nrows - 1]]
         self._grid_rows = [inv.grid[r] for r in range(nrows)]
@@ -341,13 +343,12 @@ class CircleDiscretization:
         """rho, G, Psi on the grid (views into the transform buffers: valid until the next call)."""
         self._spec_rho[...] = c
         self._spec_tail[...] = 0.0        # every row: the c2r transform destroyed its input
-        Ka = self.Ka
         for head, rest, mult in self._rows_kernel:
-            np.multiply(c[:Ka], mult, out=head)
+            np.multiply(self._rho_head, mult, out=head)
             rest[...] = 0.0
         self._inv.execute()
         rows = self._grid_rows
-        return rows[0], (rows[1] if Ka else None), (rows[2] if len(rows) > 2 else None)
+        return rows[0], (rows[1] if self.Ka else None), (rows[2] if len(rows) > 2 else None)
 
     def velocity(self, c: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         """rho, the angular velocity v_theta and Psi (SA only) on the grid (views into buffers: valid until
@@ -357,22 +358,31 @@ class CircleDiscretization:
         return rho, v, psi
 
     def rhs(self, t: float, c: np.ndarray, last: bool = False) -> np.ndarray:
-        """-d/dtheta (rho v) in coefficient space (the nonlinear part of the PDE), as
-        s (-d/dtheta (rho w)) with v = s w (``Model.drive``): the same values, one grid pass fewer."""
+        """-d/dtheta (rho v) in coefficient space (the nonlinear part of the PDE): ``divergence`` times
+        :meth:`rhs_flux` (a new array)."""
+        return np.multiply(self.rhs_flux(t, c, last), self.divergence)
+
+    def rhs_flux(self, t: float, c: np.ndarray, last: bool = False) -> np.ndarray:
+        """The unnormalised transform of the flux rho w, w = s v (``Model.drive``): -d/dtheta (rho v) is
+        ``divergence`` (-i k s / M) times it. A view into the transform buffer, valid until the next call.
+        With ``last``, the diagnostics of the state (min/max density, max |v|) go to :attr:`last`."""
         rho, G, psi = self.fields(c)
-        w = self.model.drive(self._zero if G is None else G, psi, self.drift, out=self._v)
+        # w in G's own row of the transform buffer (in place: no third array in cache)
+        w = self.model.drive(G, psi, self.drift, out=G) if G is not None \
+            else self.model.drive(self._zero, psi, self.drift, out=self._v)
         np.multiply(rho, w, out=self._flux)
         if last:
             # |v| = |w|; max |w| as max(max w, -min w): no temporary
-            self.last = {"min_density": float(rho.min()), "max_density": float(rho.max()),
-                         "vmax": float(max(w.max(), -w.min()))}
+            lo, hi = np.minimum.reduce, np.maximum.reduce     # ndarray.min/max without their Python wrappers
+            self.last = {"min_density": float(lo(rho)), "max_density": float(hi(rho)),
+                         "vmax": float(max(hi(w), -lo(w)))}
             if psi is not None:
                 # Psi's round-off is eps times its series' absolute sum: log Psi is only as accurate as
                 # psi / that sum allows (The model §4)
                 a = np.abs(self._mult_psi * c[: self.Ka])
                 self.last["psi_ratio"] = float(psi.min() / (a[0] + 2.0 * a[1:].sum()))
         self._fwd.execute()
-        return self._flux_hat * self._div_signed
+        return self._flux_hat
 
     # --- diagnostics ------------------------------------------------------------------------------
     def norm(self, c: np.ndarray) -> float:

@@ -354,7 +354,8 @@ class SphereDiscretization:
         self._ll1 = ll1                                      # -div = l(l+1) S
         # the flux is formed from the unsigned velocity w (v = s w, Model.drive): s goes here, exactly
         # complex, though real: numpy casts a real factor of a complex array chunk by chunk
-        self._ll1_signed = (model.sign * ll1).astype(complex)
+        # N = divergence * rhs_flux (the stepper applies it when it stores a stage: IFRungeKutta's scaled)
+        self.divergence = (model.sign * ll1).astype(complex)
         self.lin = -model.noise * ll1 if model.noise > 0 else None
         self._g = model.energy_multipliers(self.L)
         lam = model.kernel_multipliers(self.L)
@@ -401,7 +402,6 @@ class SphereDiscretization:
         self._rho = b.spat_array()
         self._G = b.spat_array(2)
         self._psi = b.spat_array() if (self.La and model.normalized) else None
-        self._flux = b.spat_array(2)
         self._S = b.spec_array()
         self._T = b.spec_array()
         self._zero = b.spat_array(2) if not self.La else None       # G without attention
@@ -435,25 +435,29 @@ class SphereDiscretization:
         return rho, self.model.velocity(self._zero if G is None else G, psi, self.drift, out=self._v), psi
 
     def rhs(self, t: float, u: np.ndarray, last: bool = False) -> np.ndarray:
-        """-div(rho v) in native coefficients (the nonlinear part of the PDE), as s (-div(rho w)) with
-        v = s w (``Model.drive``): the same values, one grid pass fewer."""
+        """-div(rho v) in native coefficients (the nonlinear part of the PDE): ``divergence`` times
+        :meth:`rhs_flux` (a new array)."""
+        return np.multiply(self.rhs_flux(t, u, last), self.divergence)
+
+    def rhs_flux(self, t: float, u: np.ndarray, last: bool = False) -> np.ndarray:
+        """The spheroidal coefficients S of the flux rho w, w = s v (``Model.drive``): -div(rho v) is
+        ``divergence`` (s l(l+1)) times S. A view into the transform buffer, valid until the next call.
+        With ``last``, the diagnostics of the state (min/max density, max |v|) go to :attr:`last`."""
         rho, G, psi = self.fields(u)
-        if last or G is None:
-            w = self.model.drive(self._zero if G is None else G, psi, self.drift, out=self._v)
-            flux = np.multiply(w, rho, out=self._flux)
-        else:
-            # w and then the flux in G's own buffer: the grid fields are ~1 MB each, and passes that
-            # write a third array run at memory speed; in place they run about twice as fast
-            flux = np.multiply(self.model.drive(G, psi, self.drift, out=G), rho, out=G)
+        # w and then the flux in G's own buffer: the grid fields are ~1 MB each, and passes that write a
+        # third array run at memory speed; in place they run about twice as fast
+        w = self.model.drive(G, psi, self.drift, out=G) if G is not None \
+            else self.model.drive(self._zero, psi, self.drift, out=self._v)
         if last:
-            # |v|^2 = |w|^2, in w's buffer (w is no longer needed once the flux is formed)
-            v2 = np.square(w, out=w)
+            # |v|^2 = |w|^2 (in the scratch buffer), before the flux overwrites w
+            v2 = np.square(w, out=self._v) if w is not self._v else np.square(w)
             self.last = {"min_density": float(rho.min()), "max_density": float(rho.max()),
                          "vmax": float(math.sqrt(np.add(v2[0], v2[1], out=v2[0]).max()))}
             if psi is not None:
                 self.last["psi_ratio"] = self._psi_ratio(u, psi)
+        flux = np.multiply(w, rho, out=w)
         self.basis.sht.spat_to_SHsphtor(flux[0], flux[1], self._S, self._T)
-        return np.multiply(self._S, self._ll1_signed)
+        return self._S
 
     def _psi_ratio(self, u: np.ndarray, psi: np.ndarray) -> float:
         """min Psi / (absolute sum of its series).

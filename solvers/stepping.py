@@ -95,6 +95,15 @@ class IFRungeKutta:
     tableau : Tableau
     lin : ndarray or None
         Diagonal of L, broadcastable against u; None for no linear part.
+    scaled : (n, D) or None
+        The right-hand side factored as N(t, u) = D * n(t, u, last), with D a fixed array of u's shape
+        (a spectral derivative: the divergence of a flux) and ``n`` returning an array that the stepper
+        reads before its next call (a transform's output buffer). The stepper then applies D, with the
+        factor e^{-c h L}, in the one multiplication that stores a stage, instead of the right-hand side
+        forming N in a pass of its own; N itself is formed only for the last stage of an FSAL method (as
+        ``np.multiply(n, D)``: a right-hand side that returns N must form it the same way, so that a
+        restarted run repeats the uninterrupted one bit for bit). ``rhs`` is still called where no
+        stage is stored: the first stage without ``f0`` and the Lawson form.
 
     Notes
     -----
@@ -114,8 +123,10 @@ class IFRungeKutta:
     #: stage values, and e^{-600} ~ 3e-261 is still a normal number
     MAX_EXPONENT = 600.0
 
-    def __init__(self, rhs: RHS, tableau: Tableau, lin: np.ndarray | None = None) -> None:
+    def __init__(self, rhs: RHS, tableau: Tableau, lin: np.ndarray | None = None,
+                 scaled: tuple[RHS, np.ndarray] | None = None) -> None:
         self.rhs = rhs
+        self._n, self._D = (None, None) if scaled is None else (scaled[0], np.asarray(scaled[1]))
         self.tableau = tableau
         self.lin = None if lin is None or not np.any(lin) else np.asarray(lin, dtype=float)
         tab = tableau
@@ -190,8 +201,13 @@ class IFRungeKutta:
         flat = g.reshape(s + 1, -1)
         self._g = g
         self._flat = flat.view(float) if g.dtype == complex else flat
-        self._shape = u.shape
+        self._shape, self._dtype = u.shape, g.dtype
         self._flat_state = u.ndim == 1          # a state is its flat row: no reshape
+        self._rows = list(g)                   # g[j] as views, made once
+        D = None
+        if self._n is not None:
+            D = np.broadcast_to(self._D, u.shape).astype(g.dtype)
+            self._Dstage = D
         if self.lin is not None:
             # c L per node on the flat float layout of a state (each L_k twice for complex states: the
             # factors then multiply float views, not complex arrays by real ones, which numpy casts)
@@ -199,7 +215,7 @@ class IFRungeKutta:
             if g.dtype == complex:
                 lin = np.repeat(lin, 2)
             self._nl = np.multiply.outer(np.asarray(self._nodes), lin)
-            self._slots = [_Exponentials(self._nl, self._row, self.tableau.c) for _ in range(2)]
+            self._slots = [_Exponentials(self._nl, self._row, self.tableau.c, D) for _ in range(2)]
 
     def _exponentials(self, h: float) -> "_Exponentials":
         """The factors for step size h: two step sizes are kept (the run's step and a step shortened
@@ -239,7 +255,7 @@ class IFRungeKutta:
 
     def _state(self, flat: np.ndarray) -> np.ndarray:
         """A flat float row as a state (u's dtype and shape; a view)."""
-        x = flat.view(self._g.dtype)
+        x = flat.view(self._dtype)
         return x if self._flat_state else x.reshape(self._shape)
 
     def step(self, t: float, u: np.ndarray, h: float, f0: np.ndarray | None = None
@@ -263,25 +279,36 @@ class IFRungeKutta:
             g = self._g
         ex = self._exponentials(h) if lin is not None else None
         W = self._weights(h)
-        g[0] = u
+        rows = self._rows
+        rows[0][...] = u
         k = self.rhs(t, u, s == 1 and tab.fsal) if f0 is None else f0
-        g[1] = k
+        rows[1][...] = k
         u_new = None
         c = tab.c
+        nfun = self._n
+        state = self._state
         for i in range(1, s):
             flat = self._weighted(W[i, : i + 1])
             if lin is not None:
                 flat *= ex.decay_of[i]
-            U = self._state(flat)
+            U = state(flat)
             last = tab.fsal and i == s - 1
-            k = self.rhs(t + c[i] * h, U, last)
             if last:
                 u_new = U          # the last FSAL stage is evaluated exactly at u_new
+            if nfun is not None:
+                n = nfun(t + c[i] * h, U, last)
+                # the stage stored as (D e^{-c h L}) n: one pass (c = 0 or no L: D n)
+                np.multiply(n, ex.scaled_of[i] if lin is not None and c[i] != 0.0 else self._Dstage,
+                            out=rows[i + 1])
+                if last:
+                    k = np.multiply(n, self._D)
+                continue
+            k = self.rhs(t + c[i] * h, U, last)
             if lin is not None and c[i] != 0.0:
                 np.multiply((k if self._flat_state else k.reshape(-1)).view(float), ex.grow_of[i],
                             out=self._flat[i + 1])
             else:
-                g[i + 1] = k
+                rows[i + 1][...] = k
         if u_new is None:
             flat = self._weighted(W[s])
             if lin is not None:
@@ -300,17 +327,26 @@ class _Exponentials:
     """e^{c h L} ("decay") and e^{-c h L} ("grow") for the nonzero nodes c of a tableau at one step size
     h, on the flat float layout of a state, with their rows by stage."""
 
-    def __init__(self, nl: np.ndarray, row: dict, c: tuple) -> None:
+    def __init__(self, nl: np.ndarray, row: dict, c: tuple, D: np.ndarray | None = None) -> None:
         self.h = None
         self.decay = np.empty_like(nl)
         self.grow = np.empty_like(nl)
         self.decay_of = [self.decay[row[ci]] if ci != 0.0 else None for ci in c]
         self.grow_of = [self.grow[row[ci]] if ci != 0.0 else None for ci in c]
         self.decay_end = self.decay[row[1.0]]
+        # with a factored right-hand side N = D n (IFRungeKutta's ``scaled``): D e^{-c h L} in the state's
+        # shape and dtype (e^{-c h L} is real: one value per complex entry, the float layout's even ones)
+        self.D = D
+        if D is not None:
+            self.scaled = np.empty((nl.shape[0],) + D.shape, dtype=D.dtype)
+            self.scaled_of = [self.scaled[row[ci]] if ci != 0.0 else None for ci in c]
 
     def compute(self, nl: np.ndarray, h: float) -> None:
         np.exp(np.multiply(nl, h, out=self.decay), out=self.decay)
         np.divide(1.0, self.decay, out=self.grow)       # normal numbers: h max|L| <= MAX_EXPONENT
+        if self.D is not None:
+            grow = self.grow[:, ::2] if self.D.dtype == complex else self.grow
+            np.multiply(self.D, grow.reshape(self.scaled.shape), out=self.scaled)
         self.h = h
 
 
@@ -423,6 +459,8 @@ class Integration:
 
     ``rhs(t, u, last)``          the nonlinear part N(t, u) (see :class:`IFRungeKutta`); ``rhs_at_state()``
                              N at the current state (default ``rhs(t, state, True)``)
+    ``rhs_scaled()``             None (default), or (n, D) with N = D * n (IFRungeKutta's ``scaled``): a
+                             new D array object makes the base rebuild its stepper
     ``tableau``, ``lin``         the method and its diagonal linear part (None: none; a new array object
                              makes the base rebuild its stepper, e.g. after a refinement)
     ``error_norm(err, u, u_new)``  the scaled error of an adaptive step (<= 1 accepts)
@@ -458,6 +496,10 @@ class Integration:
     def step_bound(self) -> float:
         return math.inf
 
+    def rhs_scaled(self) -> tuple[RHS, np.ndarray] | None:
+        """None, or (n, D) with N(t, u) = D * n(t, u, last): see :class:`IFRungeKutta`."""
+        return None
+
     def rhs_at_state(self) -> np.ndarray:
         """N at the current state when ``f`` is not known: the first stage of the next step. A restart
         computes it the same way, so it must be what the uninterrupted run would use."""
@@ -480,13 +522,14 @@ class Integration:
 
     def integrate(self, progress: "Progress | Callable[[float, dict], None] | None" = None) -> tuple[str, str]:
         """Step until a stop (see the class docstring)."""
-        lin = self.lin
-        stepper = IFRungeKutta(self.rhs, self.tableau, lin)
+        lin, scaled = self.lin, self.rhs_scaled()
+        stepper = IFRungeKutta(self.rhs, self.tableau, lin, scaled)
         bad = 0
         while True:
-            if self.lin is not lin:        # a new linear part (a refined discretisation)
-                lin = self.lin
-                stepper = IFRungeKutta(self.rhs, self.tableau, lin)
+            if self.lin is not lin or (scaled is not None and self.rhs_scaled()[1] is not scaled[1]):
+                # a new linear part or factor (a refined discretisation)
+                lin, scaled = self.lin, self.rhs_scaled()
+                stepper = IFRungeKutta(self.rhs, self.tableau, lin, scaled)
             stop = self.before_step()
             if stop is not None:
                 return stop

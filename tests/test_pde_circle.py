@@ -88,6 +88,25 @@ def test_grid_velocity_matches_direct_quadrature(attention, beta):
     assert np.allclose(v, ref_theta, rtol=0, atol=1e-11 * max(1.0, np.abs(ref_theta).max()))
 
 
+@pytest.mark.parametrize("attention", ["unnormalized", "normalized", "none"])
+def test_step_diagnostics_are_those_of_the_grid_fields(attention):
+    # the last stage of a step records min/max rho and max |v| while forming the flux in place; they must be
+    # those of rho and of the velocity computed on their own (Model.velocity, another buffer), and recording
+    # them must not change the right-hand side
+    m = Model(2, 3.0, "ascent", attention=attention, perceptron=Perceptron.random(2, 3, "tanh", 1.0, seed=2))
+    K = 96
+    disc = CircleDiscretization(m, K)
+    c = CircleDiscretization.space.project(SMOOTH, K)
+    c /= c[0]
+    plain = disc.rhs(0.0, c, False)
+    diag = disc.diagnostics(c)
+    assert np.array_equal(disc.rhs(0.0, c, True), plain)
+    assert np.array_equal(plain, disc.rhs_flux(0.0, c) * disc.divergence)
+    rho, v, _ = disc.velocity(c)
+    assert diag["min_density"] == rho.min() and diag["max_density"] == rho.max()
+    assert diag["vmax"] == np.abs(v).max()
+
+
 # --- §3.3 dissipation identity -----------------------------------------------------------------
 @pytest.mark.parametrize("activation, K, tol", [("gelu", 128, 1e-8), ("relu", 512, 2e-6)])
 @pytest.mark.parametrize("flow", ["ascent", "descent"])

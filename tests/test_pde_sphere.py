@@ -129,6 +129,25 @@ def test_grid_velocity_matches_direct_quadrature(attention, beta, general):
     assert np.abs(np.einsum("nd,nd->n", ref, x)).max() < 1e-13
 
 
+@pytest.mark.parametrize("attention", ["unnormalized", "normalized", "none"])
+def test_step_diagnostics_are_those_of_the_grid_fields(attention):
+    # the last stage of a step records min/max rho and max |v| while forming the flux in place (in the
+    # buffer of G); they must be those of rho and of the velocity computed on their own (Model.velocity,
+    # another buffer), and recording them must not change the right-hand side
+    m = Model(3, 3.0, "ascent", attention=attention, perceptron=Perceptron.random(3, 3, "tanh", 1.0, seed=2))
+    L = 31
+    disc = SphereDiscretization(m, L)
+    u = SphereSpace.to_state(SphereSpace.project(SMOOTH, L), L)
+    plain = disc.rhs(0.0, u, False)
+    diag = disc.diagnostics(u)
+    assert np.array_equal(disc.rhs(0.0, u, True), plain)
+    assert np.array_equal(plain, disc.rhs_flux(0.0, u) * disc.divergence)
+    rho, v, _ = disc.velocity(u)
+    assert diag["min_density"] == rho.min() and diag["max_density"] == rho.max()
+    # |v| as sqrt(v_theta^2 + v_phi^2) on the grid (the same two squares and sum: equal to the last bit)
+    assert diag["vmax"] == math.sqrt((v[0] ** 2 + v[1] ** 2).max())
+
+
 # --- energy normalisation -------------------------------------------------------------------------
 @pytest.mark.parametrize("beta", [0.0, 0.7, 6.0])
 @pytest.mark.parametrize("attention", ["unnormalized", "normalized", "none"])
