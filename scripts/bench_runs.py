@@ -280,7 +280,7 @@ def records(quick: bool = False, verbose: bool = False) -> list[dict]:
                 lambda: archive_overhead(2, 64, 1.0, 0.1, repeats=1, apply_target=False),
                 lambda: snapshot_cost(2, 64, 1.0, 0.1, repeats=1)]
     else:
-        jobs = [lambda: whole_run(2, 1024, repeats=3), lambda: whole_run(3, 127, repeats=2),
+        jobs = [lambda: whole_run(2, 1024, repeats=7), lambda: whole_run(3, 127, repeats=2),
                 lambda: archive_overhead(2, 1024, repeats=7),
                 lambda: archive_overhead(2, 4096, repeats=3),
                 lambda: archive_overhead(3, 127, repeats=4),

@@ -47,7 +47,7 @@ class Transform:
 
     ``direction="backward"`` synthesises grid values from coefficients: fill ``spec[:, :K]``
     (the rest must be zero: call :meth:`clear_tail` if a previous execute destroyed it), call
-    :meth:`execute`, read ``grid``. ``direction="forward"`` analyses: fill ``grid``, execute, read
+    ``execute()``, read ``grid``. ``direction="forward"`` analyses: fill ``grid``, execute, read
     ``spec`` (unnormalised: coefficient c_k is ``spec[:, k] / M``).
 
     The buffers are owned by the plan and overwritten on every call: copy what you keep.
@@ -76,14 +76,13 @@ class Transform:
         # planning with MEASURE scribbles on the arrays: start from clean buffers
         self.grid[...] = 0.0
         self.spec[...] = 0.0
+        #: ``execute()`` runs the planned transform, unnormalised, in place on the owned buffers: the plan's
+        #: own method (a solver calls it a dozen times a step: no Python frame of ours around it)
+        self.execute = self._plan.execute
 
     def clear_tail(self, K: int) -> None:
         """Zero the coefficients k >= K of every row (needed before a backward execute)."""
         self.spec[:, K:] = 0.0
-
-    def execute(self) -> None:
-        """Run the planned transform, unnormalised, in place on the owned buffers."""
-        self._plan.execute()
 
 
 class FourierBasis:
