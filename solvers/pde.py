@@ -536,6 +536,7 @@ class PDERun(Integration):
         self.steps = {"t": [], "dt": [], "error": [], "accepted": []}
         self._steps_mark = 0
         self._norms = ((None, 0.0), (None, 0.0))       # (state, its norm), see _norm
+        self._scaled = None                            # see rhs_scaled
         self.refinements: list = []
         self.output_points = opts.output_points or space.default_output_points
         self.t = 0.0 if restart is None else float(restart["t"])
@@ -797,7 +798,12 @@ class PDERun(Integration):
         return self.disc.rhs(t, u, last)
 
     def rhs_scaled(self) -> tuple:
-        return self.disc.rhs_flux, self.disc.divergence
+        """(rhs_flux, divergence) of the discretisation, one tuple per discretisation (the loop compares
+        it by identity every step to notice a refinement)."""
+        disc = self.disc
+        if self._scaled is None or self._scaled[0].__self__ is not disc:
+            self._scaled = (disc.rhs_flux, disc.divergence)
+        return self._scaled
 
     def error_norm(self, err: np.ndarray, u: np.ndarray, u_new: np.ndarray) -> float:
         scale = self.opts.atol + self.opts.rtol * max(self._norm(u), self._norm(u_new))

@@ -460,7 +460,7 @@ class Integration:
     ``rhs(t, u, last)``          the nonlinear part N(t, u) (see :class:`IFRungeKutta`); ``rhs_at_state()``
                              N at the current state (default ``rhs(t, state, True)``)
     ``rhs_scaled()``             None (default), or (n, D) with N = D * n (IFRungeKutta's ``scaled``): a
-                             new D array object makes the base rebuild its stepper
+                             new tuple object (a refined discretisation's) makes the base rebuild its stepper
     ``tableau``, ``lin``         the method and its diagonal linear part (None: none; a new array object
                              makes the base rebuild its stepper, e.g. after a refinement)
     ``error_norm(err, u, u_new)``  the scaled error of an adaptive step (<= 1 accepts)
@@ -526,7 +526,7 @@ class Integration:
         stepper = IFRungeKutta(self.rhs, self.tableau, lin, scaled)
         bad = 0
         while True:
-            if self.lin is not lin or (scaled is not None and self.rhs_scaled()[1] is not scaled[1]):
+            if self.lin is not lin or self.rhs_scaled() is not scaled:
                 # a new linear part or factor (a refined discretisation)
                 lin, scaled = self.lin, self.rhs_scaled()
                 stepper = IFRungeKutta(self.rhs, self.tableau, lin, scaled)
