@@ -194,7 +194,7 @@ class Model:
             else:
                 out[...] = drift
             return out
-        if self.normalized:
+        if self.attention == "normalized":
             np.divide(G, psi, out=out)
         elif self.strength != 1.0:
             np.multiply(G, self.strength, out=out)
