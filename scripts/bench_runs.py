@@ -86,9 +86,10 @@ def _rhs_floor(d: int, degree: int) -> float:
 
 def _parts(d: int, degree: int, r) -> dict:
     """Per-call cost of what a step does besides the transforms, measured in isolation on the run's final
-    state (same process): one whole RHS evaluation ("rhs": transforms and grid products); one DP54 step
-    of the integrating-factor stepper with a free right-hand side at a fixed step size ("stages": the
-    stage combinations); and one computation of the factors e^{+-c h L} ("factors"), which a run pays
+    state (same process): one whole RHS evaluation as the run's stepper calls it ("rhs": transforms and
+    grid products, ``rhs_flux``); one DP54 step of the integrating-factor stepper with a free right-hand
+    side at a fixed step size ("stages": the stage combinations, the divergence applied where a stage
+    is stored); and one computation of the factors e^{+-c h L} ("factors"), which a run pays
     once per change of its (rounded) step size. A run's time then splits into transforms, the rest of
     the RHS, the stage arithmetic and everything else (control, checks, bookkeeping)."""
     from solvers.pde import space_for
@@ -97,7 +98,10 @@ def _parts(d: int, degree: int, r) -> dict:
     disc = Disc(_model(d), degree)
     u = space.to_state(r.coefficients(-1), degree)
     ks = [disc.rhs(0.0, u, False) for _ in range(7)]
-    stepper = IFRungeKutta(lambda t, U, last: ks[1], TABLEAUS["DP54"], disc.lin)
+    n = disc.rhs_flux(0.0, u, False).copy()
+    # the run's stepper: the divergence applied where a stage is stored (IFRungeKutta's scaled)
+    stepper = IFRungeKutta(lambda t, U, last: ks[1], TABLEAUS["DP54"], disc.lin,
+                           scaled=(lambda t, U, last: n, disc.divergence))
     h = float(np.median(r.steps["dt"]))
     stepper.step(0.0, u, h, ks[0])
     hh = [h]
@@ -106,7 +110,7 @@ def _parts(d: int, degree: int, r) -> dict:
         hh[0] *= 1.0 + 1e-9
         stepper._exponentials(hh[0])
     from bench_circle_rhs import best_time
-    return {"rhs": best_time(lambda: disc.rhs(0.0, u, False), repeats=9),
+    return {"rhs": best_time(lambda: disc.rhs_flux(0.0, u, False), repeats=9),
             "stages": best_time(lambda: stepper.step(0.0, u, h, ks[0]), repeats=9),
             "factors": best_time(factors, repeats=9) if disc.lin is not None else 0.0}
 

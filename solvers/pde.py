@@ -923,6 +923,7 @@ class PDERun(Integration):
         self.t, self.save_index, self.degree = g["t"], g["save_index"], g["degree"]
         self.lag = self._new_phase(nodes, g["t"])
         self.disc = self.u = None
+        self._scaled = None             # it holds the discretisation's rhs_flux: let the transforms go
         return None, ""
 
     def _atom_radius(self, n: int) -> float:
@@ -965,6 +966,7 @@ class PDERun(Integration):
                      "save_index": int(restart["good_save_index"]),
                      "coeffs": np.asarray(restart["handoff_coeffs"], dtype=complex)}
         self.disc = self.u = None
+        self._scaled = None             # it holds the discretisation's rhs_flux: let the transforms go
         self.lag = self._new_phase(None, self.t)
         self.lag.restore(restart)
 

@@ -334,7 +334,7 @@ class CircleDiscretization:
                              for r, m in ((1, self._mult_G), (2, self._mult_psi))[: nrows - 1]]
         self._grid_rows = [inv.grid[r] for r in range(nrows)]
         self._flux, self._flux_hat = fwd.grid[0], fwd.spec[0, : self.K]
-        self._v = np.empty(b.M)          # the velocity (or w), rebuilt in place by every call
+        self._v = np.empty(b.M)          # the velocity of velocity(), and w without attention (rhs_flux)
         self._zero = np.zeros(b.M)       # G without attention
         self.last = {}
 

@@ -405,7 +405,7 @@ class SphereDiscretization:
         self._S = b.spec_array()
         self._T = b.spec_array()
         self._zero = b.spat_array(2) if not self.La else None       # G without attention
-        self._v = b.spat_array(2)              # the velocity (or w), rebuilt in place by every call
+        self._v = b.spat_array(2)              # velocity()'s v; rhs_flux's |w|^2 (last stage), or w without attention
         self.last: dict = {}
 
     # --- right-hand side ------------------------------------------------------------------------

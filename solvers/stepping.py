@@ -97,13 +97,13 @@ class IFRungeKutta:
         Diagonal of L, broadcastable against u; None for no linear part.
     scaled : (n, D) or None
         The right-hand side factored as N(t, u) = D * n(t, u, last), with D a fixed array of u's shape
-        (a spectral derivative: the divergence of a flux) and ``n`` returning an array that the stepper
-        reads before its next call (a transform's output buffer). The stepper then applies D, with the
-        factor e^{-c h L}, in the one multiplication that stores a stage, instead of the right-hand side
-        forming N in a pass of its own; N itself is formed only for the last stage of an FSAL method (as
-        ``np.multiply(n, D)``: a right-hand side that returns N must form it the same way, so that a
-        restarted run repeats the uninterrupted one bit for bit). ``rhs`` is still called where no
-        stage is stored: the first stage without ``f0`` and the Lawson form.
+        (a spectral derivative: the divergence of a flux; complex only for a complex state) and ``n``
+        returning an array that the stepper reads before its next call (a transform's output buffer).
+        The stepper then applies D, with the factor e^{-c h L}, in the one multiplication that stores a
+        stage, instead of the right-hand side forming N in a pass of its own; N itself is formed only for
+        the last stage of an FSAL method (as ``np.multiply(n, D)``: a right-hand side that returns N must
+        form it the same way, so that a restarted run repeats the uninterrupted one bit for bit). ``rhs``
+        is still called where N itself is needed: the first stage without ``f0`` and the Lawson form.
 
     Notes
     -----
@@ -203,13 +203,15 @@ class IFRungeKutta:
         self._flat = flat.view(float) if g.dtype == complex else flat
         self._shape, self._dtype = u.shape, g.dtype
         self._flat_state = u.ndim == 1          # a state is its flat row: no reshape
-        self._rows = list(g)                   # g[j] as views, made once
+        self._rows = [g[j, ...] for j in range(s + 1)]      # g[j] as views (0-d states too), made once
         # (weights, stack rows) of each weighted sum (_weighted): views of the fixed arrays W and flat
         W, f = self._W, self._flat
         self._sums = [None] + [(W[i, : i + 1], f[: i + 1]) for i in range(1, s)] + \
             [(W[s], f[: s + 1]), (W[s + 1, 1:], f[1: s + 2])]
         D = None
         if self._n is not None:
+            if np.iscomplexobj(self._D) and g.dtype != complex:
+                raise ValueError("a complex factor D of the right-hand side needs a complex state")
             D = np.broadcast_to(self._D, u.shape).astype(g.dtype)
             self._Dstage = D
         if self.lin is not None:
@@ -465,8 +467,9 @@ class Integration:
 
     ``rhs(t, u, last)``          the nonlinear part N(t, u) (see :class:`IFRungeKutta`); ``rhs_at_state()``
                              N at the current state (default ``rhs(t, state, True)``)
-    ``rhs_scaled()``             None (default), or (n, D) with N = D * n (IFRungeKutta's ``scaled``): a
-                             new tuple object (a refined discretisation's) makes the base rebuild its stepper
+    ``rhs_scaled()``             None (default), or (n, D) with N = D * n (IFRungeKutta's ``scaled``): the
+                             same tuple object until the discretisation changes, since a new one (a refined
+                             discretisation's) makes the base rebuild its stepper
     ``tableau``, ``lin``         the method and its diagonal linear part (None: none; a new array object
                              makes the base rebuild its stepper, e.g. after a refinement)
     ``error_norm(err, u, u_new)``  the scaled error of an adaptive step (<= 1 accepts)

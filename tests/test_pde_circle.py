@@ -107,6 +107,24 @@ def test_step_diagnostics_are_those_of_the_grid_fields(attention):
     assert diag["vmax"] == np.abs(v).max()
 
 
+def test_a_run_with_the_divergence_applied_by_the_stepper_is_the_plain_run(monkeypatch):
+    # PDERun hands the stepper the flux and the divergence D (N = D n) so that D is applied where a stage is
+    # stored; the run with the stepper given N itself (rhs_scaled -> None) is the same run to round-off,
+    # through refinements (a new discretisation, hence a new D) with and without noise
+    from solvers.pde import PDERun
+    p = Perceptron.random(2, 3, "tanh", 1.0, seed=4)
+    for noise in (0.0, 0.05):
+        m = Model(2, 6.0, "ascent", noise=noise, perceptron=p)
+        kw = dict(save_every=0.5, max_degree=256, tail_tol=1e-8, continuation="none")
+        fast = solve_pde(m, 1.5, 32, **kw)
+        with monkeypatch.context() as mp:
+            mp.setattr(PDERun, "rhs_scaled", lambda self: None)
+            plain = solve_pde(m, 1.5, 32, **kw)
+        assert fast.refinements and len(fast.refinements) == len(plain.refinements)
+        assert np.array_equal(fast.steps["dt"], plain.steps["dt"])
+        assert np.abs(fast.coeffs[-1] - plain.coeffs[-1]).max() < 1e-13
+
+
 # --- §3.3 dissipation identity -----------------------------------------------------------------
 @pytest.mark.parametrize("activation, K, tol", [("gelu", 128, 1e-8), ("relu", 512, 2e-6)])
 @pytest.mark.parametrize("flow", ["ascent", "descent"])
