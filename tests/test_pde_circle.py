@@ -116,7 +116,13 @@ def test_a_run_with_the_divergence_applied_by_the_stepper_is_the_plain_run(monke
     for noise in (0.0, 0.05):
         m = Model(2, 6.0, "ascent", noise=noise, perceptron=p)
         kw = dict(save_every=0.5, max_degree=256, tail_tol=1e-8, continuation="none")
-        fast = solve_pde(m, 1.5, 32, **kw)
+        calls = []
+        whole = CircleDiscretization.rhs
+        with monkeypatch.context() as mp:
+            mp.setattr(CircleDiscretization, "rhs", lambda self, *a: calls.append(1) or whole(self, *a))
+            fast = solve_pde(m, 1.5, 32, **kw)
+        # the stages took the factored path: N itself only at the start and after each refinement
+        assert len(calls) == 1 + len(fast.refinements) < fast.nsteps
         with monkeypatch.context() as mp:
             mp.setattr(PDERun, "rhs_scaled", lambda self: None)
             plain = solve_pde(m, 1.5, 32, **kw)
