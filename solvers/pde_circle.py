@@ -325,7 +325,6 @@ class CircleDiscretization:
         nrows = 1 + (self.Ka > 0) + (self.Ka > 0 and model.normalized)
         self._inv = b.plan(nrows, "backward")
         self._fwd = b.plan(1, "forward")
-        self._normalized = model.normalized
         # views into the transform buffers, taken once (the right-hand side runs six times a step)
         inv, fwd = self._inv, self._fwd
         self._spec_rho, self._spec_tail = inv.spec[0, : self.K], inv.spec[:, self.K:]

@@ -351,10 +351,10 @@ class SphereDiscretization:
         self.spacing = b.spacing
         self.l = b.l
         ll1 = (b.l * (b.l + 1)).astype(float)
-        self._ll1 = ll1                                      # -div = l(l+1) S
-        # the flux is formed from the unsigned velocity w (v = s w, Model.drive): s goes here, exactly
-        # complex, though real: numpy casts a real factor of a complex array chunk by chunk
-        # N = divergence * rhs_flux (the stepper applies it when it stores a stage: IFRungeKutta's scaled)
+        # -div(rho v) = s l(l+1) S, S the spheroidal coefficients of the flux rho w (v = s w, Model.drive: s
+        # goes here, exactly). N = divergence * rhs_flux (the stepper applies it where it stores a stage:
+        # IFRungeKutta's scaled). Complex, though real: numpy casts a real factor of a complex array chunk
+        # by chunk
         self.divergence = (model.sign * ll1).astype(complex)
         self.lin = -model.noise * ll1 if model.noise > 0 else None
         self._g = model.energy_multipliers(self.L)

@@ -1,4 +1,24 @@
 import os
 
+import numpy as np
+import pytest
+
 # Keep BLAS/OpenMP from oversubscribing the 2-core CI machine.
 os.environ.setdefault("OMP_NUM_THREADS", "2")
+
+
+@pytest.fixture
+def check_step_diagnostics():
+    """A check for either discretisation (circle, sphere): the diagnostics its last stage records while forming
+    the flux in place (min/max rho, max |v|) are those of rho and of the velocity computed on their own
+    (``velocity()``, Model.velocity into another buffer), and recording them leaves the right-hand side as it
+    is. ``speed(v)`` is |v| on the grid from ``velocity()``'s v."""
+    def check(disc, u, speed):
+        plain = disc.rhs(0.0, u, False)
+        diag = disc.diagnostics(u)
+        assert np.array_equal(disc.rhs(0.0, u, True), plain)
+        assert np.array_equal(plain, disc.rhs_flux(0.0, u) * disc.divergence)
+        rho, v, _ = disc.velocity(u)
+        assert diag["min_density"] == rho.min() and diag["max_density"] == rho.max()
+        assert diag["vmax"] == speed(v).max()
+    return check
