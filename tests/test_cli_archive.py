@@ -165,6 +165,36 @@ def test_batches_written_behind_the_run_are_the_run(tmp_path, monkeypatch):
         assert state["snapshots"] == 21 and state["t"] == ref.t[-1]
 
 
+@pytest.mark.parametrize("flush_interval", [1e6, 0.0])
+def test_chunks_compressed_off_the_thread_are_those_hdf5_writes(tmp_path, monkeypatch, flush_interval):
+    """The density's chunks compressed in the writer's worker as the snapshots arrive are, byte for byte, the
+    chunks HDF5's own shuffle + gzip pipeline makes of the same rows; the archive holds the run. With one
+    batch at the end (a flush interval longer than the run) whole chunks go that way; with a batch per snapshot
+    none can (no chunk's rows are all in one batch), and every row goes through HDF5."""
+    from solvers.app import archive
+    from solvers.app.runner import run_config
+    direct, write = [], archive._Deflated.write
+    monkeypatch.setattr(archive._Deflated, "write",
+                        lambda self, ds, n, count: (lambda done: (direct.extend(done), done)[1])(write(self, ds, n, count)))
+    text = PDE_CFG.format(t_final=2.0, save_every=0.02, max_degree=512).replace(
+        'name = "t"', f'name = "t"\nflush_interval = {flush_interval}')
+    out = tmp_path / "d.h5"
+    run_config(parse_config(text), out, log=lambda s: None, progress=False)
+    model = Model(2, 1.0, "ascent", perceptron=Perceptron.random(2, 2, "relu", 1.0, seed=111))
+    ref = solve_pde(model, 2.0, 64, save_every=0.02, max_degree=512, tail_max=1e-2)
+    assert np.array_equal(load(out).pde.density, ref.density)
+    with h5py.File(out) as f, h5py.File(tmp_path / "hdf5.h5", "w") as g:
+        ds = f["pde/density"]
+        rows = ds.chunks[0]
+        assert ds.compression == "gzip" and ds.shuffle and ds.shape == (101, 1024) and rows == 32
+        own = g.create_dataset("d", data=ref.density, chunks=ds.chunks, compression="gzip", compression_opts=1,
+                               shuffle=True)
+        for start in range(0, ds.shape[0], rows):
+            mask, chunk = ds.id.read_direct_chunk((start, 0))
+            assert mask == 0 and chunk == own.id.read_direct_chunk((start, 0))[1], start
+    assert direct == ([(0, 32), (32, 64), (64, 96)] if flush_interval else [])
+
+
 def test_an_error_in_a_background_write_is_raised(tmp_path):
     """A batch written behind the run that fails (here: a full disk) raises at the next use of the file,
     on the run's thread; the file is still closed, readable."""
@@ -234,6 +264,8 @@ def test_killed_or_interrupted_run_resumes_to_the_same_numbers(tmp_path, sig):
     assert np.array_equal(done.pde.t, ref.t)
     assert np.abs(done.pde.coeffs - ref.coeffs).max() <= 1e-12
     assert np.abs(done.pde.energy - ref.energy).max() <= 1e-12
+    # the density's chunks after the resume start on the file's chunk boundaries, not the new batch's
+    assert np.abs(done.pde.density - ref.density).max() <= 1e-12
     assert done.pde.nsteps == ref.nsteps and np.array_equal(done.pde.steps["dt"], ref.steps["dt"])
 
 

@@ -28,7 +28,9 @@ has a named dimension (netCDF-4's HDF5 dimension scales, see "named dimensions" 
 and netCDF tools read each group. Compression (gzip level 1 with byte shuffling) applies to
 ``compression="density"`` (default: the output-grid density, which shrinks by about 27%), ``"all"``
 (also coefficients and particle positions, which shrink by only ~19% and ~6% for ten times the write
-cost — measured), or ``"none"``.
+cost — measured), or ``"none"``. A chunk of a compressed per-snapshot dataset (the density; the particle
+positions under ``"all"``) whose rows have all arrived is compressed in a worker thread while the run goes
+on, into the bytes HDF5's filters would make, and written as it is (``_Deflater``).
 Snapshots are buffered and written in batches: a batch is written, then the restart state matching
 its last row (with the number of rows it corresponds to), then the file is flushed. A batch goes out
 as soon as ``flush_interval`` seconds (default 1 s; 0 writes every snapshot) have passed since the
@@ -47,9 +49,11 @@ from __future__ import annotations
 
 import datetime as _dt
 import fnmatch
+import functools
 import json
 import threading
 import time
+import zlib
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -106,6 +110,45 @@ def _json(obj: Any) -> str:
 # group). The high-level path (``name in group``, ``group[name]``, ``ds.resize``, ``ds[n:] = rows``)
 # costs about 0.3 ms per dataset and batch, which for the dozen per-snapshot series of a PDE run was
 # most of the archive's write time (measured); this one about 0.05 ms. Same datasets, same bytes.
+# Datasets are created the same way (``_create``: ~25 us against ~150 us for ``create_dataset``, whose
+# property list and type it reproduces: chunks, byte shuffling and gzip, no time stamps).
+_GZIP_LEVEL = _COMPRESSION["compression_opts"]
+
+
+@functools.lru_cache(maxsize=64)
+def _dcpl(chunks: tuple, compress: bool) -> h5py.h5p.PropDCID:
+    """The creation property list of a chunked dataset (as ``create_dataset`` makes it)."""
+    p = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+    p.set_chunk(chunks)
+    if compress:
+        p.set_shuffle()
+        p.set_deflate(_GZIP_LEVEL)
+    p.set_obj_track_times(False)
+    return p
+
+
+@functools.lru_cache(maxsize=32)
+def _h5type(dtype: np.dtype) -> h5py.h5t.TypeID:
+    return h5py.h5t.py_create(dtype, logical=True)
+
+
+def _create(group: h5py.Group, name: str, shape: tuple, chunks: tuple, dtype, *, compress: bool = False,
+            grow: bool = False) -> h5py.Dataset:
+    """A new chunked dataset of ``shape`` (first axis unlimited; every axis when ``grow``)."""
+    dtype = np.dtype(dtype)
+    maxshape = (h5py.h5s.UNLIMITED,) * len(shape) if grow else (h5py.h5s.UNLIMITED,) + tuple(shape[1:])
+    dsid = h5py.h5d.create(group.id, name.encode(), _h5type(dtype), h5py.h5s.create_simple(tuple(shape), maxshape),
+                           dcpl=_dcpl(tuple(chunks), bool(compress)))
+    return h5py.Dataset(dsid)
+
+
+def _chunk_rows(row_shape: tuple, itemsize: int, limit: int = 1024) -> int:
+    """Rows per chunk of a per-snapshot dataset: about 256 KiB per chunk (few I/O operations per batch,
+    cheap reads of single snapshots)."""
+    row_bytes = itemsize * int(np.prod(row_shape, dtype=np.int64))
+    return int(min(limit, max(1, (1 << 18) // max(row_bytes, 1))))
+
+
 def _dataset(group: h5py.Group, name: str, handles: dict | None) -> h5py.Dataset | None:
     """The dataset ``name`` of ``group`` (None if absent), from ``handles`` when it holds it."""
     ds = handles.get(name) if handles is not None else None
@@ -130,19 +173,16 @@ def _write_block(ds: h5py.Dataset, n: int, block: np.ndarray) -> None:
 
 
 def _append_rows(group: h5py.Group, name: str, rows: list, *, compress: bool = False, dtype=None,
-                 grow: bool = False, handles: dict | None = None) -> h5py.Dataset:
-    """Append several rows (arrays of equal shape, or of growing shape when ``grow``) in one resize."""
+                 grow: bool = False, handles: dict | None = None, deflated: "_Deflated | None" = None
+                 ) -> h5py.Dataset:
+    """Append several rows (arrays of equal shape, or of growing shape when ``grow``) in one resize.
+    ``deflated``: chunks of these rows already compressed (:class:`_Deflater`), written as they are."""
     rows = [np.asarray(r, dtype=dtype) for r in rows]
     shape = tuple(max(r.shape[i] for r in rows) for i in range(rows[0].ndim))
     ds = _dataset(group, name, handles)
     if ds is None:
-        maxshape = (None,) * (len(shape) + 1) if grow else (None,) + shape
-        # about 256 KiB per chunk: few I/O operations per batch, cheap reads of single snapshots
-        row_bytes = rows[0].dtype.itemsize * int(np.prod(shape, dtype=np.int64))
-        chunks = (int(min(1024, max(1, (1 << 18) // max(row_bytes, 1)))),) + shape if shape else (1024,)
-        kw = _COMPRESSION if compress and shape else {}
-        ds = group.create_dataset(name, shape=(0,) + shape, maxshape=maxshape, chunks=chunks, dtype=rows[0].dtype,
-                                  **kw)
+        chunks = (_chunk_rows(shape, rows[0].dtype.itemsize),) + shape if shape else (1024,)
+        ds = _create(group, name, (0,) + shape, chunks, rows[0].dtype, compress=compress and bool(shape), grow=grow)
         if handles is not None:
             handles[name] = ds
     old = ds.id.shape
@@ -150,7 +190,12 @@ def _append_rows(group: h5py.Group, name: str, rows: list, *, compress: bool = F
     width = tuple(max(a, b) for a, b in zip(shape, old[1:]))
     ds.id.set_extent((n + len(rows),) + width)
     if all(r.shape == width for r in rows):
-        _write_block(ds, n, np.stack(rows) if shape else np.array(rows))
+        done = deflated.write(ds, n, len(rows)) if deflated is not None else ()
+        start = 0
+        for i, j in list(done) + [(len(rows), len(rows))]:       # the rows between the chunks written
+            if i > start:
+                _write_block(ds, n + start, np.stack(rows[start:i]) if shape else np.array(rows[start:i]))
+            start = j
     else:
         block = np.zeros((len(rows),) + width, dtype=ds.dtype)
         for i, r in enumerate(rows):
@@ -164,8 +209,7 @@ def _extend(group: h5py.Group, name: str, values, dtype=None, handles: dict | No
     values = np.asarray(values, dtype=dtype).reshape(-1)
     ds = _dataset(group, name, handles)
     if ds is None:
-        ds = group.create_dataset(name, shape=(0,), maxshape=(None,), chunks=(4096,),
-                                  dtype=values.dtype if values.size else (dtype or float))
+        ds = _create(group, name, (0,), (4096,), values.dtype if values.size else (dtype or float))
         if handles is not None:
             handles[name] = ds
     n = ds.id.shape[0]
@@ -180,10 +224,8 @@ def _extend_block(group: h5py.Group, name: str, block: np.ndarray, handles: dict
     block = np.ascontiguousarray(block)
     ds = _dataset(group, name, handles)
     if ds is None:
-        row = int(np.prod(block.shape[1:], dtype=np.int64)) * block.dtype.itemsize
-        chunks = (int(min(1 << 16, max(1, (1 << 18) // max(row, 1)))),) + block.shape[1:]
-        ds = group.create_dataset(name, shape=(0,) + block.shape[1:], maxshape=(None,) + block.shape[1:],
-                                  chunks=chunks, dtype=block.dtype)
+        chunks = (_chunk_rows(block.shape[1:], block.dtype.itemsize, 1 << 16),) + block.shape[1:]
+        ds = _create(group, name, (0,) + block.shape[1:], chunks, block.dtype)
         if handles is not None:
             handles[name] = ds
     n = ds.id.shape[0]
@@ -193,10 +235,154 @@ def _extend_block(group: h5py.Group, name: str, block: np.ndarray, handles: dict
     return ds
 
 
+# --- chunks compressed off the run's thread ------------------------------------------------------------
+# gzip is most of a batch's cost (the density of a 101-snapshot S^1 run: 7 of the writer's ~25 ms, in the
+# flush that ends the run). zlib releases the GIL, so a chunk whose rows have all arrived is compressed in a
+# worker thread while the run goes on, into exactly the bytes HDF5's pipeline would store (byte shuffle, then
+# zlib at the same level: the filters the dataset declares, so every reader decodes it as usual), and the
+# batch writes it with H5Dwrite_chunk. A chunk is only ever written so when its rows all belong to the batch
+# and its first row lands on a chunk boundary of the dataset (checked against the file when the batch is
+# written); every other row goes through HDF5 as before.
+def _deflate(block: np.ndarray) -> bytes:
+    """HDF5's shuffle + deflate of one chunk (C-contiguous float64): byte k of every element for k = 0..7,
+    then zlib. Both steps release the GIL."""
+    planes = block.view(np.uint8).reshape(-1, block.itemsize).T
+    return zlib.compress(np.ascontiguousarray(planes), _GZIP_LEVEL)
+
+
+class _Deflated:
+    """The chunks of one batch's rows of one dataset compressed in advance: (row in the batch, Future)."""
+
+    def __init__(self, nrows: int, chunks: list) -> None:
+        self.nrows, self.chunks = nrows, chunks
+
+    def write(self, ds: h5py.Dataset, n: int, count: int) -> list:
+        """Write the chunks that fit rows n .. n+count of ``ds`` exactly; return their (start, stop) rows in
+        the batch, in order (the caller writes the others)."""
+        if not self.chunks or not _deflatable(ds, self.nrows):
+            return []
+        done = []
+        for i, fut in self.chunks:
+            if (n + i) % self.nrows == 0 and i + self.nrows <= count:
+                ds.id.write_direct_chunk((n + i,) + (0,) * (len(ds.id.shape) - 1), fut.result())
+                done.append((i, i + self.nrows))
+        return done
+
+
+def _deflatable(ds: h5py.Dataset, nrows: int) -> bool:
+    """Whether the chunks of ``ds`` are those :func:`_deflate` makes: ``nrows`` whole rows of float64, byte
+    shuffling then gzip at our level, and no other filter."""
+    if ds.dtype != np.float64 or not ds.chunks or ds.chunks[0] != nrows or ds.chunks[1:] != ds.id.shape[1:]:
+        return False
+    p = ds.id.get_create_plist()
+    return [p.get_filter(i)[:3][0::2] for i in range(p.get_nfilters())] == [
+        (h5py.h5z.FILTER_SHUFFLE, (8,)), (h5py.h5z.FILTER_DEFLATE, (_GZIP_LEVEL,))]
+
+
+class _Deflater:
+    """Compresses, in a worker thread, the chunks of a compressed per-snapshot dataset (module docstring)
+    as the snapshots arrive: ``add`` per snapshot, ``take`` when the snapshots go to a batch.
+
+    ``rows[section]`` is the row in the file of the section's next snapshot (None: unknown, then nothing is
+    compressed in advance); ``nrows[(section, key)]`` the dataset's rows per chunk (None: not created yet,
+    those :func:`_chunk_rows` gives)."""
+
+    KEYS = {"pde": ("density",), "particles": ("x",)}
+
+    def __init__(self, compress: set) -> None:
+        self.keys = {s: tuple(k for k in ks if k in compress) for s, ks in self.KEYS.items()}
+        self.rows: dict = {}
+        self.nrows: dict = {}
+        self._open: dict = {}               # (section, key) -> (first row in the batch, rows so far) of a chunk
+        self._done: dict = {}               # (section, key) -> [(row in the batch, Future)]
+        self._count: dict = {}              # section -> snapshots added since the last take
+        self._pool: ThreadPoolExecutor | None = None
+
+    def start(self, section: str, group: h5py.Group | None, rows: int) -> None:
+        """The section's next snapshot is row ``rows`` of ``group`` (which may hold its datasets already)."""
+        self.take(section)
+        self.rows[section] = rows
+        for key in self.keys[section]:
+            ds = group.get(key) if group is not None else None
+            self.nrows[(section, key)] = (ds.chunks[0] if ds.chunks and _deflatable(ds, ds.chunks[0]) else 0) \
+                if isinstance(ds, h5py.Dataset) else None
+
+    def add(self, section: str, snap: dict) -> None:
+        i = self._count.get(section, 0)
+        self._count[section] = i + 1
+        row = self.rows.get(section)
+        if row is None:
+            return
+        self.rows[section] = row + 1
+        for key in self.keys[section]:
+            value = snap.get(key)
+            if value is None:
+                continue
+            value = np.asarray(value, dtype=float)
+            k = (section, key)
+            if self.nrows.get(k) is None:
+                self.nrows[k] = _chunk_rows(value.shape, value.itemsize)
+            nrows = self.nrows[k]
+            if not nrows:
+                continue
+            if row % nrows == 0:
+                self._open[k] = (i, [])
+            first, got = self._open.get(k, (None, None))
+            if got is None:
+                continue
+            if got and got[0].shape != value.shape:
+                self._open.pop(k)
+                continue
+            got.append(value)
+            if len(got) == nrows:
+                self._open.pop(k)
+                if self._pool is None:
+                    self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="attnpde-deflate")
+                # the rows stacked here: in the worker that Python-level step would hold the GIL
+                self._done.setdefault(k, []).append((first, self._pool.submit(_deflate, np.stack(got))))
+
+    def take(self, section: str) -> dict:
+        """The chunks compressed for the snapshots added since the last take: key -> _Deflated. A chunk
+        still open is dropped (its rows are written by HDF5)."""
+        out = {}
+        for key in self.keys[section]:
+            k = (section, key)
+            self._open.pop(k, None)
+            chunks = self._done.pop(k, [])
+            if chunks:
+                out[key] = _Deflated(self.nrows[k], chunks)
+        self._count[section] = 0
+        return out
+
+    def shutdown(self) -> None:
+        self._open.clear()
+        self._done.clear()
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+
+
 def _replace(group: h5py.Group, name: str, value, **kw) -> None:
+    """Dataset ``name`` of ``group`` (re)written whole with ``value`` (``create_dataset(name, data=value,
+    **kw)``; a numeric array without options through the low-level API, the same dataset)."""
     if name in group:
         _delete(group, name)
-    group.create_dataset(name, data=value, **kw)
+    if kw or not isinstance(value, np.ndarray) or value.dtype.kind not in "biufc":
+        group.create_dataset(name, data=value, **kw)
+        return
+    value = value if value.flags.c_contiguous else value.copy()         # (ascontiguousarray makes 0-d 1-d)
+    space = h5py.h5s.create_simple(value.shape) if value.ndim else h5py.h5s.create(h5py.h5s.SCALAR)
+    dsid = h5py.h5d.create(group.id, name.encode(), _h5type(value.dtype), space, dcpl=_contiguous())
+    if value.size:
+        dsid.write(h5py.h5s.ALL, h5py.h5s.ALL, value)
+
+
+@functools.lru_cache(maxsize=1)
+def _contiguous() -> h5py.h5p.PropDCID:
+    """The creation property list of ``create_dataset(name, data=...)``: contiguous, no time stamps."""
+    p = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+    p.set_obj_track_times(False)
+    return p
 
 
 def _truncate(group: h5py.Group, n: int, names) -> None:
@@ -282,15 +468,14 @@ def _scale(g: h5py.Group, name: str) -> h5py.h5d.DatasetID:
     """The dimension scale ``name`` of group ``g``: its dataset of that name (a coordinate variable), else a
     new pure dimension (see above)."""
     key = name.encode()
-    if name in g:
+    if key in g.id:
         dsid = h5py.h5d.open(g.id, key)
         if not h5py.h5ds.is_scale(dsid):
             h5py.h5ds.set_scale(dsid, key)
             _cf(dsid, name)
         return dsid
-    dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
-    dcpl.set_chunk((1024,))
-    dsid = h5py.h5d.create(g.id, key, _F4, h5py.h5s.create_simple((0,), (h5py.h5s.UNLIMITED,)), dcpl=dcpl)
+    dsid = h5py.h5d.create(g.id, key, _F4, h5py.h5s.create_simple((0,), (h5py.h5s.UNLIMITED,)),
+                           dcpl=_dcpl((1024,), False))
     h5py.h5ds.set_scale(dsid, _PURE_DIM + b"%10d" % 0)
     return dsid
 
@@ -306,6 +491,7 @@ def _data(g: h5py.Group) -> dict:
     return {k: v for k, v in g.items() if isinstance(v, h5py.Dataset) and not _is_dimension(v)}
 
 
+@functools.lru_cache(maxsize=512)
 def _dims_of(path: str, name: str, ndim: int, d: int) -> tuple:
     table = next((v for k, v in _DIMS.items() if fnmatch.fnmatchcase(path, k)), {})
     dims = next((v for k, v in table.items() if k != "*" and fnmatch.fnmatchcase(name, k)), table.get("*"))
@@ -355,6 +541,25 @@ def _cf(dsid: h5py.h5d.DatasetID, name: str) -> None:
         _attr(dsid, k, v)
 
 
+def _set_attrs(obj, values: dict) -> None:
+    """``obj.attrs[k] = v`` for every item, the same attributes (a str as a variable-length UTF-8 string, a
+    number or bool as its numpy scalar) through the low-level API (see above); other values through h5py."""
+    oid = obj.id
+    for k, v in values.items():
+        if isinstance(v, str):
+            tid, data = _STR, np.array(v, dtype=_STR_ARRAY)
+        elif isinstance(v, (bool, int, float, np.bool_, np.integer, np.floating)):
+            data = np.asarray(v)
+            tid = _h5type(data.dtype)
+        else:
+            obj.attrs[k] = v
+            continue
+        key = k.encode()
+        if h5py.h5a.exists(oid, key):
+            h5py.h5a.delete(oid, key)
+        h5py.h5a.create(oid, key, tid, h5py.h5s.create(h5py.h5s.SCALAR)).write(data)
+
+
 def _delete(g: h5py.Group, name: str) -> None:
     """Delete a dataset after detaching it from its dimension scales."""
     ds = g[name]
@@ -374,7 +579,7 @@ def _along_time(ds: h5py.Dataset) -> bool:
     return not scales or scales[0].name.rsplit("/", 1)[-1] == "t"
 
 
-def _mode_coordinates(g: h5py.Group, d: int, width: int) -> None:
+def _mode_coordinates(g: h5py.Group, d: int, width: int, handles: dict | None = None) -> None:
     """Coordinates of the coefficient axis of /pde, grown to ``width``: k on S^1; l and m on S^2."""
     if d == 2:
         cols = {"k": np.arange(width)}
@@ -383,13 +588,15 @@ def _mode_coordinates(g: h5py.Group, d: int, width: int) -> None:
         l, m = canonical_degrees(degree_of(width))
         cols = {"l": l, "m": m}
     for name, values in cols.items():
-        ds = g.get(name)
+        ds = _dataset(g, name, handles)
         if ds is None:
-            ds = g.create_dataset(name, shape=(0,), maxshape=(None,), chunks=(4096,), dtype=np.int64)
-        n = ds.shape[0]
+            ds = _create(g, name, (0,), (4096,), np.int64)
+            if handles is not None:
+                handles[name] = ds
+        n = ds.id.shape[0]
         if width > n:
-            ds.resize((width,))
-            ds[n:] = values[n:width]
+            ds.id.set_extent((width,))
+            _write_block(ds, n, values[n:width].astype(np.int64))
 
 
 def _grid_coordinates(g: h5py.Group, grid: np.ndarray) -> None:
@@ -405,16 +612,14 @@ def _grid_coordinates(g: h5py.Group, grid: np.ndarray) -> None:
 # --- model <-> HDF5 ---------------------------------------------------------------------------------
 def write_model(f: h5py.File, model: Model) -> None:
     g = f.require_group("model")
-    for k in ("d", "beta", "flow", "attention", "strength", "noise"):
-        g.attrs[k] = getattr(model, k)
+    _set_attrs(g, {k: getattr(model, k) for k in ("d", "beta", "flow", "attention", "strength", "noise")})
     if model.perceptron is not None:
         p = g.require_group("perceptron")
         info = model.perceptron.to_dict()
         for k in ("a", "b", "c", "w"):
             if k in info:
                 _replace(p, k, info[k])
-        p.attrs["activation"] = info["activation"]
-        p.attrs["form"] = info["form"]
+        _set_attrs(p, {"activation": info["activation"], "form": info["form"]})
 
 
 def read_model(f: h5py.File) -> Model:
@@ -505,15 +710,9 @@ class ArchiveWriter:
         self._behind = _WriteBehind()
         if mode == "create":
             self._f = h5py.File(self.path, "w")
-            a = self.f.attrs
-            a["format"] = FORMAT
-            a["format_version"] = FORMAT_VERSION
-            a["software_version"] = _software_version()
-            a["created"] = _now()
-            a["config"] = config_text
-            a["command"] = command
-            a["name"] = name
-            a["compression"] = compression
+            _set_attrs(self.f, {"format": FORMAT, "format_version": FORMAT_VERSION,
+                                "software_version": _software_version(), "created": _now(), "config": config_text,
+                                "command": command, "name": name, "compression": compression})
             if model is not None:
                 write_model(self.f, model)
             self.labels = True
@@ -531,6 +730,7 @@ class ArchiveWriter:
             self.set_status("running")
         else:
             raise ValueError(f"mode must be 'create' or 'resume', got {mode!r}")
+        self._deflater = _Deflater(self.compress)
         self.d = model.d if model is not None else int(self.f["model"].attrs["d"]) if "model" in self.f else 0
         if self.labels and "model/perceptron" in self.f:
             self._label_group(self.f["model/perceptron"], "model/perceptron")
@@ -559,8 +759,7 @@ class ArchiveWriter:
 
     # --- status -------------------------------------------------------------------------------------
     def set_status(self, status: str) -> None:
-        self.f.attrs["status"] = status
-        self.f.attrs["updated"] = _now()
+        _set_attrs(self.f, {"status": status, "updated": _now()})
         self.f.flush()
 
     def close(self) -> None:
@@ -570,6 +769,7 @@ class ArchiveWriter:
             if self._f.id.valid:
                 self.write_pending()
         finally:
+            self._deflater.shutdown()
             if self._f.id.valid:
                 self._f.close()
 
@@ -590,23 +790,27 @@ class ArchiveWriter:
         """Hand the buffered snapshots to the background thread (``submit`` waits for the batch before)."""
         pending = self._pending
         self._pending = {"pde": [], "particles": []}
-        self._behind.submit(lambda: self._write_batch(True, pending))
+        deflated = {s: self._deflater.take(s) for s in pending}
+        self._behind.submit(lambda: self._write_batch(True, pending, deflated))
         self._last_flush = time.perf_counter()
 
-    def _write_batch(self, flush: bool, pending: dict | None = None) -> None:
+    def _write_batch(self, flush: bool, pending: dict | None = None, deflated: dict | None = None) -> None:
         """Write the snapshots of ``pending`` (default: the buffer, emptied) with their restart states and
-        flush; the time of the batch is set by the caller."""
+        flush; the time of the batch is set by the caller. ``deflated``: the chunks of their rows
+        compressed in advance (section -> key -> _Deflated; default: those of the buffer)."""
         if pending is None:
             pending, self._pending = self._pending, {"pde": [], "particles": []}
+            deflated = {s: self._deflater.take(s) for s in pending}
+        deflated = deflated or {}
         wrote = False
         if pending["pde"]:
-            self._write_pde(pending["pde"])
+            self._write_pde(pending["pde"], deflated.get("pde", {}))
             wrote = True
         if pending["particles"]:
-            self._write_particles(pending["particles"])
+            self._write_particles(pending["particles"], deflated.get("particles", {}))
             wrote = True
         if wrote:
-            self.f.attrs["updated"] = _now()
+            _set_attrs(self.f, {"updated": _now()})
             if flush:
                 self.f.flush()
         self._last_flush = time.perf_counter()
@@ -624,20 +828,21 @@ class ArchiveWriter:
     def _begin_stage(self, name: str, key: str, data: np.ndarray, options: dict, initial: str) -> None:
         """Open the group of a stage: its fixed dataset ``key`` (written once), settings, initial data."""
         g = self.f.require_group(name)
+        self._deflater.start(name, g, g["t"].shape[0] if "t" in g else 0)
         if key not in g:
             g.create_dataset(key, data=data)
             if name == "pde" and self.labels:
                 _grid_coordinates(g, data)
-        g.attrs["options"] = _json(options)
-        g.attrs["initial"] = initial
-        g.attrs.setdefault("stop_reason", "")
-        g.attrs["complete"] = False
+        _set_attrs(g, {"options": _json(options), "initial": initial, "complete": False})
+        if "stop_reason" not in g.attrs:
+            _set_attrs(g, {"stop_reason": ""})
         # no flush here: the stage's first batch flushes (with a restart state: before it, a resume starts
         # the stage afresh, whether or not this group reached the disk)
 
     def pde_snapshot(self, snap: dict) -> None:
         """Buffer one snapshot (the dict a solve_pde callback receives); write the batch when due."""
         self._pending["pde"].append(snap)
+        self._deflater.add("pde", snap)
         if self._due():
             self._write_behind()
 
@@ -649,16 +854,16 @@ class ArchiveWriter:
             self._handles[path] = {}
         return g, self._handles[path]
 
-    def _write_pde(self, snaps: list[dict]) -> None:
+    def _write_pde(self, snaps: list[dict], deflated: dict) -> None:
         g, h = self._group("pde")
         t = _append_rows(g, "t", [s["t"] for s in snaps], dtype=float, handles=h)
         coeffs = _append_rows(g, "coeffs", [s["coeffs"] for s in snaps], compress="coeffs" in self.compress,
                               dtype=complex, grow=True, handles=h)
         if self.labels:
-            _mode_coordinates(g, self.d, coeffs.id.shape[1])
+            _mode_coordinates(g, self.d, coeffs.id.shape[1], h)
         _append_rows(g, "degree", [s["degree"] for s in snaps], dtype=np.int64, handles=h)
         _append_rows(g, "density", [s["density"] for s in snaps], compress="density" in self.compress, dtype=float,
-                     handles=h)
+                     handles=h, deflated=deflated.get("density"))
         for k in PDE_SERIES:
             _append_rows(g, k, [s[k] for s in snaps], dtype=float, handles=h)
         st, sh = self._group("pde/steps")
@@ -708,7 +913,7 @@ class ArchiveWriter:
         rows = t.id.shape[0]
         restart["snapshots"] = rows
         restart["step_rows"] = step_rows
-        r.attrs["state"] = _json(restart)
+        _set_attrs(r, {"state": _json(restart)})
         self._label(g, "pde", new)
         self._label(st, "pde/steps")
         self._label(r, "pde/restart", replaced)
@@ -742,14 +947,10 @@ class ArchiveWriter:
         it reached, and the wall time added to that of the runs it resumed (the caller flushes)."""
         self.write_pending(flush=False)
         g = self.f[name]
-        a = g.attrs
-        a["stop_reason"] = result.stop_reason
-        a["message"] = result.message
-        a["t_stop"] = result.t_stop
-        a["nsteps"] = result.nsteps
-        a["nrejected"] = result.nrejected
-        a["wall_time"] = float(a.get("wall_time", 0.0)) + float(result.wall_time)
-        a["complete"] = result.stop_reason != "interrupted"
+        _set_attrs(g, {"stop_reason": result.stop_reason, "message": result.message, "t_stop": result.t_stop,
+                       "nsteps": result.nsteps, "nrejected": result.nrejected,
+                       "wall_time": float(g.attrs.get("wall_time", 0.0)) + float(result.wall_time),
+                       "complete": result.stop_reason != "interrupted"})
         return g
 
     def pde_finish(self, result) -> None:
@@ -779,13 +980,15 @@ class ArchiveWriter:
     def particles_snapshot(self, snap: dict) -> None:
         """Buffer one particle snapshot; write the batch when due."""
         self._pending["particles"].append(snap)
+        self._deflater.add("particles", snap)
         if self._due():
             self._write_behind()
 
-    def _write_particles(self, snaps: list[dict]) -> None:
+    def _write_particles(self, snaps: list[dict], deflated: dict) -> None:
         g = self.f["particles"]
         _append_rows(g, "t", [s["t"] for s in snaps], dtype=float)
-        _append_rows(g, "x", [s["x"] for s in snaps], compress="x" in self.compress, dtype=float)
+        _append_rows(g, "x", [s["x"] for s in snaps], compress="x" in self.compress, dtype=float,
+                     deflated=deflated.get("x"))
         for k in PARTICLE_SERIES:
             _append_rows(g, k, [s.get(k, np.nan) for s in snaps], dtype=float)
         _append_rows(g, "n_clusters", [s.get("cluster_count", -1) for s in snaps], dtype=np.int64)
@@ -837,8 +1040,7 @@ class ArchiveWriter:
                 _replace(g, "mass_errors", atoms.mass_errors)
                 _replace(g, "position_errors", atoms.position_errors)
                 attrs.update(diffuse_error=atoms.diffuse_error, check_nodes=atoms.check_nodes)
-        for k, v in attrs.items():
-            g.attrs[k] = v
+        _set_attrs(g, attrs)
         self._label_group(g, f"atoms/{which}")
 
     def truncate_to_restart(self, section: str) -> dict | None:
@@ -865,6 +1067,7 @@ class ArchiveWriter:
         self._groups.clear()
         self._handles.clear()
         self._labeled.clear()
+        self._deflater.start(section, g, g["t"].shape[0] if "t" in g else 0)
         self.f.flush()
         return read_restart(g)
 
