@@ -165,17 +165,23 @@ def test_batches_written_behind_the_run_are_the_run(tmp_path, monkeypatch):
         assert state["snapshots"] == 21 and state["t"] == ref.t[-1]
 
 
-@pytest.mark.parametrize("flush_interval", [1e6, 0.0])
-def test_chunks_compressed_off_the_thread_are_those_hdf5_writes(tmp_path, monkeypatch, flush_interval):
+@pytest.mark.parametrize("batches, direct_chunks", [
+    ("one", [(0, 32), (32, 64), (64, 96)]), ("of 50", [(0, 32), (14, 46)]), ("of 1", [])])
+def test_chunks_compressed_off_the_thread_are_those_hdf5_writes(tmp_path, monkeypatch, batches, direct_chunks):
     """The density's chunks compressed in the writer's worker as the snapshots arrive are, byte for byte, the
-    chunks HDF5's own shuffle + gzip pipeline makes of the same rows; the archive holds the run. With one
-    batch at the end (a flush interval longer than the run) whole chunks go that way; with a batch per snapshot
-    none can (no chunk's rows are all in one batch), and every row goes through HDF5."""
+    chunks HDF5's own shuffle + gzip pipeline makes of the same rows, and the archive holds the run
+    (101 snapshots, 32 per chunk). One batch at the end (a flush interval longer than the run): rows 0-95
+    go as three whole chunks. Batches of 50 written behind the run: rows 0-31 of the first, and rows 64-95
+    (14-45 of the second batch, which starts at row 50 of the file). A batch per snapshot: no chunk lies
+    within one batch, every row goes through HDF5."""
     from solvers.app import archive
     from solvers.app.runner import run_config
     direct, write = [], archive._Deflated.write
     monkeypatch.setattr(archive._Deflated, "write",
-                        lambda self, ds, n, count: (lambda done: (direct.extend(done), done)[1])(write(self, ds, n, count)))
+                        lambda self, ds, n, rows: (lambda done: (direct.extend(done), done)[1])(write(self, ds, n, rows)))
+    flush_interval = {"one": 1e6, "of 50": 1e6, "of 1": 0.0}[batches]
+    if batches == "of 50":
+        monkeypatch.setattr(archive.ArchiveWriter, "_due", lambda self: len(self._pending["pde"]) >= 50)
     text = PDE_CFG.format(t_final=2.0, save_every=0.02, max_degree=512).replace(
         'name = "t"', f'name = "t"\nflush_interval = {flush_interval}')
     out = tmp_path / "d.h5"
@@ -192,7 +198,7 @@ def test_chunks_compressed_off_the_thread_are_those_hdf5_writes(tmp_path, monkey
         for start in range(0, ds.shape[0], rows):
             mask, chunk = ds.id.read_direct_chunk((start, 0))
             assert mask == 0 and chunk == own.id.read_direct_chunk((start, 0))[1], start
-    assert direct == ([(0, 32), (32, 64), (64, 96)] if flush_interval else [])
+    assert direct == direct_chunks
 
 
 def test_an_error_in_a_background_write_is_raised(tmp_path):

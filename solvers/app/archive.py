@@ -127,8 +127,14 @@ def _dcpl(chunks: tuple, compress: bool) -> h5py.h5p.PropDCID:
     return p
 
 
-@functools.lru_cache(maxsize=32)
 def _h5type(dtype: np.dtype) -> h5py.h5t.TypeID:
+    # h5py's special dtypes (enums, strings) differ from plain ones only in metadata, which numpy's dtype
+    # equality ignores: those are never cached
+    return h5py.h5t.py_create(dtype, logical=True) if dtype.metadata else _plain_h5type(dtype)
+
+
+@functools.lru_cache(maxsize=32)
+def _plain_h5type(dtype: np.dtype) -> h5py.h5t.TypeID:
     return h5py.h5t.py_create(dtype, logical=True)
 
 
@@ -190,7 +196,7 @@ def _append_rows(group: h5py.Group, name: str, rows: list, *, compress: bool = F
     width = tuple(max(a, b) for a, b in zip(shape, old[1:]))
     ds.id.set_extent((n + len(rows),) + width)
     if all(r.shape == width for r in rows):
-        done = deflated.write(ds, n, len(rows)) if deflated is not None else ()
+        done = deflated.write(ds, n, rows) if deflated is not None else ()
         start = 0
         for i, j in list(done) + [(len(rows), len(rows))]:       # the rows between the chunks written
             if i > start:
@@ -251,21 +257,31 @@ def _deflate(block: np.ndarray) -> bytes:
 
 
 class _Deflated:
-    """The chunks of one batch's rows of one dataset compressed in advance: (row in the batch, Future)."""
+    """The chunks of one batch's rows of one dataset compressed in advance: (row in the batch, Future, the
+    chunk's first and last row arrays)."""
 
     def __init__(self, nrows: int, chunks: list) -> None:
         self.nrows, self.chunks = nrows, chunks
 
-    def write(self, ds: h5py.Dataset, n: int, count: int) -> list:
-        """Write the chunks that fit rows n .. n+count of ``ds`` exactly; return their (start, stop) rows in
-        the batch, in order (the caller writes the others)."""
+    def write(self, ds: h5py.Dataset, n: int, rows: list) -> list:
+        """Write the chunks that hold rows n .. n+len(rows) of ``ds`` exactly: a chunk is taken only if its
+        first row lands on a chunk boundary of the file and its first and last rows are the very arrays of
+        the batch at its place (so a miscount anywhere can only cost the advance, never place rows wrongly);
+        if its compression failed, HDF5 writes its rows. Returns their (start, stop) rows in the batch, in
+        order (the caller writes the others)."""
         if not self.chunks or not _deflatable(ds, self.nrows):
             return []
         done = []
-        for i, fut in self.chunks:
-            if (n + i) % self.nrows == 0 and i + self.nrows <= count:
-                ds.id.write_direct_chunk((n + i,) + (0,) * (len(ds.id.shape) - 1), fut.result())
-                done.append((i, i + self.nrows))
+        for i, fut, first, last in self.chunks:
+            j = i + self.nrows
+            if (n + i) % self.nrows or j > len(rows) or rows[i] is not first or rows[j - 1] is not last:
+                continue
+            try:
+                data = fut.result()
+            except Exception:                  # noqa: BLE001 — the rows are written the ordinary way
+                continue
+            ds.id.write_direct_chunk((n + i,) + (0,) * (len(ds.id.shape) - 1), data)
+            done.append((i, j))
         return done
 
 
@@ -285,7 +301,8 @@ class _Deflater:
 
     ``rows[section]`` is the row in the file of the section's next snapshot (None: unknown, then nothing is
     compressed in advance); ``nrows[(section, key)]`` the dataset's rows per chunk (None: not created yet,
-    those :func:`_chunk_rows` gives)."""
+    those :func:`_chunk_rows` gives). ``add`` is told the snapshot's index in the writer's buffer; a chunk
+    keeps its first and last row arrays, which the batch checks (:meth:`_Deflated.write`)."""
 
     KEYS = {"pde": ("density",), "particles": ("x",)}
 
@@ -294,8 +311,7 @@ class _Deflater:
         self.rows: dict = {}
         self.nrows: dict = {}
         self._open: dict = {}               # (section, key) -> (first row in the batch, rows so far) of a chunk
-        self._done: dict = {}               # (section, key) -> [(row in the batch, Future)]
-        self._count: dict = {}              # section -> snapshots added since the last take
+        self._done: dict = {}               # (section, key) -> [(row in the batch, Future, first, last)]
         self._pool: ThreadPoolExecutor | None = None
 
     def start(self, section: str, group: h5py.Group | None, rows: int) -> None:
@@ -307,9 +323,8 @@ class _Deflater:
             self.nrows[(section, key)] = (ds.chunks[0] if ds.chunks and _deflatable(ds, ds.chunks[0]) else 0) \
                 if isinstance(ds, h5py.Dataset) else None
 
-    def add(self, section: str, snap: dict) -> None:
-        i = self._count.get(section, 0)
-        self._count[section] = i + 1
+    def add(self, section: str, snap: dict, i: int) -> None:
+        """The snapshot ``snap``, index ``i`` in the buffer of its section."""
         row = self.rows.get(section)
         if row is None:
             return
@@ -318,7 +333,7 @@ class _Deflater:
             value = snap.get(key)
             if value is None:
                 continue
-            value = np.asarray(value, dtype=float)
+            value = np.asarray(value, dtype=float)       # the batch's np.asarray: the same object
             k = (section, key)
             if self.nrows.get(k) is None:
                 self.nrows[k] = _chunk_rows(value.shape, value.itemsize)
@@ -339,7 +354,8 @@ class _Deflater:
                 if self._pool is None:
                     self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="attnpde-deflate")
                 # the rows stacked here: in the worker that Python-level step would hold the GIL
-                self._done.setdefault(k, []).append((first, self._pool.submit(_deflate, np.stack(got))))
+                self._done.setdefault(k, []).append((first, self._pool.submit(_deflate, np.stack(got)), got[0],
+                                                     got[-1]))
 
     def take(self, section: str) -> dict:
         """The chunks compressed for the snapshots added since the last take: key -> _Deflated. A chunk
@@ -351,14 +367,14 @@ class _Deflater:
             chunks = self._done.pop(k, [])
             if chunks:
                 out[key] = _Deflated(self.nrows[k], chunks)
-        self._count[section] = 0
         return out
 
     def shutdown(self) -> None:
+        # no cancelling: a batch still being written (a second Ctrl-C in close) may wait for a chunk
         self._open.clear()
         self._done.clear()
         if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool.shutdown(wait=True)
             self._pool = None
 
 
@@ -842,7 +858,7 @@ class ArchiveWriter:
     def pde_snapshot(self, snap: dict) -> None:
         """Buffer one snapshot (the dict a solve_pde callback receives); write the batch when due."""
         self._pending["pde"].append(snap)
-        self._deflater.add("pde", snap)
+        self._deflater.add("pde", snap, len(self._pending["pde"]) - 1)
         if self._due():
             self._write_behind()
 
@@ -980,7 +996,7 @@ class ArchiveWriter:
     def particles_snapshot(self, snap: dict) -> None:
         """Buffer one particle snapshot; write the batch when due."""
         self._pending["particles"].append(snap)
-        self._deflater.add("particles", snap)
+        self._deflater.add("particles", snap, len(self._pending["particles"]) - 1)
         if self._due():
             self._write_behind()
 
