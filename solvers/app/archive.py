@@ -545,11 +545,18 @@ def _label(g: h5py.Group, path: str, d: int, names) -> None:
             _attr(dsid, "coordinates", "l m")
 
 
-def _attr(dsid: h5py.h5d.DatasetID, key: str, value: str) -> None:
+def _attr(oid, key: str, value) -> None:
+    """Attribute ``key`` of the object ``oid`` (a low-level id) as ``attrs[key] = value`` writes it: a str
+    as a variable-length UTF-8 string, a number or bool as its numpy scalar."""
+    if isinstance(value, str):
+        tid, data = _STR, np.array(value, dtype=_STR_ARRAY)
+    else:
+        data = np.asarray(value)
+        tid = _h5type(data.dtype)
     k = key.encode()
-    if h5py.h5a.exists(dsid, k):
-        h5py.h5a.delete(dsid, k)
-    h5py.h5a.create(dsid, k, _STR, h5py.h5s.create(h5py.h5s.SCALAR)).write(np.array(value, dtype=_STR_ARRAY))
+    if h5py.h5a.exists(oid, k):
+        h5py.h5a.delete(oid, k)
+    h5py.h5a.create(oid, k, tid, h5py.h5s.create(h5py.h5s.SCALAR)).write(data)
 
 
 def _cf(dsid: h5py.h5d.DatasetID, name: str) -> None:
@@ -558,22 +565,13 @@ def _cf(dsid: h5py.h5d.DatasetID, name: str) -> None:
 
 
 def _set_attrs(obj, values: dict) -> None:
-    """``obj.attrs[k] = v`` for every item, the same attributes (a str as a variable-length UTF-8 string, a
-    number or bool as its numpy scalar) through the low-level API (see above); other values through h5py."""
-    oid = obj.id
+    """``obj.attrs[k] = v`` for every item: a str, number or bool through :func:`_attr` (the same attribute,
+    see above), any other value through h5py."""
     for k, v in values.items():
-        if isinstance(v, str):
-            tid, data = _STR, np.array(v, dtype=_STR_ARRAY)
-        elif isinstance(v, (bool, int, float, np.bool_, np.integer, np.floating)):
-            data = np.asarray(v)
-            tid = _h5type(data.dtype)
+        if isinstance(v, (str, bool, int, float, np.bool_, np.integer, np.floating)):
+            _attr(obj.id, k, v)
         else:
             obj.attrs[k] = v
-            continue
-        key = k.encode()
-        if h5py.h5a.exists(oid, key):
-            h5py.h5a.delete(oid, key)
-        h5py.h5a.create(oid, key, tid, h5py.h5s.create(h5py.h5s.SCALAR)).write(data)
 
 
 def _delete(g: h5py.Group, name: str) -> None:
@@ -612,7 +610,7 @@ def _mode_coordinates(g: h5py.Group, d: int, width: int, handles: dict | None = 
         n = ds.id.shape[0]
         if width > n:
             ds.id.set_extent((width,))
-            _write_block(ds, n, values[n:width].astype(np.int64))
+            _write_block(ds, n, values[n:width])
 
 
 def _grid_coordinates(g: h5py.Group, grid: np.ndarray) -> None:
