@@ -21,7 +21,10 @@ For a density on a grid (w.r.t. the uniform probability measure, so the uniform 
   the valley between two real atoms goes down to the background. The rule is the same on S^1 and S^2.
   A sharply peaked density carries all of an approximate Dirac mass in its basin; mass frozen on a
   plateau beyond a dip deeper than 10% (a dead zone of the perceptron) belongs to another component,
-  whose peak is below the threshold.
+  whose peak is below the threshold. Peaks, basins and saddles compare density values at a resolution
+  of 2^-36 max |rho| (``_resolved``): far above a synthesised density's round-off, so that on a flat
+  region (a uniform background) the nodes tie and climb by node index on every machine, not as the
+  machine's round-off happens to tilt them.
 - ``method="level"``: the connected components of {rho >= threshold}, with the mass inside them
   (misses the tails below the level: use it for very sharp peaks on a background).
 
@@ -60,6 +63,9 @@ CLUSTER_RULES = ("linkage", "paper")
 #: relative prominence below which a peak of the basin rule is merged into its higher neighbour
 DEFAULT_PROMINENCE = 0.1
 
+#: the basin rule compares density values at this resolution relative to max |rho| (:func:`_resolved`)
+RESOLUTION = 2.0 ** -36
+
 
 class Atoms:
     """Positions (k, d) unit vectors and masses (k,), heaviest first. Iterable as (positions, masses)."""
@@ -89,6 +95,23 @@ def circle_neighbours(n: int) -> np.ndarray:
     """Edges (i, i+1 mod n) of the periodic 1-D grid, shape (n, 2)."""
     i = np.arange(n)
     return np.stack([i, (i + 1) % n], axis=1)
+
+
+def _resolved(rho: np.ndarray) -> np.ndarray:
+    """rho rounded to the nearest multiple of q = 2^e RESOLUTION, 2^e <= max |rho| < 2^(e+1): what the
+    basin rule compares. A density synthesised from its coefficients carries round-off of about 1e-14
+    max |rho|, which differs between machines (SIMD widths, FFT and BLAS kernels); where rho is flat
+    (a uniform background, a plateau) round-off alone would decide which way each node climbs, hence
+    which atom gets the plateau's mass (it moved masses by 0.3 under perturbations of 2e-16, measured).
+    At q = 1.5e-11 max |rho| such nodes are exact ties, broken by the node index on every machine. q
+    is a power of two, so the rounding is exact and a dyadic plateau (the uniform density 1) sits at the
+    middle of its step; non-finite values stay as they are."""
+    finite = np.isfinite(rho)
+    top = float(np.max(np.abs(rho[finite]))) if finite.any() else 0.0
+    if top == 0.0:
+        return rho
+    q = np.ldexp(RESOLUTION, int(np.frexp(top)[1]) - 1)
+    return np.where(finite, np.rint(rho / q) * q, rho)
 
 
 def _steepest_ascent_roots(rho: np.ndarray, edges: np.ndarray) -> np.ndarray:
@@ -200,7 +223,8 @@ def atoms_from_graph(points: np.ndarray, rho: np.ndarray, weights: np.ndarray, e
         _, labels = connected_components(g, directed=False)
         labels = np.where(inside, labels, -1)
     elif method == "basin":
-        labels = _merge_by_prominence(rho, _steepest_ascent_roots(rho, edges), edges, prominence)
+        resolved = _resolved(rho)
+        labels = _merge_by_prominence(resolved, _steepest_ascent_roots(resolved, edges), edges, prominence)
         labels = np.where(rho[labels] >= threshold, labels, -1)
     else:
         raise ValueError(f"method must be 'level' or 'basin', got {method!r}")
