@@ -261,8 +261,16 @@ class PDEResult:
         return self.coeffs[i, : self.space.ncoef(int(self.degree[i]))]
 
     def at(self, x: np.ndarray, i: int = -1) -> np.ndarray:
-        """rho at unit vectors x (n, d) at snapshot i, evaluated from the coefficients."""
-        return self.space.evaluate(self.coefficients(i), np.asarray(x, dtype=float))
+        """rho at unit vectors x (n, d) at snapshot i, evaluated from the coefficients (direct summation).
+
+        Past the handoff the snapshot is a node measure, a sum of Diracs without pointwise values (its
+        truncated series oscillates and goes negative): there, the heat-smoothed series that ``density``
+        holds on the output grid (scale ``lagrangian["handoff"]["smoothing"]``)."""
+        i = self._index(i)
+        c = self.coefficients(i)
+        if self.nodes and self.nodes[i] is not None:
+            c = self.space.heat_smooth(c, float(self.lagrangian["handoff"]["smoothing"]))
+        return self.space.evaluate(c, np.asarray(x, dtype=float))
 
     @property
     def t_handoff(self) -> float | None:
@@ -545,6 +553,7 @@ class PDERun(Integration):
         self.lag = None              # the Lagrangian phase, after the handoff
         self.handoff = None          # what the handoff was (dict), after it
         self.check = None            # the error-estimate run's final node measure
+        self.checking = False        # inside the error-estimate run (an interruption there says so)
         self._ran = False
         restart = dict(restart) if restart is not None else None
         # a restart state is that of the last snapshot taken
@@ -777,6 +786,10 @@ class PDERun(Integration):
                         self._error_estimate_run()
         except KeyboardInterrupt:
             stop, message = "interrupted", "interrupted by the user (KeyboardInterrupt)"
+            if self.checking:
+                message += (f" during the error-estimate rerun (twice the nodes from the handoff at t = "
+                            f"{self.good['t']:.6g}); the solution had reached t = {self.t:.6g}, and a resume "
+                            "runs the error estimate again")
         finally:
             self.progress.close()
         return self._result(stop, message, time.perf_counter() - wall0)
@@ -978,8 +991,12 @@ class PDERun(Integration):
         wall0 = time.perf_counter()
         self.t = self.good["t"]
         report = lambda t, info: self.progress(t, {"check": "2x nodes", **info})      # noqa: E731
-        stop, message = phase.run(t_end, progress=report, stationary=False, max_steps=self.opts.max_steps)
-        self.t = t_end
+        self.checking = True
+        try:
+            stop, message = phase.run(t_end, progress=report, stationary=False, max_steps=self.opts.max_steps)
+        finally:
+            self.t = t_end                   # the run's own state is at t_end, interrupted or not
+        self.checking = False
         self.check = {"t": phase.t, "initial_nodes": len(nodes), "x": phase.nodes.x, "w": phase.nodes.w,
                       "count": phase.nodes.count, "nsteps": phase.nsteps, "stop_reason": stop,
                       "wall_time": time.perf_counter() - wall0}

@@ -33,6 +33,10 @@ def test_continuation_agrees_with_the_eulerian_solver(d, degree, max_degree, nod
     n = 65 if d == 2 else sphere.ncoef(64)
     assert np.abs(eul.coefficients(-1)[:n] - lag.coefficients(-1)[:n]).max() < tol
     assert np.array_equal(eul.t, lag.t)
+    # past the handoff, rho at points is the smoothed series of the output grid's density (a node measure
+    # has no values): direct summation there against the grid synthesis
+    x = lag.grid.reshape(-1, d)
+    assert np.abs(lag.at(x, -1) - lag.density[-1].reshape(-1)).max() < 1e-10 * np.abs(lag.density[-1]).max()
 
 
 # --- exact results of the terminal state ---------------------------------------------------------------------
@@ -159,3 +163,17 @@ def test_compare_measures_the_node_measure_itself():
     assert len(c.matched_atoms) == 1 and not c.unmatched_pde and not c.unmatched_particles
     for pair in c.matched_atoms:
         assert abs(pair["mass_difference"]) <= 2 / 2048 and pair["position_error"] < 1e-4
+
+
+def test_an_interrupt_in_the_error_estimate_rerun_keeps_the_solution_time():
+    """Ctrl-C during the error-estimate rerun (twice the nodes, from the handoff): the run ends
+    "interrupted" at the time its own solution had reached (t_final), not at the handoff time where the
+    rerun was, and its message says where the interrupt came."""
+    def progress(info):
+        if "check" in info and info["t"] > 0.5:
+            raise KeyboardInterrupt
+    m = Model(2, 1.0, "ascent", perceptron=Perceptron.random(2, 2, "relu", 1.0, seed=111))
+    r = solve_pde(m, 2.0, 128, save_every=0.5, progress=progress)
+    assert r.stop_reason == "interrupted" and r.t_stop == 2.0 == r.t[-1], (r.t_stop, r.message)
+    assert r.lagrangian["check"] is None and "error-estimate rerun" in r.message
+    assert r.t_handoff < 0.1
