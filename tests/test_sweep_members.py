@@ -93,3 +93,44 @@ def test_damaged_part_is_started_again(tmp_path, uninterrupted):
     assert "cannot be continued" in r.stderr and not (out / "m_beta2.h5.part").exists()
     a, ref = load(out / "m_beta2.h5"), load(uninterrupted / "m_beta2.h5")
     assert np.array_equal(a.pde.coeffs, ref.pde.coeffs) and np.array_equal(a.pde.t, ref.pde.t)
+
+
+@pytest.mark.parametrize("who", ["group", "parent"])
+def test_interrupted_sweep_stops_its_members_and_starts_no_other(tmp_path, who):
+    """Ctrl-C on a sweep of four long members on two workers, at a terminal (SIGINT to the whole process
+    group) or to the sweep's process alone: the two running members stop with resumable archives marked
+    "interrupted", the two queued ones never start (no archive, no .part), and the sweep exits 130 at
+    once. Before, a queued member was run to its end first, and an idle worker interrupted in the
+    executor's loop could leave the sweep waiting for it forever."""
+    import time
+
+    cfg = tmp_path / "m.toml"
+    cfg.write_text(CFG.replace("t_final = 0.6", "t_final = 200.0").replace("save_every = 0.05", "save_every = 1.0"))
+    out = tmp_path / "out"
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.Popen([sys.executable, "-m", "solvers.app.cli", "sweep", str(cfg), "--beta", "1,2,3,4",
+                             "--workers", "2", "--out", str(out)], cwd=tmp_path, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    started = [out / f"m_beta{b}.h5.part" for b in (1, 2)]
+    deadline = time.monotonic() + 120
+    while not all(p.exists() for p in started) and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.1)
+    time.sleep(1.0)                                   # both members well inside their runs
+    assert proc.poll() is None and all(p.exists() for p in started)
+    t0 = time.monotonic()
+    if who == "group":
+        os.killpg(proc.pid, signal.SIGINT)
+    else:
+        os.kill(proc.pid, signal.SIGINT)
+    try:
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, err
+    assert time.monotonic() - t0 < 30, err
+    assert sorted(p.name for p in out.iterdir()) == [p.name for p in started], err
+    for p in started:
+        with h5py.File(p) as f:
+            assert f.attrs["status"] == "interrupted"

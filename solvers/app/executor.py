@@ -23,6 +23,7 @@ their reduction orders), so a task gives the same bits in a local process and on
 from __future__ import annotations
 
 import os
+import signal
 import uuid
 from abc import ABC, abstractmethod
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
@@ -30,7 +31,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
 __all__ = ["TaskPool", "LocalPool", "DaskPool", "open_pool", "run_single_threaded", "SchedulerError", "TaskLost",
-           "THREAD_VARIABLES"]
+           "TaskInterrupted", "THREAD_VARIABLES"]
 
 #: the environment variables that set the thread counts of OpenMP (FFTW via pyfftw, SHTns), the BLAS
 #: libraries and the NUFFT sums (``solvers.interaction`` reads OMP_NUM_THREADS)
@@ -45,6 +46,43 @@ class TaskLost(RuntimeError):
     """A task's process died and the task will not be run again: a local worker process killed (by a
     signal, the out-of-memory killer), or on a cluster a task whose workers died more often than Dask's
     ``distributed.scheduler.allowed-failures``."""
+
+
+class TaskInterrupted(KeyboardInterrupt):
+    """A task not started because its local worker process was interrupted (Ctrl-C) before it; raised by
+    the task's future, and taken for a KeyboardInterrupt by the caller."""
+
+
+# --- Ctrl-C in the local worker processes -------------------------------------------------------------
+# A terminal's Ctrl-C reaches the whole process group. A worker running a task must get its
+# KeyboardInterrupt (the runs catch it and leave a resumable archive marked "interrupted"); an idle worker
+# must not (raised in ProcessPoolExecutor's own loop it kills the worker, and the pool's shutdown could
+# then wait forever: seen once in seven interrupted sweeps), and the tasks already queued to it must not
+# start. A second SIGINT (the caller forwards one, :meth:`LocalPool.__exit__`) must not interrupt a run
+# that is writing its interrupted state.
+_WORKER = {"in_task": False, "interrupted": False}
+
+
+def _on_interrupt(signum, frame) -> None:
+    first = not _WORKER["interrupted"]
+    _WORKER["interrupted"] = True
+    if first and _WORKER["in_task"]:
+        raise KeyboardInterrupt
+
+
+def _init_local_worker() -> None:
+    signal.signal(signal.SIGINT, _on_interrupt)
+
+
+def _local_task(fn: Callable, *args: Any) -> Any:
+    """A task in a local worker: not started once the worker has been interrupted."""
+    if _WORKER["interrupted"]:
+        raise TaskInterrupted("not started: interrupted before it began")
+    _WORKER["in_task"] = True
+    try:
+        return run_single_threaded(fn, *args)
+    finally:
+        _WORKER["in_task"] = False
 
 
 def run_single_threaded(fn: Callable, *args: Any) -> Any:
@@ -111,11 +149,11 @@ class LocalPool(TaskPool):
         if int(workers) < 1:
             raise ValueError(f"workers must be >= 1, got {workers!r}")
         self.workers = int(workers)
-        self._pool = ProcessPoolExecutor(max_workers=self.workers)
+        self._pool = ProcessPoolExecutor(max_workers=self.workers, initializer=_init_local_worker)
         self.description = f"{self.workers} local process(es)"
 
     def submit(self, fn: Callable, *args: Any) -> Future:
-        return self._pool.submit(run_single_threaded, fn, *args)
+        return self._pool.submit(_local_task, fn, *args)
 
     def as_completed(self, futures: Iterable) -> Iterator[Future]:
         return as_completed(list(futures))
@@ -127,6 +165,19 @@ class LocalPool(TaskPool):
     def close(self) -> None:
         # a KeyboardInterrupt in the caller must not wait for tasks that were never started
         self._pool.shutdown(wait=True, cancel_futures=True)
+
+    def __exit__(self, exc_type, *exc) -> None:
+        if exc_type is not None and issubclass(exc_type, KeyboardInterrupt):
+            # the caller alone may have been interrupted (kill -INT of its pid): its workers' running tasks
+            # stop as after a Ctrl-C, and the tasks queued to them do not start (a SIGINT the group already
+            # received does nothing more: _on_interrupt). ``_processes``: the executor's worker processes
+            # (a private attribute of ProcessPoolExecutor since Python 3.2; absent, nothing is forwarded)
+            for proc in list((getattr(self._pool, "_processes", None) or {}).values()):
+                try:
+                    os.kill(proc.pid, signal.SIGINT)
+                except (ProcessLookupError, AttributeError):
+                    pass
+        self.close()
 
 
 class DaskPool(TaskPool):
