@@ -459,3 +459,18 @@ def test_continuation_resumes_to_the_same_numbers(tmp_path, sig, after):
     for key in ("pde:mass_errors", "pde:counts"):
         assert np.array_equal(done.atoms[key], ref.atoms[key]), key
     assert done.atoms["pde:attrs"]["diffuse"] == ref.atoms["pde:attrs"]["diffuse"]
+
+
+def test_progress_lines_time_the_error_estimate_rerun_as_its_own_phase():
+    """A run resumed at t = 10 has only the error-estimate rerun left, which starts again at the handoff
+    (t = 0.02): its lines estimate the time left from that phase's own steps (no "eta nans")."""
+    import io
+
+    from solvers.app.runner import Progress
+    s = io.StringIO()
+    p = Progress("pde", 10.0, 10.0, stream=s, every=0.0)
+    for t in (0.02, 1.0, 5.0):
+        p({"t": t, "check": "2x nodes"})
+    lines = s.getvalue().splitlines()
+    assert len(lines) == 3 and "nan" not in s.getvalue() and lines[0].endswith("eta ?")
+    assert all(float(line.rsplit("eta ", 1)[1].rstrip("s")) >= 0 for line in lines[1:])

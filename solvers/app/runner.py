@@ -50,24 +50,29 @@ class Progress:
     def __init__(self, stage: str, t_final: float, t0: float = 0.0, *, stream=None, every: float = 5.0) -> None:
         self.stage, self.t_final, self.stream = stage, t_final, stream or sys.stderr
         self.every = every
-        self.start = time.perf_counter()
+        self.start = self.phase_start = time.perf_counter()
         self.t_start = t0
+        self.phase = None
         self.last = -1e9
 
     def __call__(self, info: dict) -> None:
-        # called after every step: return before any formatting unless a line is due
         t = float(info["t"])
         now = time.perf_counter()
+        # the PDE's error-estimate rerun (info "check") goes over [t_handoff, t_final] again: the estimate of
+        # the time left is that of the phase, timed from its first step
+        phase = info.get("check")
+        if phase != self.phase or t < self.t_start:
+            self.phase, self.phase_start, self.t_start = phase, now, t
+        # called after every step: return before any formatting unless a line is due
         if now - self.last < self.every and t < self.t_final:
             return
         self.last = now
         extra = " ".join(f"{k}={_fmt(info[k])}" for k in ("check", "dt", "degree", "nodes", "nsteps", "n_clusters")
                          if k in info)
-        elapsed = now - self.start
         frac = (t - self.t_start) / max(self.t_final - self.t_start, 1e-300)
-        eta = elapsed * (1 - frac) / frac if frac > 0 else float("nan")
+        eta = f"{(now - self.phase_start) * (1 - frac) / frac:.0f}s" if frac > 0 else "?"
         print(f"[{self.stage}] t={t:.6g}/{self.t_final:g} ({100 * t / self.t_final:.1f}%) {extra} "
-              f"elapsed {elapsed:.0f}s eta {eta:.0f}s", file=self.stream, flush=True)
+              f"elapsed {now - self.start:.0f}s eta {eta}", file=self.stream, flush=True)
 
 
 def progress_for(stage: str, t_final: float, t0: float, tty: bool | None):
