@@ -1,10 +1,11 @@
 import os
 
-import numpy as np
-import pytest
-
-# Keep BLAS/OpenMP from oversubscribing the 2-core CI machine.
+# Keep BLAS/OpenMP from oversubscribing the 2-core CI machine: set before numpy loads OpenBLAS, which reads
+# it once (pytest run directly, without scripts/test, which exports it)
 os.environ.setdefault("OMP_NUM_THREADS", "2")
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
 
 
 @pytest.fixture
