@@ -35,7 +35,8 @@ def _title(run) -> str:
     p = m.perceptron
     perc = "no perceptron" if p is None else f"{p.activation} perceptron ({p.units} units)"
     att = {"unnormalized": "USA", "normalized": "SA", "none": "no attention"}[m.attention]
-    return f"{run.attrs.get('name', '')}: S^{m.d - 1}, {att}, beta={m.beta:g}, {m.flow}, nu={m.noise:g}, {perc}"
+    name = run.attrs.get("name", "")
+    return f"{name + ': ' if name else ''}S^{m.d - 1}, {att}, beta={m.beta:g}, {m.flow}, nu={m.noise:g}, {perc}"
 
 
 def _nearest(t_all: np.ndarray, t: float) -> int:
@@ -162,7 +163,11 @@ def _circle_figures(run, out: Path) -> list[Path]:
             ax.set_ylim(T[0], T[-1])
         ax.set_xlabel("angle theta")
         ax.set_ylabel("time t")
-        ax.set_title("density over time" + (" with particle trajectories (cyan)" if part is not None else ""), fontsize=10)
+        title = "density over time" + (" with particle trajectories (cyan)" if part is not None else "")
+        if len(T) < 6:
+            # e.g. the default save_every (the first and last states only): a band is not an evolution
+            title += f"\nonly {len(T)} snapshots, each band the nearest one: set [pde] save_every for more"
+        ax.set_title(title, fontsize=10)
         fig.suptitle(_title(run), fontsize=10)
         files.append(_save(fig, out / "spacetime.png"))
 
