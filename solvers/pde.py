@@ -323,13 +323,22 @@ class PDEResult:
         return self.space.atoms(self.coefficients(i), threshold=threshold, method=method, min_mass=min_mass,
                                 smoothing=smoothing, prominence=prominence)
 
+    def step_counts(self) -> str:
+        """The steps taken: the spectral solver's ``nsteps`` (``nrejected``), and past a handoff the node
+        measure's (the error-estimate rerun's are not counted)."""
+        text = f"{self.nsteps} spectral steps ({self.nrejected} rejected)"
+        if self.lagrangian is not None:
+            text += (f" + {self.lagrangian.get('node_nsteps', 0)} node steps "
+                     f"({self.lagrangian.get('node_nrejected', 0)} rejected)")
+        return text
+
     def summary(self) -> str:
         m = self.model
         lines = [
             f"PDE on S^{m.d - 1}: beta={m.beta:g} flow={m.flow} attention={m.attention} "
             f"strength={m.strength:g} noise={m.noise:g} perceptron={m.perceptron!r}",
             f"  stop: {self.stop_reason} at t={self.t_stop:.6g} ({self.message})",
-            f"  {self.nsteps} steps ({self.nrejected} rejected), {len(self.t)} snapshots, "
+            f"  {self.step_counts()}, {len(self.t)} snapshots, "
             f"resolution {int(self.degree[0])} -> {int(self.degree[-1])}, wall {self.wall_time:.2f} s",
             f"  energy {self.energy[0]:.10g} -> {self.energy[-1]:.10g}; |mass - 1| <= "
             f"{np.max(np.abs(self.mass - 1)):.2e}; min rho {self.min_density[-1]:.3g}; tail {self.tail[-1]:.2e}",

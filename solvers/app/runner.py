@@ -286,7 +286,7 @@ def _run_pde(config: RunConfig, writer: ArchiveWriter, resume: bool, progress, l
     with deferred_interrupt():
         writer.pde_finish(result)
     log(f"[pde] {result.stop_reason} at t = {result.t_stop:.6g}: {result.message} "
-        f"({result.nsteps} steps, {result.wall_time:.1f} s)")
+        f"({result.step_counts()}, {result.wall_time:.1f} s)")
     return result
 
 
