@@ -105,6 +105,8 @@ def test_every_group_opens_with_named_dimensions(archives, kind):
         # phony_dims=None: h5netcdf raises on any axis without a named dimension
         with xr.open_dataset(path, group=group, engine="h5netcdf", phony_dims=None) as ds:
             assert not [dim for dim in ds.dims if str(dim).startswith("phony")]
+            # every variable says what it is (CF long_name; units where it has any)
+            assert not [name for name, v in ds.variables.items() if "long_name" not in v.attrs], group
             checked += _compare_with_h5py(path, group, ds)
     assert checked > 20
     with h5py.File(path, "r") as f:
