@@ -259,6 +259,17 @@ def _prepare_pde(config: RunConfig):
         raise RunRefused(f"{config.source or 'configuration'}: [pde]: {e}") from None
 
 
+def _initial_text(initial: dict) -> str:
+    """An [initial] table as a reader would write it: 'von_mises (mu = [1, 0], kappa = 2)'."""
+    def plain(v):
+        v = np.asarray(v)
+        return "[" + ", ".join(f"{x:g}" for x in v.ravel()) + "]" if v.ndim else (
+            f"{v.item():g}" if v.dtype.kind in "fiu" else str(v.item()))
+    rest = ", ".join(f"{k} = {plain(v)}" for k, v in initial.items() if k != "kind")
+    kind = str(initial.get("kind", "uniform"))
+    return f"{kind} ({rest})" if rest else kind
+
+
 def _run_pde(config: RunConfig, writer: ArchiveWriter, resume: bool, progress, log, prepared=None):
     from ..pde import PDEOptions, prepare_pde, space_for
 
@@ -270,8 +281,9 @@ def _run_pde(config: RunConfig, writer: ArchiveWriter, resume: bool, progress, l
         opts = PDEOptions.from_kwargs(kw)
         grid = space.output_grid(opts.output_points or space.default_output_points)
         writer.pde_begin(grid, opts.to_dict(), "uniform" if initial == "uniform" else
-                         f"[initial] {config.initial}")
-        log(f"[pde] S^{config.model.d - 1}, degree {degree}, t_final {t_final}, save_every {save_every}")
+                         f"[initial] {_initial_text(config.initial)}")
+        log(f"[pde] S^{config.model.d - 1}, degree {degree}, t_final {t_final}, "
+            + (f"save_every {save_every}" if save_every else "snapshots at t = 0 and t_final (no save_every)"))
     else:
         log(f"[pde] resuming from the snapshot at t = {restart['t']:.6g} (degree {restart['degree']})")
     bar = progress_for("pde", t_final, float(restart["t"]) if restart else 0.0, progress)
