@@ -47,8 +47,11 @@ class Progress:
     """Progress of a stage as plain periodic lines (every ``every`` seconds) for a log or a pipe. On a
     terminal the solvers draw their own bar (``progress=True``): see :func:`progress_for`."""
 
-    def __init__(self, stage: str, t_final: float, t0: float = 0.0, *, stream=None, every: float = 5.0) -> None:
+    def __init__(self, stage: str, t_final: float, t0: float = 0.0, *, stream=None, every: float = 5.0,
+                 log: Callable[[str], None] | None = None) -> None:
         self.stage, self.t_final, self.stream = stage, t_final, stream or sys.stderr
+        # the run's log when given (a sweep member's prefixes its lines with its beta), else the stream
+        self.emit = log or (lambda line: print(line, file=self.stream, flush=True))
         self.every = every
         self.start = self.phase_start = time.perf_counter()
         self.t_start = t0
@@ -70,15 +73,17 @@ class Progress:
         extra = " ".join(f"{k}={_fmt(info[k])}" for k in ("check", "dt", "degree", "nodes", "nsteps", "n_clusters")
                          if k in info)
         frac = (t - self.t_start) / max(self.t_final - self.t_start, 1e-300)
-        eta = f"{(now - self.phase_start) * (1 - frac) / frac:.0f}s" if frac > 0 else "?"
-        print(f"[{self.stage}] t={t:.6g}/{self.t_final:g} ({100 * t / self.t_final:.1f}%) {extra} "
-              f"elapsed {now - self.start:.0f}s eta {eta}", file=self.stream, flush=True)
+        # below 1% of the phase the rate is that of its first steps (often far from the mean): no estimate
+        eta = f"{(now - self.phase_start) * (1 - frac) / frac:.0f}s" if frac >= 0.01 else "?"
+        self.emit(f"[{self.stage}] t={t:.6g}/{self.t_final:g} ({100 * t / self.t_final:.1f}%) {extra} "
+                  f"elapsed {now - self.start:.0f}s eta {eta}")
 
 
-def progress_for(stage: str, t_final: float, t0: float, tty: bool | None):
-    """The ``progress`` argument of a solver for a stage: True (its own bar) on a terminal, else plain lines."""
+def progress_for(stage: str, t_final: float, t0: float, tty: bool | None, log: Callable[[str], None] | None = None):
+    """The ``progress`` argument of a solver for a stage: True (its own bar) on a terminal, else plain lines
+    (through ``log`` when given)."""
     tty = sys.stderr.isatty() if tty is None else tty
-    return True if tty else Progress(stage, t_final, t0)
+    return True if tty else Progress(stage, t_final, t0, log=log)
 
 
 def _fmt(v) -> str:
@@ -286,7 +291,7 @@ def _run_pde(config: RunConfig, writer: ArchiveWriter, resume: bool, progress, l
             + (f"save_every {save_every}" if save_every else "snapshots at t = 0 and t_final (no save_every)"))
     else:
         log(f"[pde] resuming from the snapshot at t = {restart['t']:.6g} (degree {restart['degree']})")
-    bar = progress_for("pde", t_final, float(restart["t"]) if restart else 0.0, progress)
+    bar = progress_for("pde", t_final, float(restart["t"]) if restart else 0.0, progress, log)
 
     def snapshot(snap):
         with deferred_interrupt_if(writer.write_due()):
@@ -342,7 +347,7 @@ def _run_particles(config: RunConfig, writer: ArchiveWriter, resume: bool, progr
     solver_keys = {"n", "init", "seed", "integrator", "dt", "t_final", "save_every", "stop", "density"}
     options = ParticleOptions.from_kwargs({k: v for k, v in kw.items() if k not in solver_keys}).to_dict()
     rule = StopRule.from_arg(kw.get("stop"))
-    bar = progress_for("particles", t_final, float(restart["t"]) if restart else 0.0, progress)
+    bar = progress_for("particles", t_final, float(restart["t"]) if restart else 0.0, progress, log)
     state = {"begun": restart is not None}
 
     def snapshot(snap):

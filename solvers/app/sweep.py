@@ -206,9 +206,10 @@ def sweep(config: RunConfig, betas: list[float], out_dir: Path, *, workers: int 
     (out_dir / "summary.json").write_text(json.dumps(rows, indent=2))
     print(f"{'beta':>8s} {'sqrt(beta)':>10s} {'PDE atoms':>9s} {'clusters':>8s} {'max mass':>8s}  stops")
     for r in rows:
+        # the particles' largest cluster mass ("-" without particles)
+        top = f"{r['max_cluster_mass']:8.3f}" if "max_cluster_mass" in r else f"{'-':>8s}"
         print(f"{r['beta']:8g} {math.sqrt(r['beta']):10.3f} {r.get('pde_atoms', '-')!s:>9s} "
-              f"{r.get('clusters', '-')!s:>8s} {r.get('max_cluster_mass', float('nan')):8.3f}  "
-              f"{r.get('pde_stop', '')} {r.get('particles_stop', '')}")
+              f"{r.get('clusters', '-')!s:>8s} {top}  {r.get('pde_stop', '')} {r.get('particles_stop', '')}")
     _plot(rows, out_dir / "clusters_vs_sqrt_beta.png", config)
     print(f"summary: {out_dir / 'summary.json'}; figure: {out_dir / 'clusters_vs_sqrt_beta.png'}")
     return 130 if any(r["status"] == "interrupted" for r in rows) else 0
