@@ -23,8 +23,10 @@ For a density on a grid (w.r.t. the uniform probability measure, so the uniform 
   plateau beyond a dip deeper than 10% (a dead zone of the perceptron) belongs to another component,
   whose peak is below the threshold. Peaks, basins and saddles compare density values at a resolution
   of 2^-36 max |rho| (``_resolved``): far above a synthesised density's round-off, so that on a flat
-  region (a uniform background) the nodes tie and climb by node index on every machine, not as the
-  machine's round-off happens to tilt them.
+  region (a uniform background) the nodes tie and climb by node index, not as the machine's round-off
+  happens to tilt them. A plateau at the uniform level 1 (or any level that is a multiple of the
+  resolution) sits mid-step; one at a level within round-off of a step's edge (a chance of about 1e-4
+  for an arbitrary level) would still split by round-off.
 - ``method="level"``: the connected components of {rho >= threshold}, with the mass inside them
   (misses the tails below the level: use it for very sharp peaks on a background).
 
@@ -103,14 +105,15 @@ def _resolved(rho: np.ndarray) -> np.ndarray:
     max |rho|, which differs between machines (SIMD widths, FFT and BLAS kernels); where rho is flat
     (a uniform background, a plateau) round-off alone would decide which way each node climbs, hence
     which atom gets the plateau's mass (it moved masses by 0.3 under perturbations of 2e-16, measured).
-    At q = 1.5e-11 max |rho| such nodes are exact ties, broken by the node index on every machine. q
-    is a power of two, so the rounding is exact and a dyadic plateau (the uniform density 1) sits at the
-    middle of its step; non-finite values stay as they are."""
+    At q ~ 1e-11 max |rho| such nodes are exact ties, broken by the node index on every machine. q
+    is a power of two (0.7e-11 to 1.5e-11 max |rho|), so the rounding is exact and a dyadic plateau (the
+    uniform density 1) sits at the middle of its step; non-finite values stay as they are, and so does a
+    density too small or too large for q and rho / q to be normal numbers."""
     finite = np.isfinite(rho)
     top = float(np.max(np.abs(rho[finite]))) if finite.any() else 0.0
-    if top == 0.0:
+    q = np.ldexp(RESOLUTION, int(np.frexp(top)[1]) - 1) if top > 0.0 else 0.0
+    if not (np.finfo(float).tiny <= q and top < np.finfo(float).max / 2):
         return rho
-    q = np.ldexp(RESOLUTION, int(np.frexp(top)[1]) - 1)
     return np.where(finite, np.rint(rho / q) * q, rho)
 
 

@@ -134,3 +134,65 @@ def test_interrupted_sweep_stops_its_members_and_starts_no_other(tmp_path, who):
     for p in started:
         with h5py.File(p) as f:
             assert f.attrs["status"] == "interrupted"
+
+
+# --- Ctrl-C in a local worker (solvers.app.executor), task by task --------------------------------------
+def _ctrl_c_during_a_write():
+    import time
+
+    from solvers.app.runner import deferred_interrupt
+    try:
+        with deferred_interrupt():
+            os.kill(os.getpid(), signal.SIGINT)          # the terminal's Ctrl-C lands in an archive write
+            time.sleep(0.2)
+            done = "the write finished"
+    except KeyboardInterrupt:
+        return done + ", then the run was interrupted"
+    return "not interrupted"
+
+
+def _forwarded_after_ctrl_c():
+    import time
+
+    from solvers.app.executor import FORWARDED_SIGNAL
+    try:
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.2)
+    except KeyboardInterrupt:
+        pass
+    os.kill(os.getpid(), FORWARDED_SIGNAL)               # what the interrupted owner sends its workers
+    time.sleep(0.2)
+    return "its interrupted state written, not interrupted twice"
+
+
+def _forwarded_alone():
+    import time
+
+    from solvers.app.executor import FORWARDED_SIGNAL
+    try:
+        os.kill(os.getpid(), FORWARDED_SIGNAL)           # only the owner was interrupted
+        time.sleep(0.5)
+    except KeyboardInterrupt:
+        return "interrupted"
+    return "not interrupted"
+
+
+def _queued():
+    return "ran"
+
+
+@pytest.mark.parametrize("task, outcome", [
+    (_ctrl_c_during_a_write, "the write finished, then the run was interrupted"),
+    (_forwarded_after_ctrl_c, "its interrupted state written, not interrupted twice"),
+    (_forwarded_alone, "interrupted"),
+])
+def test_an_interrupted_worker_finishes_its_task_as_interrupted_and_starts_no_other(task, outcome):
+    """A Ctrl-C held by an archive write still interrupts the run once the write is done; the signal an
+    interrupted owner forwards interrupts a task that no Ctrl-C reached, and not one that is already
+    writing its interrupted state; in every case the task queued behind it never starts."""
+    from solvers.app.executor import LocalPool, TaskInterrupted
+    with LocalPool(1) as pool:
+        first, second = pool.submit(task), pool.submit(_queued)
+        assert first.result(timeout=60) == outcome
+        with pytest.raises(TaskInterrupted):
+            second.result(timeout=60)

@@ -1015,6 +1015,10 @@ class ArchiveWriter:
     def pde_finish(self, result) -> None:
         """Record how the PDE run ended, and its atoms."""
         g = self._finish_stage("pde", result)
+        if result.lagrangian is not None:
+            # the node steps of the whole run (the restart state holds those of its last snapshot)
+            _set_attrs(g, {"node_nsteps": int(result.lagrangian["node_nsteps"]),
+                           "node_nrejected": int(result.lagrangian["node_nrejected"])})
         check = (result.lagrangian or {}).get("check")
         if check is not None:
             c = g.require_group("lagrangian").require_group("check")
@@ -1325,7 +1329,7 @@ def _read_nodes(g: h5py.Group, T: int) -> tuple[list, dict | None]:
     lag = {"handoff": json.loads(lg.attrs["handoff"]), "merges": lg["merges"][()] if "merges" in lg else np.zeros((0, 3)),
            "check": check}
     state = json.loads(g["restart"].attrs["state"]) if "restart" in g else {}
-    lag.update(node_nsteps=int(state.get("node_nsteps", 0)), node_nrejected=int(state.get("node_nrejected", 0)))
+    lag.update({k: int(g.attrs.get(k, state.get(k, 0))) for k in ("node_nsteps", "node_nrejected")})
     return nodes, lag
 
 

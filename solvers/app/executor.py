@@ -55,15 +55,25 @@ class TaskInterrupted(KeyboardInterrupt):
 
 # --- Ctrl-C in the local worker processes -------------------------------------------------------------
 # A terminal's Ctrl-C reaches the whole process group. A worker running a task must get its
-# KeyboardInterrupt (the runs catch it and leave a resumable archive marked "interrupted"); an idle worker
-# must not (raised in ProcessPoolExecutor's own loop it kills the worker, and the pool's shutdown could
-# then wait forever: seen once in seven interrupted sweeps), and the tasks already queued to it must not
-# start. A second SIGINT (the caller forwards one, :meth:`LocalPool.__exit__`) must not interrupt a run
-# that is writing its interrupted state.
+# KeyboardInterrupt (the runs catch it and leave a resumable archive marked "interrupted"), at every
+# Ctrl-C as in any Python process; an idle worker must not (raised in ProcessPoolExecutor's own loop it
+# kills the worker, and the pool's shutdown could then wait forever: seen once in seven interrupted
+# sweeps), and the tasks already queued to it must not start. When only the pool's owner was interrupted
+# (kill -INT of its pid) it forwards FORWARDED_SIGNAL, which interrupts a task only if no Ctrl-C did:
+# after a Ctrl-C of the group it must not interrupt a run that is writing its interrupted state.
+# ``solvers.app.runner.deferred_interrupt`` holds both signals during an archive write: it calls these
+# handlers at once (the flag is set) and raises their KeyboardInterrupt once the write is done.
+FORWARDED_SIGNAL = signal.SIGUSR1
 _WORKER = {"in_task": False, "interrupted": False}
 
 
 def _on_interrupt(signum, frame) -> None:
+    _WORKER["interrupted"] = True
+    if _WORKER["in_task"]:
+        raise KeyboardInterrupt
+
+
+def _on_forwarded(signum, frame) -> None:
     first = not _WORKER["interrupted"]
     _WORKER["interrupted"] = True
     if first and _WORKER["in_task"]:
@@ -72,6 +82,7 @@ def _on_interrupt(signum, frame) -> None:
 
 def _init_local_worker() -> None:
     signal.signal(signal.SIGINT, _on_interrupt)
+    signal.signal(FORWARDED_SIGNAL, _on_forwarded)
 
 
 def _local_task(fn: Callable, *args: Any) -> Any:
@@ -138,8 +149,15 @@ class TaskPool(ABC):
     def __enter__(self) -> "TaskPool":
         return self
 
-    def __exit__(self, *exc) -> None:
-        self.close()
+    def interrupt(self) -> None:
+        """The caller was interrupted: stop the tasks running for it (default: nothing to tell)."""
+
+    def __exit__(self, exc_type, *exc) -> None:
+        try:
+            if exc_type is not None and issubclass(exc_type, KeyboardInterrupt):
+                self.interrupt()
+        finally:
+            self.close()
 
 
 class LocalPool(TaskPool):
@@ -166,18 +184,16 @@ class LocalPool(TaskPool):
         # a KeyboardInterrupt in the caller must not wait for tasks that were never started
         self._pool.shutdown(wait=True, cancel_futures=True)
 
-    def __exit__(self, exc_type, *exc) -> None:
-        if exc_type is not None and issubclass(exc_type, KeyboardInterrupt):
-            # the caller alone may have been interrupted (kill -INT of its pid): its workers' running tasks
-            # stop as after a Ctrl-C, and the tasks queued to them do not start (a SIGINT the group already
-            # received does nothing more: _on_interrupt). ``_processes``: the executor's worker processes
-            # (a private attribute of ProcessPoolExecutor since Python 3.2; absent, nothing is forwarded)
-            for proc in list((getattr(self._pool, "_processes", None) or {}).values()):
-                try:
-                    os.kill(proc.pid, signal.SIGINT)
-                except (ProcessLookupError, AttributeError):
-                    pass
-        self.close()
+    def interrupt(self) -> None:
+        # the owner alone may have been interrupted (kill -INT of its pid): its workers' running tasks stop
+        # as after a Ctrl-C, and the tasks queued to them do not start (after a Ctrl-C of the group the
+        # forwarded signal does nothing more: _on_forwarded). ``_processes``: the executor's worker
+        # processes (a private attribute of ProcessPoolExecutor since Python 3.2; absent, nothing is sent)
+        for proc in list((getattr(self._pool, "_processes", None) or {}).values()):
+            try:
+                os.kill(proc.pid, FORWARDED_SIGNAL)
+            except (OSError, AttributeError):           # gone, or not ours any more
+                pass
 
 
 class DaskPool(TaskPool):

@@ -21,6 +21,7 @@ import numpy as np
 
 from .archive import ArchiveError, ArchiveWriter, open_archive
 from .config import ConfigError, RunConfig, parse_config
+from .executor import FORWARDED_SIGNAL as _FORWARDED_SIGNAL
 
 __all__ = ["run_config", "RunOutcome", "RunRefused", "RunFailed", "Progress"]
 
@@ -92,16 +93,38 @@ def _fmt(v) -> str:
 
 @contextlib.contextmanager
 def deferred_interrupt():
-    """Hold Ctrl-C until the block ends (so an archive write is never cut in half); then raise it."""
+    """Hold Ctrl-C until the block ends (so an archive write is never cut in half); then raise it.
+
+    The handler in place is called at once and its KeyboardInterrupt held: a pool worker's handler
+    records the interrupt (so that its queued tasks do not start) and decides whether it interrupts
+    (``solvers.app.executor``); the signal a pool forwards to its workers is held the same way."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    hit = []
-    old = signal.signal(signal.SIGINT, lambda *a: hit.append(a))
+    hit, saved = [], {}
+
+    def held(signum, frame):
+        old = saved[signum]
+        if old is signal.SIG_IGN or old is None:
+            return
+        if not callable(old):                       # SIG_DFL: what Ctrl-C would have ended
+            hit.append(signum)
+            return
+        try:
+            old(signum, frame)
+        except KeyboardInterrupt:
+            hit.append(signum)
+
+    for sig in (signal.SIGINT, _FORWARDED_SIGNAL):
+        old = signal.getsignal(sig)
+        if sig == signal.SIGINT or callable(old):
+            saved[sig] = old
+            signal.signal(sig, held)
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, old)
+        for sig, old in saved.items():
+            signal.signal(sig, old if old is not None else signal.SIG_DFL)
         if hit:
             raise KeyboardInterrupt
 
@@ -241,7 +264,8 @@ def _complete(writer: ArchiveWriter, stage: str, outcome: RunOutcome, log) -> bo
 
 
 def _interrupted(writer: ArchiveWriter, outcome: RunOutcome) -> RunOutcome:
-    writer.set_status("interrupted")
+    with deferred_interrupt():              # a second Ctrl-C waits for the status to be written
+        writer.set_status("interrupted")
     outcome.status = "interrupted"
     return outcome
 
@@ -266,10 +290,10 @@ def _prepare_pde(config: RunConfig):
 
 def _initial_text(initial: dict) -> str:
     """An [initial] table as a reader would write it: 'von_mises (mu = [1, 0], kappa = 2)'."""
-    def plain(v):
+    def plain(v):           # every digit a float needs (repr), integers without a decimal point
         v = np.asarray(v)
-        return "[" + ", ".join(f"{x:g}" for x in v.ravel()) + "]" if v.ndim else (
-            f"{v.item():g}" if v.dtype.kind in "fiu" else str(v.item()))
+        item = lambda x: repr(float(x)).removesuffix(".0") if v.dtype.kind in "fiu" else str(x)  # noqa: E731
+        return "[" + ", ".join(item(x) for x in v.ravel().tolist()) + "]" if v.ndim else item(v.item())
     rest = ", ".join(f"{k} = {plain(v)}" for k, v in initial.items() if k != "kind")
     kind = str(initial.get("kind", "uniform"))
     return f"{kind} ({rest})" if rest else kind

@@ -161,6 +161,10 @@ def validate(config: RunConfig, ns: list[int], seeds: int, out: str | Path, *, w
         os.replace(part, out)
         res.path = out
         return res
+    except KeyboardInterrupt:
+        if pool is not None:
+            pool.interrupt()            # the particle runs stop too when only this process was interrupted
+        raise
     finally:
         writer.close()
         if pool is not None:
