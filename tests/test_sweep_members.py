@@ -95,6 +95,21 @@ def test_damaged_part_is_started_again(tmp_path, uninterrupted):
     assert np.array_equal(a.pde.coeffs, ref.pde.coeffs) and np.array_equal(a.pde.t, ref.pde.t)
 
 
+def test_finished_part_is_kept_not_recomputed(tmp_path, uninterrupted):
+    """A member whose archive finished but which was stopped before its rename (a Ctrl-C while the archive
+    closed) is complete: --resume keeps it, byte for byte, under its final name, and runs nothing."""
+    cfg = tmp_path / "m.toml"
+    cfg.write_text(CFG)
+    out = tmp_path / "out"
+    out.mkdir()
+    done = (uninterrupted / "m_beta2.h5").read_bytes()
+    (out / "m_beta2.h5.part").write_bytes(done)
+    r = _cli("sweep", cfg, "--beta", "2", "--out", out, "--resume", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "kept as m_beta2.h5" in r.stderr and "[pde] S^1" not in r.stderr, r.stderr
+    assert (out / "m_beta2.h5").read_bytes() == done and not (out / "m_beta2.h5.part").exists()
+
+
 @pytest.mark.parametrize("who", ["group", "parent"])
 def test_interrupted_sweep_stops_its_members_and_starts_no_other(tmp_path, who):
     """Ctrl-C on a sweep of four long members on two workers, at a terminal (SIGINT to the whole process

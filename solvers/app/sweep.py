@@ -9,7 +9,8 @@ cluster (``--scheduler``). A member writes ``<name>_beta<beta>.h5.part`` and ren
 atomic on one file system) to its final name once its status is "finished", so a member's archive is
 complete or absent, whatever happens to the process that wrote it. A ``.part`` left by a killed or
 interrupted member is continued by ``--resume`` (the runner's resume: the same numbers as an
-uninterrupted run) or, when it cannot be resumed (cut in the middle of a write), started again; a task
+uninterrupted run), kept as it is when it had finished (stopped before its rename), or, when it cannot be
+resumed (cut in the middle of a write), started again; a task
 the cluster runs again after losing its worker starts its ``.part`` afresh. On a cluster the output
 directory must be one shared file system, at the same path, on every worker.
 """
@@ -83,6 +84,18 @@ def _resumable(part: Path, cfg: RunConfig, log: Callable[[str], None]) -> bool:
     return True
 
 
+def _finished(part: Path, cfg: RunConfig) -> bool:
+    """Whether the member archive ``part`` is finished, from the configuration ``cfg``."""
+    from .archive import ArchiveError, open_archive
+
+    try:
+        with open_archive(part) as f:
+            status, text = str(f.attrs.get("status", "")), str(f.attrs.get("config", ""))
+        return status == "finished" and parse_config(text, str(part)).raw == cfg.raw
+    except (ArchiveError, ConfigError, OSError):
+        return False
+
+
 def _member(text: str, source: str, out: str, resume: bool) -> dict:
     """Run one member into ``out`` through its ``.part`` file (module docstring); returns its summary row."""
     from .runner import run_config
@@ -95,6 +108,11 @@ def _member(text: str, source: str, out: str, resume: bool) -> dict:
         # an unfinished archive under the final name (written before members used .part files): the
         # sweep's checks found it resumable; it continues under the temporary name
         os.replace(path, part)
+    if resume and part.exists() and _finished(part, cfg):
+        # finished, but stopped before its rename (a Ctrl-C while the archive closed): complete, kept as it is
+        os.replace(part, path)
+        log(f"{part}: finished before the sweep stopped; kept as {path.name}")
+        return _row(cfg.model.beta, path, "finished")
     resume_this = resume and part.exists() and _resumable(part, cfg, log)
     # force=True on the .part only: whether the final archive may be replaced was decided by the sweep
     # before any member started; a .part is ours to overwrite (a killed attempt of this very task)
