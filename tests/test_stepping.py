@@ -158,3 +158,30 @@ def test_round_step_is_exact_and_keeps_seven_bits():
         assert (m * 2 ** STEP_BITS).is_integer()
         assert round_step(r) == r
     assert round_step(math.inf) == math.inf
+
+
+def test_progress_bar_is_redrawn_when_a_phase_starts_earlier(monkeypatch):
+    """The bar of a PDE run goes back to the handoff for the error-estimate rerun: it is still redrawn as
+    that phase advances (tqdm's own rule waited until t passed t_final's mark again: a frozen bar)."""
+    import io
+    import time
+
+    import tqdm
+    import tqdm.auto
+
+    from solvers.stepping import Progress
+    buf = io.StringIO()
+
+    class Bar(tqdm.tqdm):
+        def __init__(self, *a, **k):
+            super().__init__(*a, file=buf, mininterval=0.0, **k)
+    monkeypatch.setattr(tqdm.auto, "tqdm", Bar)
+    p = Progress(True, 10.0)
+    draws = []
+    for t in (2.0, 10.0, 0.5, 1.0, 2.0):
+        time.sleep(0.11)
+        p(t, {"check": "2x nodes"} if draws and t < 10.0 else {})
+        draws.append(buf.getvalue().count("\r"))
+    assert draws[2:] == [draws[1] + 1, draws[1] + 2, draws[1] + 3], draws
+    assert "t=2/10" in buf.getvalue().rsplit("\r", 1)[-1] and "check=2x nodes" in buf.getvalue().rsplit("\r", 1)[-1]
+    p.close()
