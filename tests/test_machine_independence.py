@@ -204,6 +204,25 @@ def test_an_oblique_ridge_is_one_atom_on_both_grid_kinds(kind):
         assert mass[0] > 0.3 * SphereSpace.mass(c) - 1e-12, case
 
 
+def _two_bumps_on_the_sphere(L: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """mu1, mu2 0.3 rad apart and the degree-L coefficients of 1 + 80 e^{-(1 - x.mu1) / s^2} +
+    30 e^{-(1 - x.mu2) / s^2}, s = 0.06: two bumps on the uniform background."""
+    mu1 = np.array([0.3, -0.5, 0.8])
+    mu1 /= np.linalg.norm(mu1)
+    e1, _ = _frame(mu1)
+    mu2 = math.cos(0.3) * mu1 + math.sin(0.3) * e1
+    f = lambda x: 1.0 + 80.0 * np.exp(-(1 - x @ mu1) / 0.06 ** 2) + 30.0 * np.exp(-(1 - x @ mu2) / 0.06 ** 2)
+    return mu1, mu2, SphereSpace.project(f, L)
+
+
+def _two_peaks_on_the_circle(second: float, K: int = 512) -> np.ndarray:
+    """The K Fourier coefficients of the probability density proportional to 1 + 80 e^{400(cos(theta - 1) - 1)}
+    + 30 e^{400(cos(theta - second) - 1)}: two von Mises peaks on the uniform background."""
+    th = 2 * np.pi * np.arange(8 * K) / (8 * K)
+    dens = 1.0 + 80.0 * np.exp(400 * (np.cos(th - 1.0) - 1)) + 30.0 * np.exp(400 * (np.cos(th - second) - 1))
+    return np.fft.rfft(dens / dens.mean())[:K] / dens.size
+
+
 def test_two_peaks_with_a_deep_valley_stay_two():
     """Two bumps 0.3 rad apart (widths 0.06, heights 80 and 30 over the uniform background): the
     density falls to ~1 between them, so they are two atoms — on both grid kinds, on S^2 and on S^1.
@@ -211,12 +230,7 @@ def test_two_peaks_with_a_deep_valley_stay_two():
     flat background splits between their basins is a convention of the basin rule (asserted to be
     round-off-proof by the next test), not asserted here."""
     L = 128
-    mu1 = np.array([0.3, -0.5, 0.8])
-    mu1 /= np.linalg.norm(mu1)
-    e1, _ = _frame(mu1)
-    mu2 = math.cos(0.3) * mu1 + math.sin(0.3) * e1
-    f = lambda x: 1.0 + 80.0 * np.exp(-(1 - x @ mu1) / 0.06 ** 2) + 30.0 * np.exp(-(1 - x @ mu2) / 0.06 ** 2)
-    c = SphereSpace.project(f, L)
+    mu1, mu2, c = _two_bumps_on_the_sphere(L)
     bump = lambda h: h * 0.06 ** 2 / 2 * (1 - math.exp(-2 / 0.06 ** 2))     # mass of h e^{-(1 - x.mu) / s^2}
     for kind in ("avx2", "avx512"):
         pos, mass = SphereSpace.atoms(c, threshold=10.0, grid=shtns_auto_grid(L, VECTOR_DOUBLES[kind]))
@@ -227,10 +241,7 @@ def test_two_peaks_with_a_deep_valley_stay_two():
         assert mass.sum() <= SphereSpace.mass(c) + 1e-12
         assert mass[i1] > 0.99 * bump(80.0) and mass[i2] > 0.99 * bump(30.0), (kind, mass)
     # on the circle: two von Mises peaks 0.3 rad apart
-    K = 512
-    th = 2 * np.pi * np.arange(8 * K) / (8 * K)
-    dens = 1.0 + 80.0 * np.exp(400 * (np.cos(th - 1.0) - 1)) + 30.0 * np.exp(400 * (np.cos(th - 1.3) - 1))
-    cc = np.fft.rfft(dens / dens.mean())[:K] / dens.size        # peaks 25 and 9.4, valley 0.3 after normalising
+    cc = _two_peaks_on_the_circle(1.3)           # peaks 25 and 9.4, valley 0.3 after normalising
     at = CircleSpace.atoms(cc, threshold=5.0)
     ang = np.mod(np.arctan2(at.positions[:, 1], at.positions[:, 0]), 2 * np.pi)
     assert len(at) == 2 and np.allclose(ang, [1.0, 1.3], atol=1e-3)
@@ -244,16 +255,8 @@ def test_basin_masses_on_a_flat_background_do_not_depend_on_round_off():
     up to 0.3 (measured)."""
     rng = np.random.default_rng(5)
     L = 128
-    mu1 = np.array([0.3, -0.5, 0.8])
-    mu1 /= np.linalg.norm(mu1)
-    e1, _ = _frame(mu1)
-    mu2 = math.cos(0.3) * mu1 + math.sin(0.3) * e1
-    f = lambda x: 1.0 + 80.0 * np.exp(-(1 - x @ mu1) / 0.06 ** 2) + 30.0 * np.exp(-(1 - x @ mu2) / 0.06 ** 2)
-    c = SphereSpace.project(f, L)
-    K = 512
-    th = 2 * np.pi * np.arange(8 * K) / (8 * K)
-    dens = 1.0 + 80.0 * np.exp(400 * (np.cos(th - 1.0) - 1)) + 30.0 * np.exp(400 * (np.cos(th - 2.5) - 1))
-    cc = np.fft.rfft(dens / dens.mean())[:K] / dens.size
+    _, _, c = _two_bumps_on_the_sphere(L)
+    cc = _two_peaks_on_the_circle(2.5)
     cases = [(lambda a, g=shtns_auto_grid(L, VECTOR_DOUBLES[kind]): SphereSpace.atoms(a, threshold=10.0, grid=g), c)
              for kind in ("avx2", "avx512")] + [(lambda a: CircleSpace.atoms(a, threshold=5.0), cc)]
     for atoms, coeffs in cases:

@@ -70,8 +70,9 @@ def describe_pde(r, atoms: dict) -> list[str]:
     """A `PDEResult`: initial data, how it ended, steps and resolution, invariants, the continuation,
     the atoms recorded at the end (``atoms`` as `RunArchive.atoms`)."""
     out = ["pde:", f"  initial: {r.initial}", _ended(r),
-           f"  {len(r.t)} snapshots (t = {r.t[0]:.4g} .. {r.t[-1]:.4g}), {r.step_counts()}, resolution {int(r.degree[0])} -> {int(r.degree[-1])}, "
-           f"{len(r.refinements)} refinement(s), wall {r.wall_time:.1f} s",
+           f"  {len(r.t)} snapshots (t = {r.t[0]:.4g} .. {r.t[-1]:.4g}), {r.step_counts()}, "
+           f"resolution {int(r.degree[0])} -> {int(r.degree[-1])}, {len(r.refinements)} refinement(s), "
+           f"wall {r.wall_time:.1f} s",
            f"  energy {r.energy[0]:.10g} -> {r.energy[-1]:.10g}; max |mass - 1| = "
            f"{np.max(np.abs(r.mass - 1)):.2e}; min rho (last) {r.min_density[-1]:.3g}; "
            f"spectral tail (last) {r.tail[-1]:.2e}"]

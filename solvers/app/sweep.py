@@ -84,15 +84,28 @@ def _resumable(part: Path, cfg: RunConfig, log: Callable[[str], None]) -> bool:
     return True
 
 
-def _finished(part: Path, cfg: RunConfig) -> bool:
-    """Whether the member archive ``part`` is finished, from the configuration ``cfg``."""
+def _finished_config(path: Path) -> dict | None:
+    """The configuration (``RunConfig.raw``) of the archive ``path`` if it is finished, else None;
+    ArchiveError if it is no archive, or its configuration does not parse."""
     from .archive import ArchiveError, open_archive
 
+    with open_archive(path) as f:
+        status, text = str(f.attrs.get("status", "")), str(f.attrs.get("config", ""))
+    if status != "finished":
+        return None
     try:
-        with open_archive(part) as f:
-            status, text = str(f.attrs.get("status", "")), str(f.attrs.get("config", ""))
-        return status == "finished" and parse_config(text, str(part)).raw == cfg.raw
-    except (ArchiveError, ConfigError, OSError):
+        return parse_config(text, str(path)).raw
+    except ConfigError as e:
+        raise ArchiveError(f"{path}: damaged archive: its configuration does not parse ({e})") from None
+
+
+def _finished(part: Path, cfg: RunConfig) -> bool:
+    """Whether the member archive ``part`` is finished, from the configuration ``cfg``."""
+    from .archive import ArchiveError
+
+    try:
+        return _finished_config(part) == cfg.raw
+    except (ArchiveError, OSError):
         return False
 
 
@@ -145,19 +158,13 @@ def _check_members(members: list[RunConfig], paths: list[Path], resume: bool) ->
     """Refuse (RunRefused, ArchiveError) before any member starts what one member would refuse once the
     others run: a configuration the new beta makes invalid, an archive that cannot be resumed. Returns,
     per member, whether its archive is already finished (with --resume: skipped, not refused)."""
-    from .archive import ArchiveError, open_archive
     from .runner import RunRefused, _prepare_particles, _prepare_pde, check_resumable
 
     finished = []
     for m, p in zip(members, paths):
         if resume and p.exists():
-            with open_archive(p) as f:
-                status, text = str(f.attrs.get("status", "")), str(f.attrs.get("config", ""))
-            if status == "finished":
-                try:
-                    archived = parse_config(text, str(p)).raw
-                except ConfigError as e:
-                    raise ArchiveError(f"{p}: damaged archive: its configuration does not parse ({e})") from None
+            archived = _finished_config(p)
+            if archived is not None:
                 if archived != m.raw:
                     raise RunRefused(f"{p}: is finished, but was made with another configuration than "
                                      f"{m.source}; use --force to run it again")
