@@ -30,7 +30,18 @@ between an AVX2 and an AVX-512 machine (L = 128: 196 or 200 latitudes). The rule
 (nlat >= 3(L+1)/2 latitudes, nphi >= 3(L+1) longitudes), so that the product of two fields of degree
 <= L is analysed back to degree L without aliasing: nlat is the smallest multiple of 8 (the longest
 SIMD vector, 8 doubles; shorter vectors divide it) >= max(3(L+1)/2, 32), nphi the smallest even
-7-smooth integer >= 3(L+1). These are the sizes SHTns picks on an AVX-512 machine. Vector fields are given by their components (v_theta, v_phi) on
+7-smooth integer >= 3(L+1). These are the sizes SHTns picks on an AVX-512 machine.
+
+SHTns skips, for each order m, the latitudes near the poles where every Pbar_l^m (l <= L) is below a
+threshold (its "polar optimisation"), and rounds the first latitude it keeps down to its SIMD vector
+length: which terms are skipped depends on the CPU. At SHTns's default threshold, 1e-10, the skipped
+terms are far above round-off: the same synthesis differs by 2e-11 (relative) between an AVX-512 and an
+AVX2 build of SHTns 3.7.5, and misses the field at the polar latitudes by up to 9e-13 of its maximum
+(L = 127, orders m >= 32). Every basis here sets the threshold to :data:`POLAR_THRESHOLD` = 1e-14: the
+skipped terms are then at round-off (the two builds differ by 8e-16, as FFTW's SIMD codelets already make
+them), at the speed of the default (no threshold at all costs 22% per transform at L = 255, 25% at 511).
+
+Vector fields are given by their components (v_theta, v_phi) on
 (e_theta, e_phi); SHTns's spheroidal/toroidal decomposition v = grad S + (curl of T e_r) gives
 div v = -l(l+1) S_lm.
 
@@ -82,6 +93,9 @@ _MIN_NLAT = 32
 # nlat of a dealiased grid is a multiple of the longest SIMD vector (8 doubles, AVX-512), which every
 # shorter vector divides: the grid SHTns would pick on the widest machine, now picked on every machine
 _NLAT_MULTIPLE = 8
+#: SHTns's polar threshold for every basis made here (module docstring): Pbar_l^m below it are skipped
+#: near the poles, at latitudes rounded to the SIMD width, so the threshold is kept at round-off
+POLAR_THRESHOLD = 1e-14
 
 
 # --- layouts ----------------------------------------------------------------------------------------
@@ -179,7 +193,8 @@ class SphereBasis:
     Spatial arrays are float64, C-contiguous, shape (nlat, nphi) (phi varies fastest); latitude i
     has colatitude theta_i (north first), longitude j has phi_j = 2 pi j / nphi. Spectral arrays
     are complex128 in the native (m-major) layout of length ``nlm``. The transforms write into
-    caller-provided arrays when given (``out=``), so a solver can keep its buffers.
+    caller-provided arrays when given (``out=``), so a solver can keep its buffers. SHTns skips the
+    near-polar terms below ``polar_threshold`` (:data:`POLAR_THRESHOLD`, 1e-14; module docstring).
     """
 
     def __init__(self, lmax: int, nlat: int | None = None, nphi: int | None = None, *, threads: int = 1,
@@ -194,6 +209,7 @@ class SphereBasis:
         self.lmax = L
         self.threads = int(threads)
         self.effort = effort
+        self.polar_threshold = POLAR_THRESHOLD
         self._flags = (shtns.sht_quick_init if effort == "FFTW_ESTIMATE" else shtns.sht_gauss) \
             | shtns.SHT_PHI_CONTIGUOUS
         if (nlat is None) != (nphi is None):
@@ -206,7 +222,7 @@ class SphereBasis:
             raise ValueError(f"SphereBasis: an imposed grid needs even nlat > L = {L}, nlat >= {_MIN_NLAT} "
                              f"and even nphi > 2L = {2 * L}, got nlat={nlat}, nphi={nphi}")
         sh = self._new_sht()
-        sh.set_grid(nlat, nphi, flags=self._flags)
+        sh.set_grid(nlat, nphi, flags=self._flags, polar_opt=self.polar_threshold)
         self.sht = sh
         self.nlat, self.nphi = int(sh.nlat), int(sh.nphi)
         if (self.nlat, self.nphi) != (nlat, nphi):
