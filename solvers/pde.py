@@ -89,8 +89,10 @@ class PDEOptions:
     threads : int
         Threads for the transforms.
     planner : str
-        FFTW planner effort for the circle ("FFTW_ESTIMATE" is deterministic; restarts then reproduce
-        uninterrupted runs exactly).
+        FFTW planner effort: of the circle's FFTs, and on the sphere SHTns's initialisation
+        ("FFTW_ESTIMATE", the default, is deterministic: restarts then reproduce uninterrupted runs
+        exactly; any other effort times FFTW's plans, and on the sphere SHTns's algorithm variants, so
+        the plans and the round-off can differ between runs and machines).
     continuation : {"lagrangian", "none"} or None
         What happens when the grid can no longer follow the density (``solvers.lagrangian``). Default
         (None): "lagrangian" when noise = 0, "none" with noise (which has no characteristics to follow).
@@ -525,7 +527,10 @@ def prepare_pde(model: Model, t_final: float, degree: int, initial="uniform", sa
     elif any(getattr(opts, k) is not None for k in ("handoff_degree", "handoff_at", "nodes", "atom_radius")):
         raise ValueError("handoff_degree, handoff_at, nodes and atom_radius are options of the Lagrangian "
                          "continuation, which continuation='none' turns off")
-    return PDERun(model, Disc, space, float(t_final), int(degree), initial, save_every, opts, max_degree, restart)
+    # one BLAS thread, as in the run: the initial checks' norms are BLAS dots, split by thread at K >= 10^4
+    with blas_threads(1):
+        return PDERun(model, Disc, space, float(t_final), int(degree), initial, save_every, opts, max_degree,
+                      restart)
 
 
 class PDERun(Integration):

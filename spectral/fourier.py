@@ -51,6 +51,13 @@ class Transform:
     ``spec`` (unnormalised: coefficient c_k is ``spec[:, k] / M``).
 
     The buffers are owned by the plan and overwritten on every call: copy what you keep.
+
+    ``effort="FFTW_ESTIMATE"`` (the default) gives the same plan, hence the same bits, on every run: FFTW
+    would otherwise use any plan of the same size that an earlier, timed planning (FFTW_MEASURE and up)
+    left in the process's wisdom (the FFTW manual, "Planner Flags"), so a process that planned with a
+    higher effort once (an earlier run in the same session or Dask worker) changed the later ESTIMATE
+    plans (round-off, 4e-16, measured). Planning with FFTW_ESTIMATE therefore first forgets pyFFTW's
+    wisdom: the next timed planning times again.
     """
 
     def __init__(self, M: int, nfields: int, direction: str, *, threads: int = 1,
@@ -66,6 +73,8 @@ class Transform:
         shape_s = (nfields, M // 2 + 1)
         self.grid = pyfftw.empty_aligned(shape_g, dtype="float64")
         self.spec = pyfftw.empty_aligned(shape_s, dtype="complex128")
+        if effort == "FFTW_ESTIMATE":
+            pyfftw.forget_wisdom()
         if direction == "forward":
             self._plan = pyfftw.FFTW(self.grid, self.spec, axes=(-1,), direction="FFTW_FORWARD",
                                      flags=(effort,), threads=threads)

@@ -29,6 +29,26 @@ def test_grid_is_dealiased_and_fast():
         FourierBasis(64, grid_size=100)
 
 
+@pytest.mark.parametrize("K", [1024, 8192])
+def test_estimate_plans_do_not_take_a_timed_plan_of_the_same_size(K):
+    """FFTW_ESTIMATE planning uses any wisdom a timed planning left in the process; a run after one with
+    planner FFTW_MEASURE (a session, a Dask worker) would then take the timed plan. The ESTIMATE
+    transform gives the same bits before and after a MEASURE plan of the same size."""
+    M = fourier.dealiased_size(K)
+    x = np.random.default_rng(K).standard_normal((1, M))
+
+    def forward(effort):
+        t = fourier.Transform(M, 1, "forward", effort=effort)
+        t.grid[...] = x
+        t.execute()
+        return t.spec.copy()
+
+    before = forward("FFTW_ESTIMATE")
+    timed = forward("FFTW_MEASURE")
+    assert np.abs(timed - before).max() < 1e-13 * np.abs(before).max()      # the same transform
+    assert np.array_equal(forward("FFTW_ESTIMATE"), before)
+
+
 def test_round_trip_and_synthesis():
     b = FourierBasis(64)
     c = trig_poly(64)

@@ -3,7 +3,9 @@
 Layout (format ``attnpde-run``, version 2: version 1 plus named dimensions; both are read)::
 
     /                      attrs: format, format_version, software_version, created, updated, status,
-                           config (the TOML text), command (the command line), name
+                           config (the TOML text), command (the command line), name, libraries
+                           (the numerical libraries' versions and the CPU: what a run's round-off
+                           depends on)
     /model                 attrs: d, beta, flow, attention, strength, noise
     /model/perceptron      datasets a, b, c | w; attrs activation, form   (absent without perceptron)
     /pde                   t (T) [dimension scale "t"], coeffs (T, n) complex (canonical layout, exact
@@ -86,6 +88,33 @@ class ArchiveError(ValueError):
 def _software_version() -> str:
     from .. import __version__
     return __version__
+
+
+@functools.lru_cache(maxsize=1)
+def libraries() -> str:
+    """The versions of the libraries a run's numbers go through, and the CPU ("numpy 2.4.6, scipy ...;
+    x86_64 Intel(R) Xeon(R) ..."). The grids, plans and sizes are fixed by the configuration; the
+    round-off is not: it depends on these (their SIMD kernels order sums differently), so an archive
+    says which ones made it. Read from the modules the package has already imported (no metadata scan:
+    this is written with every archive)."""
+    import platform
+
+    import finufft
+    import pyfftw
+    import scipy
+
+    from spectral.sphere import shtns
+    mods = [("numpy", np), ("scipy", scipy), ("pyfftw", pyfftw), ("shtns", shtns), ("finufft", finufft),
+            ("h5py", h5py)]
+    text = ", ".join(f"{name} {getattr(m, '__version__', '?')}" for name, m in mods)
+    text += f", HDF5 {h5py.version.hdf5_version}"
+    cpu = ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "")
+    except OSError:
+        pass
+    return f"{text}; {platform.machine()} {cpu or platform.processor()}".rstrip()
 
 
 def _now() -> str:
@@ -771,7 +800,8 @@ class ArchiveWriter:
             self._f = h5py.File(self.path, "w")
             _set_attrs(self.f, {"format": FORMAT, "format_version": FORMAT_VERSION,
                                 "software_version": _software_version(), "created": _now(), "config": config_text,
-                                "command": command, "name": name, "compression": compression})
+                                "command": command, "name": name, "compression": compression,
+                                "libraries": libraries()})
             if model is not None:
                 write_model(self.f, model)
             self.labels = True

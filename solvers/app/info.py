@@ -105,6 +105,10 @@ def describe(path: str | Path) -> str:
     out = [f"archive {run.path}  ({a.get('format')} v{a.get('format_version')}, attnpde {a.get('software_version')})",
            f"  name: {a.get('name', '')}   status: {run.status}   created {a.get('created')}   updated {a.get('updated')}",
            f"  command: {a.get('command', '')}"]
+    if a.get("libraries"):
+        out.append(f"  libraries: {a['libraries']}")
+    if a.get("libraries_resumed"):
+        out.append(f"  resumed with: {a['libraries_resumed']}")
     if int(a.get("resumed", 0)):
         out.append(f"  resumed {int(a['resumed'])} time(s)")
     out += describe_model(run.model)

@@ -19,7 +19,7 @@ from typing import Callable
 
 import numpy as np
 
-from .archive import ArchiveError, ArchiveWriter, open_archive
+from .archive import ArchiveError, ArchiveWriter, libraries, open_archive
 from .config import ConfigError, RunConfig, parse_config
 from .executor import FORWARDED_SIGNAL as _FORWARDED_SIGNAL
 
@@ -223,6 +223,7 @@ def run_config(config: RunConfig, out: str | Path, *, resume: bool = False, forc
         check_resumable(out, config)
         writer = ArchiveWriter(out, "resume", command=command,
                                flush_interval=config.raw.get("run", {}).get("flush_interval", 1.0))
+        _note_libraries(writer, log)
     else:
         writer = new_archive(config, out, force=force, command=command, hint=" or --resume to continue it")
     outcome = RunOutcome(path=out, status="running")
@@ -251,6 +252,16 @@ def run_config(config: RunConfig, out: str | Path, *, resume: bool = False, forc
             from e
     finally:
         writer.close()
+
+
+def _note_libraries(writer: ArchiveWriter, log) -> None:
+    """A resume with other library versions or on another CPU than the run's start continues the same
+    grids and steps, but its round-off differs from the uninterrupted run's: say so, and keep both."""
+    here, then = libraries(), writer.f.attrs.get("libraries")
+    if then is not None and str(then) != here:
+        log(f"[resume] the run was started with: {then}\n[resume] it continues with:   {here}\n"
+            "[resume] the resumed part agrees with an uninterrupted run to round-off, not bit for bit")
+        writer.f.attrs["libraries_resumed"] = here
 
 
 def _complete(writer: ArchiveWriter, stage: str, outcome: RunOutcome, log) -> bool:
