@@ -5,7 +5,7 @@ Layout (format ``attnpde-run``, version 2: version 1 plus named dimensions; both
     /                      attrs: format, format_version, software_version, created, updated, status,
                            config (the TOML text), command (the command line), name, libraries
                            (the numerical libraries' versions and the CPU: what a run's round-off
-                           depends on)
+                           depends on), libraries_resumed (those of a resume that ran with others)
     /model                 attrs: d, beta, flow, attention, strength, noise
     /model/perceptron      datasets a, b, c | w; attrs activation, form   (absent without perceptron)
     /pde                   t (T) [dimension scale "t"], coeffs (T, n) complex (canonical layout, exact
