@@ -472,8 +472,10 @@ def solve_pde(model: Model, t_final: float, degree: int, initial="uniform", save
         Snapshot interval (time units); the step sequence lands exactly on every snapshot time.
         Default: snapshots at t = 0 and t_final only.
     progress : bool or callable
-        True for a tqdm progress bar; a callable receives a dict (t, dt, degree, ...) after every
-        accepted step.
+        True for a tqdm progress bar; a callable receives a dict (t, t_final, dt, degree, ...) after
+        every accepted step. During the continuation's error-estimate rerun (from the handoff, twice
+        the nodes) the dict also has ``check`` and ``t_end``, the time the rerun goes to (the run's
+        stop, before t_final when it stopped stationary).
     callback : callable, optional
         Receives each snapshot as a dict (including its restart state) as soon as it is taken.
     restart : dict, optional
@@ -1001,7 +1003,8 @@ class PDERun(Integration):
         phase = self._new_phase(nodes, self.good["t"])
         wall0 = time.perf_counter()
         self.t = self.good["t"]
-        report = lambda t, info: self.progress(t, {"check": "2x nodes", **info})      # noqa: E731
+        # t_end: the rerun's end, which is before t_final when the run stopped stationary
+        report = lambda t, info: self.progress(t, {"check": "2x nodes", "t_end": t_end, **info})  # noqa: E731
         self.checking = True
         try:
             stop, message = phase.run(t_end, progress=report, stationary=False, max_steps=self.opts.max_steps)

@@ -343,6 +343,16 @@ def test_sweep_writes_one_archive_per_beta(tmp_path):
     assert bad.returncode == 2 and "'x' is not a number" in bad.stderr
 
 
+@pytest.mark.parametrize("command, flag", [("sweep", "--beta"), ("validate", "--n")])
+def test_a_list_that_starts_with_a_minus_sign_reaches_the_check_of_its_values(tmp_path, capsys, command, flag):
+    # argparse alone takes "-1,2" for an option and answers "expected one argument"
+    from solvers.app.cli import main
+    cfg = write(tmp_path, PDE_CFG.format(t_final=0.5, save_every=0.25, max_degree=256), "neg.toml")
+    assert main([command, str(cfg), flag, "-1,2", "--out", str(tmp_path / "out")]) == 2
+    assert f"{flag}: values must be finite and >= 0, got '-1'" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
 # --- particles in the archive ------------------------------------------------------------------------------
 PARTICLE_CFG = """
 [run]
@@ -496,3 +506,18 @@ def test_progress_lines_time_the_error_estimate_rerun_as_its_own_phase():
     lines = s.getvalue().splitlines()
     assert len(lines) == 3 and "nan" not in s.getvalue() and lines[0].endswith("eta ?")
     assert all(float(line.rsplit("eta ", 1)[1].rstrip("s")) >= 0 for line in lines[1:])
+
+
+def test_progress_lines_of_a_rerun_that_ends_before_t_final_reach_100_percent():
+    """A run that stopped stationary at t = 4 (t_final 10): its error-estimate rerun goes from the handoff
+    to t = 4, which its lines show as the end (the last at 100%), not t_final."""
+    import io
+
+    from solvers.app.runner import Progress
+    s = io.StringIO()
+    p = Progress("pde", 10.0, stream=s, every=1e9)
+    for t in (0.02, 1.0, 4.0):
+        p({"t": t, "check": "2x nodes", "t_end": 4.0})
+    lines = s.getvalue().splitlines()
+    # the first call prints (nothing printed yet), the middle one is not due, the end of the phase prints
+    assert len(lines) == 2 and lines[-1].startswith("[pde] t=4/4 (100.0%)"), lines

@@ -42,8 +42,12 @@ def test_three_fold_perturbation_collapses_into_three_equal_atoms():
     (the fastest-growing mode at beta = 5 is k* = 3). With 3072 nodes the node measure has the symmetry
     too; the run ends "stationary", everything in atoms, nothing diffuse."""
     init = lambda x: 1 + 0.2 * np.cos(3 * np.arctan2(x[:, 1], x[:, 0]))        # noqa: E731
-    r = solve_pde(Model(2, 5.0, "ascent"), 300.0, 64, initial=init, save_every=10.0, nodes=3072)
+    checks = []
+    r = solve_pde(Model(2, 5.0, "ascent"), 300.0, 64, initial=init, save_every=10.0, nodes=3072,
+                  progress=lambda info: checks.append(info) if "check" in info else None)
     assert r.stop_reason == "stationary" and r.t_stop < 300 and "drift_tol" in r.message
+    # the error-estimate rerun says where it goes (the stop, not t_final), and gets there
+    assert checks and {c["t_end"] for c in checks} == {r.t_stop} and checks[-1]["t"] == r.t_stop
     assert r.t[-1] == r.t_stop and r.nodes[-1]["max_drift"] <= 1e-6
     a = r.atoms()
     assert len(a) == 3 and a.diffuse == 0.0 and list(a.counts) == [1024, 1024, 1024]

@@ -294,8 +294,24 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
+#: options whose value is a comma-separated list of numbers
+_LIST_OPTIONS = ("--beta", "--n")
+
+
+def _attach_list_values(argv: list[str]) -> list[str]:
+    """``--beta -1,5`` as ``--beta=-1,5``: argparse reads a word that starts with '-' and is not a plain
+    number as an option ("expected one argument"); attached, the list's own check says what is wrong."""
+    out: list[str] = []
+    for word in argv:
+        if out and out[-1] in _LIST_OPTIONS and word[:1] == "-" and word[1:2] in "0123456789.":
+            out[-1] = f"{out[-1]}={word}"
+        else:
+            out.append(word)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_args(_attach_list_values(sys.argv[1:] if argv is None else list(argv)))
     try:
         return args.func(args)
     except KeyboardInterrupt:

@@ -67,16 +67,18 @@ class Progress:
         phase = info.get("check")
         if phase != self.phase or t < self.t_start:
             self.phase, self.phase_start, self.t_start = phase, now, t
+        # the phase ends at t_final, or where the info says (the rerun of a run that stopped earlier)
+        end = float(info.get("t_end", self.t_final))
         # called after every step: return before any formatting unless a line is due
-        if now - self.last < self.every and t < self.t_final:
+        if now - self.last < self.every and t < end:
             return
         self.last = now
         extra = " ".join(f"{k}={_fmt(info[k])}" for k in ("check", "dt", "degree", "nodes", "nsteps", "n_clusters")
                          if k in info)
-        frac = (t - self.t_start) / max(self.t_final - self.t_start, 1e-300)
+        frac = (t - self.t_start) / max(end - self.t_start, 1e-300)
         # below 1% of the phase the rate is that of its first steps (often far from the mean): no estimate
         eta = f"{(now - self.phase_start) * (1 - frac) / frac:.0f}s" if frac >= 0.01 else "?"
-        self.emit(f"[{self.stage}] t={t:.6g}/{self.t_final:g} ({100 * t / self.t_final:.1f}%) {extra} "
+        self.emit(f"[{self.stage}] t={t:.6g}/{end:g} ({100 * t / end:.1f}%) {extra} "
                   f"elapsed {now - self.start:.0f}s eta {eta}")
 
 
