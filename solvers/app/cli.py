@@ -260,7 +260,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = ap.add_subparsers(dest="command", required=True)
     r = sub.add_parser("run", help="run a configuration into an HDF5 archive")
     r.add_argument("config", help="TOML configuration")
-    r.add_argument("--out", help="archive path (default: the configuration's path with .h5)")
+    r.add_argument("--out", help="archive path (default: the configuration's path with .h5; missing "
+                   "directories are created)")
     r.add_argument("--resume", action="store_true", help="continue a killed or interrupted run")
     r.add_argument("--force", action="store_true", help="overwrite an existing archive")
     r.add_argument("--quiet", action="store_true", help="no progress bar (plain periodic lines)")
