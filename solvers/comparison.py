@@ -87,7 +87,12 @@ class Comparison:
             for name, label in (("w1", "W1"), ("mmd", "MMD"), ("moment_gap", "moment gap"),
                                 ("energy_gap", "energy gap"), ("cdf_drift", "CDF drift")):
                 v = getattr(self, name)
-                if v is not None:
+                if v is None:
+                    continue
+                if name == "cdf_drift" and math.isnan(v[-1]):
+                    # not computed there (module docstring): say why rather than print nan
+                    parts.append(f"{label} - (PDE past its handoff: its CDF jumps at atoms)")
+                else:
                     parts.append(f"{label} {v[-1]:.3e}")
             lines.append("  ".join(parts))
             lines.append(f"kernel {self.kernel}; moments up to degree {self.moments_degree}")

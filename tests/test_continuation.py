@@ -159,6 +159,8 @@ def test_compare_measures_the_node_measure_itself():
     assert np.array_equal(c.t, [0, 5, 10, 15, 20])
     assert np.max(c.w1[1:]) < 1e-4 and np.max(c.mmd[1:]) < 1e-4
     assert np.all(np.isnan(c.cdf_drift[1:]))          # not defined for a measure with atoms
+    # ... and the summary a user reads says so instead of printing nan
+    assert "nan" not in c.summary() and "CDF drift - (PDE past its handoff" in c.summary()
     # at t = 20 the mass at the maximum of V is an atom in both; the dead-zone mass is still gathering
     assert len(c.matched_atoms) == 1 and not c.unmatched_pde and not c.unmatched_particles
     for pair in c.matched_atoms:

@@ -6,7 +6,7 @@ import pytest
 from scipy.special import erf
 
 from solvers import Model, Perceptron
-from solvers.perceptron import ACTIVATIONS, activation, activation_primitive
+from solvers.perceptron import ACTIVATIONS, activation, activation_primitive, tangent_project
 
 
 def unit(n, d, seed=0):
@@ -144,6 +144,29 @@ def test_velocity_matches_definition(attention, flow, general):
     w /= w.sum()
     x = unit(7, d, 6)
     assert np.allclose(m.velocity_direct(x, y, w), brute_velocity(m, x, y, w), rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("d", [2, 3, 4, 6])          # the drift's column layout (d <= 3) and its row layout
+@pytest.mark.parametrize("general", [False, True])
+@pytest.mark.parametrize("units", [1, 5])
+def test_perceptron_drift_and_potential_match_their_definition(d, general, units):
+    """drift = P_x sum_k W_k sigma(<a_k, x> + b_k) and V = sum_k c_k Sigma(<a_k, x> + b_k), written out
+    point by point (The model §1); and the drift is the tangent gradient of V (centred differences
+    along a tangent direction)."""
+    p = Perceptron.random(d, units, "gelu", 1.0, seed=d + units, general=general, bias_scale=0.3)
+    x = unit(50, d, 8)
+    W = p.c[:, None] * p.a if p.is_gradient else p.w
+    want = np.array([(np.eye(d) - np.outer(xi, xi)) @ (activation(p.a @ xi + p.b, p.activation) @ W) for xi in x])
+    assert np.allclose(p.drift(x), want, rtol=1e-13, atol=1e-15)
+    if general:
+        return
+    V = np.array([p.c @ activation_primitive(p.a @ xi + p.b, p.activation) for xi in x])
+    assert np.allclose(p.potential(x), V, rtol=1e-13, atol=1e-15)
+    e = tangent_project(x, np.random.default_rng(9).standard_normal((50, d)))
+    e /= np.linalg.norm(e, axis=1, keepdims=True)
+    h = 1e-5
+    fd = (p.potential(x + h * e) - p.potential(x - h * e)) / (2 * h)      # V extends off the sphere smoothly
+    assert np.allclose(fd, np.sum(p.drift(x) * e, axis=1), rtol=0, atol=1e-8)
 
 
 
