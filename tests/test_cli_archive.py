@@ -521,3 +521,25 @@ def test_progress_lines_of_a_rerun_that_ends_before_t_final_reach_100_percent():
     lines = s.getvalue().splitlines()
     # the first call prints (nothing printed yet), the middle one is not due, the end of the phase prints
     assert len(lines) == 2 and lines[-1].startswith("[pde] t=4/4 (100.0%)"), lines
+
+
+def test_comparison_figure_leaves_out_undefined_and_zero_distances(tmp_path, monkeypatch):
+    """On the log axis of distances, a zero (the CDF drift at t = 0) or nan (the CDF drift past the PDE's
+    handoff) is no data point: it is neither clamped to a tiny floor, which stretched the axis over 14
+    empty decades, nor silently dropped: the figure says why the CDF drift is missing."""
+    from solvers.app import plots
+    from solvers.comparison import Comparison
+    t = np.array([0.0, 1.0, 2.0])
+    cmp = Comparison(t=t, w1=np.array([1e-2, 2e-3, 1e-3]), mmd=np.array([5e-3, 1e-3, 8e-4]),
+                     moment_gap=np.array([1e-2, 4e-3, 2e-3]), energy_gap=np.array([0.0, 1e-3, 2e-3]),
+                     cdf_drift=np.array([0.0, np.nan, np.nan]), matched_atoms=[], unmatched_pde=[],
+                     unmatched_particles=[], kernel="exp", moments_degree=8)
+    figs = []
+    monkeypatch.setattr(plots, "_save", lambda fig, path: figs.append(fig) or path)
+    plots.plot_comparison(cmp, tmp_path / "c.png")
+    ax = figs[0].axes[0]
+    labels = [line.get_label() for line in ax.get_lines()]
+    assert labels == ["W1", "MMD", "moment gap", "energy gap"]
+    ys = np.concatenate([line.get_ydata() for line in ax.get_lines()])
+    assert np.nanmin(ys) == 8e-4                          # the smallest distance, no floor value
+    assert any("CDF drift: undefined past the PDE's handoff" in txt.get_text() for txt in ax.texts)
