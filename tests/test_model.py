@@ -146,7 +146,7 @@ def test_velocity_matches_definition(attention, flow, general):
     assert np.allclose(m.velocity_direct(x, y, w), brute_velocity(m, x, y, w), rtol=1e-12, atol=1e-14)
 
 
-@pytest.mark.parametrize("d", [2, 3, 4, 6])          # the drift's column layout (d <= 3) and its row layout
+@pytest.mark.parametrize("d", [2, 3, 4, 6])          # tangent_project: columns (d <= 3), rows (d > 3)
 @pytest.mark.parametrize("general", [False, True])
 @pytest.mark.parametrize("units", [1, 5])
 def test_perceptron_drift_and_potential_match_their_definition(d, general, units):
