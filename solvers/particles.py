@@ -501,7 +501,8 @@ def simulate_particles(model: Model, n: int | None = None, x0: np.ndarray | None
     arguments (the same) and ``progress`` / ``callback`` below.
 
     progress : bool or callable
-        True: a tqdm bar; a callable receives a dict (t, dt, nsteps, ...) after every accepted step.
+        True: a tqdm bar; a callable receives a dict (t, dt, nsteps, ...) after every accepted step
+        (at most every ``interval`` seconds if it has that attribute: :class:`solvers.stepping.Progress`).
     callback : callable, optional
         Receives every snapshot as a dict (t, x, energy, max_drift, dissipation, cluster_count, restart)
         as soon as it is taken.

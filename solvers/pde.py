@@ -475,7 +475,9 @@ def solve_pde(model: Model, t_final: float, degree: int, initial="uniform", save
         True for a tqdm progress bar; a callable receives a dict (t, t_final, dt, degree, ...) after
         every accepted step. During the continuation's error-estimate rerun (from the handoff, twice
         the nodes) the dict also has ``check`` and ``t_end``, the time the rerun goes to (the run's
-        stop, before t_final when it stopped stationary).
+        stop, before t_final when it stopped stationary). A callable with an attribute ``interval``
+        (seconds) is called at most that often, and at the start and end of each phase
+        (:class:`solvers.stepping.Progress`).
     callback : callable, optional
         Receives each snapshot as a dict (including its restart state) as soon as it is taken.
     restart : dict, optional

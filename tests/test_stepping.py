@@ -185,3 +185,53 @@ def test_progress_bar_is_redrawn_when_a_phase_starts_earlier(monkeypatch):
     assert draws[2:] == [draws[1] + 1, draws[1] + 2, draws[1] + 3], draws
     assert "t=2/10" in buf.getvalue().rsplit("\r", 1)[-1] and "check=2x nodes" in buf.getvalue().rsplit("\r", 1)[-1]
     p.close()
+
+
+def test_a_progress_callable_with_an_interval_still_sees_each_phase_start_and_end():
+    """A callable that asks for at most one call a day (``interval``) gets the first step, the first step
+    after the time went back (the error-estimate rerun starting at its handoff), the step that ends each
+    phase (t_final; the rerun's own t_end), and nothing else; without ``interval``, every step."""
+    from solvers.stepping import Progress
+
+    class Every:
+        def __init__(self, interval=None):
+            self.seen = []
+            if interval is not None:
+                self.interval = interval
+
+        def __call__(self, info):
+            self.seen.append((info["t"], info.get("check")))
+
+    steps = [(t, {}) for t in np.linspace(0.5, 10.0, 20)]
+    steps += [(t, {"check": "2x nodes", "t_end": 4.0}) for t in np.linspace(0.1, 4.0, 14)]
+    slow, fast = Every(86400.0), Every()
+    for cb in (slow, fast):
+        p = Progress(cb, 10.0)
+        for t, info in steps:
+            p(float(t), info)
+    assert slow.seen == [(0.5, None), (10.0, None), (0.1, "2x nodes"), (4.0, "2x nodes")], slow.seen
+    assert len(fast.seen) == len(steps)
+
+
+def test_progress_bar_ends_where_the_run_ended(monkeypatch):
+    """Steps closer together than the bar's 0.1 s redraw are not drawn one by one (formatting after every
+    step cost ~9% of a small run), but the bar's last picture is the last step, drawn when it closes."""
+    import io
+
+    import tqdm
+    import tqdm.auto
+
+    from solvers.stepping import Progress
+    buf = io.StringIO()
+
+    class Bar(tqdm.tqdm):
+        def __init__(self, *a, **k):
+            super().__init__(*a, file=buf, mininterval=0.0, **k)
+    monkeypatch.setattr(tqdm.auto, "tqdm", Bar)
+    p = Progress(True, 10.0)
+    for t in np.linspace(0.01, 7.5, 500):
+        p(float(t), {"dt": 0.015, "nsteps": 1})
+    drawn = buf.getvalue().count("\r")
+    p.close()
+    assert drawn < 50, drawn
+    assert "t=7.5/10" in buf.getvalue().rsplit("\r", 1)[-1], buf.getvalue().rsplit("\r", 1)[-1]

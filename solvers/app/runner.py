@@ -54,6 +54,9 @@ class Progress:
         # the run's log when given (a sweep member's prefixes its lines with its beta), else the stream
         self.emit = log or (lambda line: print(line, file=self.stream, flush=True))
         self.every = every
+        # the solver calls at most this often (and at each phase's start and end: solvers.stepping.Progress):
+        # a line every `every` seconds needs no call after each step
+        self.interval = min(every, 0.25)
         self.start = self.phase_start = time.perf_counter()
         self.t_start = t0
         self.phase = None
