@@ -160,22 +160,30 @@ def test_round_step_is_exact_and_keeps_seven_bits():
     assert round_step(math.inf) == math.inf
 
 
-def test_progress_bar_is_redrawn_when_a_phase_starts_earlier(monkeypatch):
-    """The bar of a PDE run goes back to the handoff for the error-estimate rerun: it is still redrawn as
-    that phase advances (tqdm's own rule waited until t passed t_final's mark again: a frozen bar)."""
+@pytest.fixture
+def bar_output(monkeypatch):
+    """What the progress bar of ``Progress(True, ...)`` writes (tqdm redirected into a string, every
+    refresh drawn)."""
     import io
-    import time
 
     import tqdm
     import tqdm.auto
-
-    from solvers.stepping import Progress
     buf = io.StringIO()
 
     class Bar(tqdm.tqdm):
         def __init__(self, *a, **k):
             super().__init__(*a, file=buf, mininterval=0.0, **k)
     monkeypatch.setattr(tqdm.auto, "tqdm", Bar)
+    return buf
+
+
+def test_progress_bar_is_redrawn_when_a_phase_starts_earlier(bar_output):
+    """The bar of a PDE run goes back to the handoff for the error-estimate rerun: it is still redrawn as
+    that phase advances (tqdm's own rule waited until t passed t_final's mark again: a frozen bar)."""
+    import time
+
+    from solvers.stepping import Progress
+    buf = bar_output
     p = Progress(True, 10.0)
     draws = []
     for t in (2.0, 10.0, 0.5, 1.0, 2.0):
@@ -213,21 +221,11 @@ def test_a_progress_callable_with_an_interval_still_sees_each_phase_start_and_en
     assert len(fast.seen) == len(steps)
 
 
-def test_progress_bar_ends_where_the_run_ended(monkeypatch):
+def test_progress_bar_ends_where_the_run_ended(bar_output):
     """Steps closer together than the bar's 0.1 s redraw are not drawn one by one (formatting after every
     step cost ~9% of a small run), but the bar's last picture is the last step, drawn when it closes."""
-    import io
-
-    import tqdm
-    import tqdm.auto
-
     from solvers.stepping import Progress
-    buf = io.StringIO()
-
-    class Bar(tqdm.tqdm):
-        def __init__(self, *a, **k):
-            super().__init__(*a, file=buf, mininterval=0.0, **k)
-    monkeypatch.setattr(tqdm.auto, "tqdm", Bar)
+    buf = bar_output
     p = Progress(True, 10.0)
     for t in np.linspace(0.01, 7.5, 500):
         p(float(t), {"dt": 0.015, "nsteps": 1})
