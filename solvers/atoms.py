@@ -218,6 +218,10 @@ def atoms_from_graph(points: np.ndarray, rho: np.ndarray, weights: np.ndarray, e
     points = np.asarray(points, dtype=float)
     mass = np.asarray(rho, dtype=float) * weights
     rho = np.asarray(rho if shape is None else shape, dtype=float)     # the structure from here on
+    if np.all(rho < threshold):
+        # no node reaches the threshold: neither a peak nor a level set does (the common case of a
+        # diffuse density, decided without the graph)
+        return Atoms(np.zeros((0, points.shape[1])), np.zeros(0))
     n = rho.size
     if method == "level":
         inside = rho >= threshold

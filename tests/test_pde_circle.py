@@ -303,6 +303,14 @@ def test_atoms_of_a_known_density():
         thc = math.acos(1 + math.log(5 * ive(0, kap) / mk) / kap)
         exact = quad(lambda t: mk * math.exp(kap * (math.cos(t) - 1)) / ive(0, kap) / (2 * math.pi), -thc, thc)[0]
         assert abs(ml - exact) < 2 * 5 * (2 * math.pi / 2048) / (2 * math.pi)
+    # the peaks stand at mk / ive(0, kap): ~35.1 and ~15.0. A threshold between them keeps the higher bump
+    # only; one above both finds no atom (an empty (0, 2) set, as a diffuse density gives)
+    peaks = np.array([0.7, 0.3]) / ive(0, kap)
+    for method in ("basin", "level"):
+        pos, mass = r.atoms(0, threshold=peaks.mean(), method=method)
+        assert len(mass) == 1 and np.allclose(pos, [mu1], atol=1e-6), method
+        pos, mass = r.atoms(0, threshold=1.01 * peaks.max(), method=method)
+        assert pos.shape == (0, 2) and mass.shape == (0,), method
 
 
 @pytest.mark.parametrize("call, match", [
