@@ -774,7 +774,7 @@ def write_model(f: h5py.File, model: Model) -> None:
         info = model.perceptron.to_dict()
         for k in ("a", "b", "c", "w"):
             if k in info:
-                (_put if new else _replace)(p, k, info[k])
+                _replace(p, k, info[k])
         _set_attrs(p, {"activation": info["activation"], "form": info["form"]}, new)
 
 
@@ -985,14 +985,15 @@ class ArchiveWriter:
     def _begin_stage(self, name: str, key: str, data: np.ndarray, options: dict, initial: str) -> None:
         """Open the group of a stage: its fixed dataset ``key`` (written once), settings, initial data."""
         g, new = _subgroup(self.f, name)
-        self._deflater.start(name, None if new else g, 0 if new or not _has(g, "t") else g["t"].shape[0])
+        self._deflater.start(name, None if new else g, g["t"].shape[0] if not new and _has(g, "t") else 0)
         if new or not _has(g, key):
             _put(g, key, np.asarray(data))
             if name == "pde" and self.labels:
                 _grid_coordinates(g, data)
-        _set_attrs(g, {"options": _json(options), "initial": initial, "complete": False}, new)
+        attrs = {"options": _json(options), "initial": initial, "complete": False}
         if new or "stop_reason" not in g.attrs:
-            _set_attrs(g, {"stop_reason": ""}, new)
+            attrs["stop_reason"] = ""
+        _set_attrs(g, attrs, new)
         # no flush here: the stage's first batch flushes (with a restart state: before it, a resume starts
         # the stage afresh, whether or not this group reached the disk)
 
@@ -1092,8 +1093,7 @@ class ArchiveWriter:
         lg.attrs["handoff"] = _json(restart["handoff"])
         merges = np.array(restart.get("merges", []), dtype=float).reshape(-1, 3)
         new = []
-        if "merges" not in lg or lg["merges"].shape != merges.shape:
-            _replace(lg, "merges", merges)
+        if _rewrite(lg, "merges", merges, lh):
             new.append("merges")
         nodes = [s["nodes"] for _, s in lag]
         _extend(lg, "t", [s["t"] for _, s in lag], dtype=float, handles=lh)
