@@ -44,6 +44,7 @@ import numpy as np  # noqa: E402
 from solvers import Model, Perceptron  # noqa: E402
 from solvers._blas import blas_threads  # noqa: E402
 from solvers.interaction import InteractionSums  # noqa: E402
+from solvers.particles import measure_velocity  # noqa: E402
 
 GIB = 2.0 ** 30
 
@@ -72,17 +73,12 @@ def _best(f, reps: int) -> float:
     return best
 
 
-def _velocity_fn(model: Model, sums: InteractionSums, method: str, x: np.ndarray, w: np.ndarray):
+def _velocity_fn(model: Model, sums: dict, method: str, x: np.ndarray, w: np.ndarray):
+    """One velocity evaluation as the particle solver makes it (``measure_velocity``) with the sums of
+    ``method`` (``sums``: method -> InteractionSums made for it)."""
     def run():
         with blas_threads(1):
-            if method == "fast":
-                psi, G = sums.fast.fields(x, w)
-            elif method == "nufft":
-                psi, G = sums.nufft.fields(x, w)
-            else:
-                from solvers.interaction import direct_fields
-                psi, G = direct_fields(x, x, w, model.beta, block_bytes=sums.block_bytes)
-            return model.velocity(G, psi[:, None], model.drift(x))
+            return measure_velocity(model, sums[method], x, w)[0]
     return run
 
 
@@ -131,7 +127,7 @@ def velocity_rows(plan=PLAN, naive_max_bytes: float = 8 * GIB, max_seconds: floa
     per_pair = {}          # measured direct / naive seconds per pair, to estimate skipped sizes
     for d, beta, sizes in plan:
         model = Model(d, beta, "ascent", perceptron=Perceptron.random(d, d, "relu", 1.0, seed=111))
-        sums = InteractionSums(d, beta, "fast")
+        sums = {m: InteractionSums(d, beta, m) for m in ("fast", "nufft", "direct")}
         for N in sizes:
             x = _points(N, d, seed=N)
             w = np.full(N, 1.0 / N)

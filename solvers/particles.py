@@ -41,6 +41,7 @@ import numpy as np
 
 from spectral import fourier, sphere
 from ._blas import blas_threads
+from ._chunks import map_chunks
 from . import validators as check
 from ._memory import refuse_if_too_big
 from .atoms import CLUSTER_RULES, clusters, spread_within
@@ -59,16 +60,26 @@ INITS = ("random", "quasi-uniform", "quadrature")
 DEFAULT_DT = 0.1
 
 
+#: points per chunk of the pointwise part of a velocity evaluation (:func:`measure_velocity`)
+POINTWISE_CHUNK = 2 ** 14
+
+
 def measure_velocity(model: Model, sums: InteractionSums | None, x: np.ndarray, w: np.ndarray
                      ) -> tuple[np.ndarray, np.ndarray | None]:
     """v[mu](x) at the points of mu = sum_j w_j delta_{x_j} themselves (self-interaction included), and Psi
     there (None without attention): ``Model.velocity`` of the kernel sums and the perceptron drift. The
     particle solver and the PDE's Lagrangian continuation both move their points with it."""
-    drift = model.drift(x)
     if sums is None:
-        return model.velocity(np.zeros_like(x), None, drift), None
+        return model.velocity(np.zeros_like(x), None, model.drift(x)), None
     psi, G = sums.fields(x, w)
-    return model.velocity(G, psi[:, None], drift), psi
+
+    # the pointwise part (the drift, then v = s (G + drift) in place of G) chunk by chunk on the sums'
+    # threads: its temporaries stay in cache (10^6 points on S^1: the drift 9.8 ms in chunks of 2^14
+    # against 13.4 ms at once, one thread; measured) and fresh arrays of N points are not paged in
+    def pointwise(j: int, c: slice) -> None:
+        model.velocity(G[c], psi[c, None], model.drift(x[c]), out=G[c])
+    map_chunks(pointwise, x.shape[0], POINTWISE_CHUNK, sums.nufft_threads, "attnpde-pointwise")
+    return G, psi
 
 
 def measure_energy(model: Model, sums: InteractionSums | None, x: np.ndarray, w: np.ndarray,

@@ -171,6 +171,24 @@ def test_sphere_nufft_sums_are_reproducible_for_any_thread_count():
     assert max(rel_errors(a[0][:400], a[1][:400], psi_d, G_d)) <= 1e-10
 
 
+@pytest.mark.parametrize("d, beta", [(2, 25.0), (3, 4.0)])
+def test_nufft_sums_at_their_sources_equal_the_sums_at_the_same_points_given(d, beta):
+    """At the sources (x omitted) the type-2 pass reuses the points each chunk's plan kept from the
+    type-1 pass; given the same points as x, it sets them again: the same bits either way, also after an
+    evaluation at other points (which moved the plans' points) and on another thread count."""
+    one = InteractionSums(d, beta, "nufft", nufft_threads=1)
+    chunk = NUFFT_CHUNK if d == 2 else one.nufft.chunk
+    n = chunk + 777                                                  # two chunks
+    y, w = sphere_points(n, d, 31, clustered=True), weights(n, 32)
+    x = sphere_points(2 * chunk + 5, d, 33)                          # three chunks: one plan more
+    at_sources = one.fields(y, w)
+    given = one.fields(y, w, y.copy())
+    one.fields(y, w, x)
+    again = InteractionSums(d, beta, "nufft", nufft_threads=2).fields(y, w)
+    for u in (given, one.fields(y, w), again):
+        assert np.array_equal(u[0], at_sources[0]) and np.array_equal(u[1], at_sources[1])
+
+
 def test_sphere_nufft_sums_hold_no_points_by_modes_array():
     """N = 2e5 at beta = 25 (47^2 modes per point would be 0.7 GB complex): the numpy memory of one
     evaluation stays O(N) (outputs, angles, one chunk's temporaries). FINUFFT's own buffers are per

@@ -7,7 +7,8 @@ import pytest
 from scipy.integrate import simpson, solve_ivp
 
 from solvers import Model, Perceptron, ParticleResult, simulate_particles, solve_pde
-from solvers.particles import cluster_radius, initial_particles
+from solvers.interaction import InteractionSums
+from solvers.particles import POINTWISE_CHUNK, cluster_radius, initial_particles, measure_velocity
 
 
 # --- The model §3.4: equiangular particles ------------------------------------------------------------
@@ -355,3 +356,24 @@ def test_bad_input_other_dimensions_and_options():
         simulate_particles("model", n=10, t_final=1.0)
     with pytest.raises(ValueError, match="restart carries"):
         simulate_particles(M2, n=10, t_final=1.0, restart={"x": np.eye(2), "w": np.ones(2) / 2, "t": 0.0})
+
+
+@pytest.mark.parametrize("d, sums", [(2, "nufft"), (3, "fast")])
+def test_velocity_by_chunks_is_the_velocity_of_its_definition(d, sums):
+    """measure_velocity forms the drift and Model.velocity chunk by chunk on the sums' threads: the same
+    bits for one and two threads, and Model.velocity(G, Psi, drift) of the whole point set to round-off
+    (the pointwise arithmetic is that of the definition)."""
+    n = 2 * POINTWISE_CHUNK + 321                                    # three chunks
+    rng = np.random.default_rng(41)
+    x = rng.standard_normal((n, d))
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    w = rng.uniform(0.5, 1.0, n)
+    w /= w.sum()
+    model = Model(d, 9.0, "descent", perceptron=Perceptron.random(d, 3, "gelu", 1.0, seed=42))
+    v1, psi1 = measure_velocity(model, InteractionSums(d, 9.0, sums, nufft_threads=1), x, w)
+    v2, psi2 = measure_velocity(model, InteractionSums(d, 9.0, sums, nufft_threads=2), x, w)
+    assert np.array_equal(v1, v2) and np.array_equal(psi1, psi2)
+    psi, G = InteractionSums(d, 9.0, sums, nufft_threads=1).fields(x, w)
+    ref = model.velocity(G, psi[:, None], model.drift(x))
+    assert np.array_equal(psi1, psi)
+    assert np.max(np.abs(v1 - ref)) <= 1e-14 * np.max(np.abs(ref))
