@@ -29,10 +29,11 @@ Both are dimensionless (the kernel is <= 1; G is a tangent vector at x). Three w
   coefficients' l1 norm). There is one plan per chunk of NUFFT_CHUNK points, made on first need (once
   per run of a fixed point count); each evaluation sets a chunk's points once: the type-2 pass at the
   sources reuses them, and the angles, the weights' complex copy and the assembly of G are made per chunk
-  in the threads (10^6 points, two threads: 84 -> 69 ms, measured). Reproducibility: every plan runs on one thread with the upsampling factor 2. FINUFFT would otherwise
-  choose the factor by itself, and its multithreaded type-1 spreading adds sub-grids in a run-dependent
-  order (measured: 10^6 points, two threads, eight runs of the same transform differ by up to 6e-11
-  absolute, ~1e-16 relative: enough to break a bit-for-bit resume). Parallelism comes instead from
+  in the threads (10^6 points, two threads: 84 -> 69 ms, measured). Reproducibility: every plan runs on
+  one thread with the upsampling factor 2. FINUFFT would otherwise choose the factor by itself, and
+  its multithreaded type-1 spreading adds sub-grids in a run-dependent order (measured: 10^6 points,
+  two threads, eight runs of the same transform differ by up to 6e-11 absolute, ~1e-16 relative:
+  enough to break a bit-for-bit resume). Parallelism comes instead from
   chunks of NUFFT_CHUNK points transformed concurrently and added in chunk order: the same bits for
   any number of threads.
 
@@ -67,6 +68,7 @@ from __future__ import annotations
 
 import math
 import os
+import threading
 
 import finufft
 import numpy as np
@@ -134,12 +136,14 @@ class _ChunkPlans:
     the points again (one setpts per chunk and evaluation, measured 0.75 ms per 2^17 points on S^1).
     Plans are made on first need, so once per run of a fixed point count (``make()`` builds one). Each
     plan is single-threaded, so the chunks and the order of their sums (the caller's) fix the bits
-    whatever ``threads``.
+    whatever ``threads``. An evaluation (a type-1 pass and the type-2 pass that relies on its points)
+    holds ``lock``: two threads sharing one sums object take turns.
     """
 
     def __init__(self, make, chunk: int, threads: int, name: str) -> None:
         self._make, self.chunk, self.threads, self._name = make, int(chunk), int(threads), name
         self._plans: list = []
+        self.lock = threading.Lock()
 
     def map(self, fn, n: int) -> list:
         need = len(chunk_slices(n, self.chunk))
@@ -147,6 +151,7 @@ class _ChunkPlans:
             self._plans.append(self._make())
         plans = self._plans
         return map_chunks(lambda j, c: fn(plans[j], c), n, self.chunk, self.threads, self._name)
+
 
 def _as_points(name: str, a, d: int | None = None) -> np.ndarray:
     a = np.asarray(a, dtype=float)
@@ -349,6 +354,11 @@ class CircleNufftSums:
         w = np.asarray(w, dtype=float).reshape(-1)
         if w.shape != (y.shape[0],):
             raise ValueError(f"w must have one weight per source ({y.shape[0]}), got shape {w.shape}")
+        x = None if x is None else _as_points("x", x, 2)
+        with self._plans.lock:
+            return self._fields(y, w, x)
+
+    def _fields(self, y: np.ndarray, w: np.ndarray, x: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
         theta = np.empty(y.shape[0])
 
         # per chunk, in the threads: the angles, then sum_j w_j e^{-ik theta_j} (the plan keeps the points)
@@ -362,7 +372,7 @@ class CircleNufftSums:
             coef += p
         coef *= self._mult
         same = x is None
-        x = y if same else _as_points("x", x, 2)
+        x = y if same else x
         psi, G = np.empty(x.shape[0]), np.empty_like(x)
 
         # per chunk: sum_k c_k e^{+ik theta} at the points (those of the type-1 pass at the sources), then
@@ -660,9 +670,11 @@ class SphereNufftSums:
         w = np.asarray(w, dtype=float).reshape(-1)
         if w.shape != (y.shape[0],):
             raise ValueError(f"w must have one weight per source ({y.shape[0]}), got shape {w.shape}")
-        F = self._type1(y, w)
-        B1, B2 = self._fold(self.coefficients(F))
-        return self._type2(y if x is None else _as_points("x", x, 3), B1, B2, x is None)
+        x = None if x is None else _as_points("x", x, 3)
+        with self._plans.lock:
+            F = self._type1(y, w)
+            B1, B2 = self._fold(self.coefficients(F))
+            return self._type2(y if x is None else x, B1, B2, x is None)
 
 def sphere_nufft_chunk(L: int) -> int:
     """Points per transform of the S^2 NUFFT sums: 2^15, or the power of two >= 2 (4L + 2)^2 if larger.

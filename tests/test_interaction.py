@@ -189,6 +189,20 @@ def test_nufft_sums_at_their_sources_equal_the_sums_at_the_same_points_given(d, 
         assert np.array_equal(u[0], at_sources[0]) and np.array_equal(u[1], at_sources[1])
 
 
+def test_nufft_sums_shared_by_two_threads_give_each_its_own_fields():
+    """A chunk's plan keeps the points of the evaluation in progress between its two passes: two threads
+    evaluating one sums object at different point sets at once get what each gets alone."""
+    from concurrent.futures import ThreadPoolExecutor
+    S = CircleNufftSums(25.0, threads=2)
+    sizes = (NUFFT_CHUNK + 100, NUFFT_CHUNK + 2000)                  # two chunks each
+    sets = [(sphere_points(n, 2, 40 + i, clustered=i == 0), weights(n, 50 + i)) for i, n in enumerate(sizes)]
+    alone = [S.fields(y, w) for y, w in sets]
+    with ThreadPoolExecutor(2) as ex:
+        together = list(ex.map(lambda i: S.fields(*sets[i % 2]), range(6)))
+    for i, (psi, G) in enumerate(together):
+        assert np.array_equal(psi, alone[i % 2][0]) and np.array_equal(G, alone[i % 2][1])
+
+
 def test_sphere_nufft_sums_hold_no_points_by_modes_array():
     """N = 2e5 at beta = 25 (47^2 modes per point would be 0.7 GB complex): the numpy memory of one
     evaluation stays O(N) (outputs, angles, one chunk's temporaries). FINUFFT's own buffers are per
