@@ -54,7 +54,6 @@ import fnmatch
 import functools
 import itertools
 import json
-import os
 import threading
 import time
 import zlib
@@ -66,6 +65,7 @@ from typing import Any
 import h5py
 import numpy as np
 
+from .._chunks import shared_pool
 from ..model import Model
 from ..perceptron import Perceptron
 
@@ -352,20 +352,6 @@ def _deflatable(ds: h5py.Dataset, nrows: int) -> bool:
         (h5py.h5z.FILTER_SHUFFLE, (8,)), (h5py.h5z.FILTER_DEFLATE, (_GZIP_LEVEL,))]
 
 
-_DEFLATE_POOL: tuple[int, ThreadPoolExecutor] | None = None
-
-
-def _deflate_pool() -> ThreadPoolExecutor:
-    """The worker thread that compresses chunks, shared by every writer of the process: starting and joining
-    a thread per archive cost ~0.3 ms of a sub-second run (measured). A forked child makes its own (a pool's
-    thread does not survive a fork)."""
-    global _DEFLATE_POOL
-    pid = os.getpid()
-    if _DEFLATE_POOL is None or _DEFLATE_POOL[0] != pid:
-        _DEFLATE_POOL = (pid, ThreadPoolExecutor(max_workers=1, thread_name_prefix="attnpde-deflate"))
-    return _DEFLATE_POOL[1]
-
-
 class _Deflater:
     """Compresses, in a worker thread, the chunks of a compressed per-snapshot dataset (module docstring)
     as the snapshots arrive: ``add`` per snapshot, ``take`` when the snapshots go to a batch.
@@ -421,9 +407,10 @@ class _Deflater:
             got.append(value)
             if len(got) == nrows:
                 self._open.pop(k)
-                # the rows stacked here: in the worker that Python-level step would hold the GIL
-                self._done.setdefault(k, []).append((first, _deflate_pool().submit(_deflate, np.stack(got)), got[0],
-                                                     got[-1]))
+                # one worker thread compresses for every writer of the process; the rows are stacked here:
+                # in the worker that Python-level step would hold the GIL
+                worker = shared_pool(1, "attnpde-deflate")
+                self._done.setdefault(k, []).append((first, worker.submit(_deflate, np.stack(got)), got[0], got[-1]))
 
     def take(self, section: str) -> dict:
         """The chunks compressed for the snapshots added since the last take: key -> _Deflated. A chunk
