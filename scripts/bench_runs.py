@@ -101,7 +101,7 @@ def _parts(d: int, degree: int, r) -> dict:
     n = disc.rhs_flux(0.0, u, False).copy()
     # the run's stepper: the divergence applied where a stage is stored (IFRungeKutta's scaled)
     stepper = IFRungeKutta(lambda t, U, last: ks[1], TABLEAUS["DP54"], disc.lin,
-                           scaled=(lambda t, U, last: n, disc.divergence))
+                           scaled=(lambda t, U, last, factor=None: n, disc.divergence, disc.factored_stages))
     h = float(np.median(r.steps["dt"]))
     stepper.step(0.0, u, h, ks[0])
     hh = [h]

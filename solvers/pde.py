@@ -826,11 +826,12 @@ class PDERun(Integration):
         return self.disc.rhs(t, u, last)
 
     def rhs_scaled(self) -> tuple:
-        """(rhs_flux, divergence) of the discretisation, one tuple per discretisation (the loop compares
-        it by identity every step to notice a refinement)."""
+        """(rhs_flux, divergence[, True]) of the discretisation (True: rhs_flux takes stages in factored
+        form, its ``factored_stages``), one tuple per discretisation (the loop compares it by identity
+        every step to notice a refinement)."""
         disc = self.disc
         if self._scaled is None or self._scaled[0].__self__ is not disc:
-            self._scaled = (disc.rhs_flux, disc.divergence)
+            self._scaled = (disc.rhs_flux, disc.divergence) + ((True,) if disc.factored_stages else ())
         return self._scaled
 
     def error_norm(self, err: np.ndarray, u: np.ndarray, u_new: np.ndarray) -> float:

@@ -327,24 +327,34 @@ class CircleDiscretization:
         self._fwd = b.plan(1, "forward")
         # views into the transform buffers, taken once (the right-hand side runs six times a step)
         inv, fwd = self._inv, self._fwd
-        self._spec_rho, self._spec_tail = inv.spec[0, : self.K], inv.spec[:, self.K:]
+        self._spec_rho = inv.spec[0, : self.K]
+        self._spec_rho_floats = self._spec_rho.view(float)       # a state's float layout
+        # what the c2r transform destroyed and must be zero again: row 0 from k = K on and every kernel row
+        # whole, one contiguous span of the buffer (one fill per call, not one per row and tail)
+        self._spec_zero = inv.spec.reshape(-1)[self.K:]
         self._rho_head = inv.spec[0, : self.Ka]
-        self._rows_kernel = [(inv.spec[r, : self.Ka], inv.spec[r, self.Ka: self.K], m)
+        self._rows_kernel = [(inv.spec[r, : self.Ka], m)
                              for r, m in ((1, self._mult_G), (2, self._mult_psi))[: nrows - 1]]
         self._grid_rows = [inv.grid[r] for r in range(nrows)]
+        self._rho_w = inv.grid[:2]       # rho and G, which rhs_flux overwrites with w
         self._flux, self._flux_hat = fwd.grid[0], fwd.spec[0, : self.K]
         self._v = np.empty(b.M)          # the velocity of velocity(), and w without attention (rhs_flux)
         self._zero = np.zeros(b.M)       # G without attention
         self.last = {}
 
     # --- right-hand side ------------------------------------------------------------------------
-    def fields(self, c: np.ndarray) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
-        """rho, G, Psi on the grid (views into the transform buffers: valid until the next call)."""
-        self._spec_rho[...] = c
-        self._spec_tail[...] = 0.0        # every row: the c2r transform destroyed its input
-        for head, rest, mult in self._rows_kernel:
+    def fields(self, c: np.ndarray, factor: np.ndarray | None = None
+               ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
+        """rho, G, Psi on the grid (views into the transform buffers: valid until the next call) of the
+        coefficients c, or with ``factor`` of those whose float layout (re, im interleaved) is c * factor
+        (c and factor flat float arrays: a stage in factored form, see :meth:`rhs_flux`)."""
+        if factor is None:
+            self._spec_rho[...] = c
+        else:
+            np.multiply(c, factor, out=self._spec_rho_floats)
+        self._spec_zero.fill(0.0)         # the c2r transform destroyed its input
+        for head, mult in self._rows_kernel:
             np.multiply(self._rho_head, mult, out=head)
-            rest[...] = 0.0
         self._inv.execute()
         rows = self._grid_rows
         return rows[0], (rows[1] if self.Ka else None), (rows[2] if len(rows) > 2 else None)
@@ -361,24 +371,38 @@ class CircleDiscretization:
         :meth:`rhs_flux` (a new array)."""
         return np.multiply(self.rhs_flux(t, c, last), self.divergence)
 
-    def rhs_flux(self, t: float, c: np.ndarray, last: bool = False) -> np.ndarray:
+    #: :meth:`rhs_flux` takes a stepper's stage in factored form (``IFRungeKutta``'s ``scaled``)
+    factored_stages = True
+
+    def rhs_flux(self, t: float, c: np.ndarray, last: bool = False, factor: np.ndarray | None = None
+                 ) -> np.ndarray:
         """The unnormalised transform of the flux rho w, w = s v (``Model.drive``): -d/dtheta (rho v) is
         ``divergence`` (-i k s / M) times it. A view into the transform buffer, valid until the next call.
-        With ``last``, the diagnostics of the state (min/max density, max |v|) go to :attr:`last`."""
-        rho, G, psi = self.fields(c)
+        With ``last``, the diagnostics of the state (min/max density, max |v|) go to :attr:`last`.
+        ``factor``: the state is given in factored form, its float layout c * factor (:meth:`fields`): the
+        stepper's stage e^{c h L} times its weighted sum, multiplied here into the transform's input."""
+        rho, G, psi = self.fields(c, factor)
         # w in G's own row of the transform buffer (in place: no third array in cache)
         w = self.model.drive(G, psi, self.drift, out=G) if G is not None \
             else self.model.drive(self._zero, psi, self.drift, out=self._v)
         np.multiply(rho, w, out=self._flux)
         if last:
-            # |v| = |w|; max |w| as max(max w, -min w): no temporary
-            lo, hi = np.minimum.reduce, np.maximum.reduce     # ndarray.min/max without their Python wrappers
-            self.last = {"min_density": float(lo(rho)), "max_density": float(hi(rho)),
-                         "vmax": float(max(hi(w), -lo(w)))}
+            # |v| = |w|; max |w| as max(max w, -min w): no temporary. With attention w is the row after rho's
+            # in the transform buffer: both rows in one reduction each (ndarray.min/max without their wrappers)
+            if G is not None:
+                (rho_lo, w_lo), (rho_hi, w_hi) = np.minimum.reduce(self._rho_w, 1), \
+                    np.maximum.reduce(self._rho_w, 1)
+            else:
+                rho_lo, rho_hi = np.minimum.reduce(rho), np.maximum.reduce(rho)
+                w_lo, w_hi = np.minimum.reduce(w), np.maximum.reduce(w)
+            self.last = {"min_density": float(rho_lo), "max_density": float(rho_hi),
+                         "vmax": float(max(w_hi, -w_lo))}
             if psi is not None:
                 # Psi's round-off is eps times its series' absolute sum: log Psi is only as accurate as
                 # psi / that sum allows (The model §4)
-                a = np.abs(self._mult_psi * c[: self.Ka])
+                head = c[: self.Ka] if factor is None else \
+                    (c[: 2 * self.Ka] * factor[: 2 * self.Ka]).view(complex)
+                a = np.abs(self._mult_psi * head)
                 self.last["psi_ratio"] = float(psi.min() / (a[0] + 2.0 * a[1:].sum()))
         self._fwd.execute()
         return self._flux_hat

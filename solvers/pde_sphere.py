@@ -339,6 +339,9 @@ class SphereDiscretization:
     """
 
     space = SphereSpace
+    #: rhs_flux takes no stage in factored form: its input is converted to SHTns's layout anyway, and the
+    #: spherical transforms dwarf the pass that forming the stage costs
+    factored_stages = False
 
     def __init__(self, model: Model, L: int, *, threads: int = 1, effort: str = "FFTW_ESTIMATE") -> None:
         if model.d != 3:

@@ -96,7 +96,7 @@ class IFRungeKutta:
     tableau : Tableau
     lin : ndarray or None
         Diagonal of L, broadcastable against u; None for no linear part.
-    scaled : (n, D) or None
+    scaled : (n, D), (n, D, True) or None
         The right-hand side factored as N(t, u) = D * n(t, u, last), with D a fixed array of u's shape
         (a spectral derivative: the divergence of a flux; complex only for a complex state) and ``n``
         returning an array that the stepper reads before its next call (a transform's output buffer).
@@ -105,6 +105,12 @@ class IFRungeKutta:
         the last stage of an FSAL method (as ``np.multiply(n, D)``: a right-hand side that returns N must
         form it the same way, so that a restarted run repeats the uninterrupted one bit for bit). ``rhs``
         is still called where N itself is needed: the first stage without ``f0`` and the Lawson form.
+        With a third entry True, ``n`` also takes a stage in factored form, ``n(t, v, False, factor)``:
+        the state whose flat float layout is ``v * factor`` (flat float arrays). With an integrating
+        factor the stepper then hands every stage but an FSAL method's last (which is u_new, formed
+        here) as its weighted sum and its e^{c h L}, and ``n`` forms their product where it copies its
+        input anyway (a transform's input buffer): one pass fewer per stage, the same products, so the
+        same bits.
 
     Notes
     -----
@@ -125,9 +131,10 @@ class IFRungeKutta:
     MAX_EXPONENT = 600.0
 
     def __init__(self, rhs: RHS, tableau: Tableau, lin: np.ndarray | None = None,
-                 scaled: tuple[RHS, np.ndarray] | None = None) -> None:
+                 scaled: tuple | None = None) -> None:
         self.rhs = rhs
         self._n, self._D = (None, None) if scaled is None else (scaled[0], np.asarray(scaled[1]))
+        self._factored = scaled is not None and len(scaled) > 2 and bool(scaled[2])
         self.tableau = tableau
         self.lin = None if lin is None or not np.any(lin) else np.asarray(lin, dtype=float)
         tab = tableau
@@ -296,12 +303,19 @@ class IFRungeKutta:
         c = tab.c
         nfun = self._n
         state = self._state
+        factored = self._factored and lin is not None
+        sums = self._sums
         for i in range(1, s):
-            flat = self._weighted(i)
+            weights, stack = sums[i]
+            flat = np.dot(weights, stack)         # self._weighted(i), without its frame (six a step)
+            last = tab.fsal and i == s - 1
+            if factored and not last:
+                n = nfun(t + c[i] * h, flat, False, ex.decay_of[i])
+                np.multiply(n, ex.scaled_of[i], out=rows[i + 1])
+                continue
             if lin is not None:
                 flat *= ex.decay_of[i]
             U = state(flat)
-            last = tab.fsal and i == s - 1
             if last:
                 u_new = U          # the last FSAL stage is evaluated exactly at u_new
             if nfun is not None:
@@ -499,7 +513,8 @@ class Integration:
 
     ``rhs(t, u, last)``          the nonlinear part N(t, u) (see :class:`IFRungeKutta`); ``rhs_at_state()``
                              N at the current state (default ``rhs(t, state, True)``)
-    ``rhs_scaled()``             None (default), or (n, D) with N = D * n (IFRungeKutta's ``scaled``): the
+    ``rhs_scaled()``             None (default), or (n, D) with N = D * n, or (n, D, True) when ``n`` also
+                             takes stages in factored form (IFRungeKutta's ``scaled``): the
                              same tuple object until the discretisation changes, since a new one (a refined
                              discretisation's) makes the base rebuild its stepper
     ``tableau``, ``lin``         the method and its diagonal linear part (None: none; a new array object
@@ -537,8 +552,8 @@ class Integration:
     def step_bound(self) -> float:
         return math.inf
 
-    def rhs_scaled(self) -> tuple[RHS, np.ndarray] | None:
-        """None, or (n, D) with N(t, u) = D * n(t, u, last): see :class:`IFRungeKutta`."""
+    def rhs_scaled(self) -> tuple | None:
+        """None, or (n, D) with N(t, u) = D * n(t, u, last), or (n, D, True): see :class:`IFRungeKutta`."""
         return None
 
     def rhs_at_state(self) -> np.ndarray:

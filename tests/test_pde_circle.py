@@ -125,6 +125,33 @@ def test_a_run_with_the_divergence_applied_by_the_stepper_is_the_plain_run(monke
         assert np.abs(fast.coeffs[-1] - plain.coeffs[-1]).max() < 1e-13
 
 
+
+def test_a_run_with_stages_in_factored_form_is_the_same_run_bit_for_bit(monkeypatch):
+    # with noise the circle's rhs_flux takes a stage as its weighted sum times e^{c h L} and forms the
+    # product in the transform's input (CircleDiscretization.factored_stages): the same products as the
+    # stepper's, so the same run bit for bit, through refinements, with SA (whose Psi diagnostics read the
+    # coefficients) and USA
+    p = Perceptron.random(2, 3, "tanh", 1.0, seed=4)
+    for attention in ("unnormalized", "normalized"):
+        m = Model(2, 6.0, "ascent", attention=attention, noise=0.05, perceptron=p)
+        kw = dict(save_every=0.5, max_degree=256, tail_tol=1e-8, continuation="none")
+        factored = []
+        flux = CircleDiscretization.rhs_flux
+        with monkeypatch.context() as mp:
+            mp.setattr(CircleDiscretization, "rhs_flux",
+                       lambda self, t, c, last=False, factor=None: factored.append(factor is not None)
+                       or flux(self, t, c, last, factor))
+            fast = solve_pde(m, 1.5, 32, **kw)
+        assert sum(factored) == 5 * len(fast.steps["t"])      # DP54: five of the six new stages of each attempt
+        with monkeypatch.context() as mp:
+            mp.setattr(CircleDiscretization, "factored_stages", False)
+            plain = solve_pde(m, 1.5, 32, **kw)
+        assert fast.refinements and fast.refinements == plain.refinements
+        assert np.array_equal(fast.steps["dt"], plain.steps["dt"])
+        assert np.array_equal(fast.coeffs[-1], plain.coeffs[-1])
+        assert np.array_equal(fast.min_density, plain.min_density)
+
+
 # --- §3.3 dissipation identity -----------------------------------------------------------------
 @pytest.mark.parametrize("activation, K, tol", [("gelu", 128, 1e-8), ("relu", 512, 2e-6)])
 @pytest.mark.parametrize("flow", ["ascent", "descent"])

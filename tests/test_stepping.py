@@ -134,6 +134,43 @@ def test_a_factored_right_hand_side_is_the_same_step(tab, h, with_lin):
         assert np.array_equal(b[1], rhs(0.2 + h, b[0], True))
 
 
+
+@pytest.mark.parametrize("tab", [DP54, BS32, RK4])
+@pytest.mark.parametrize("h", [1e-3, 0.05, 0.4])
+def test_stages_in_factored_form_are_the_same_bits(tab, h):
+    # with scaled = (n, D, True) the stepper hands n a stage as its weighted sum and its factor e^{c h L}
+    # (flat float arrays) and n forms the product; every stage but an FSAL method's last. The products are
+    # the ones the stepper would form itself: the same step bit for bit, with the stages checked to arrive
+    # in both forms (h = 0.4 takes the Lawson form, which forms its stages itself)
+    base, lin, u0 = _nonlinear_problem()
+    k = np.arange(u0.size)
+    D = -1j * k / 7.0
+    buf = np.empty_like(u0)
+    forms = []
+
+    def n(t, u, last, factor=None):
+        if factor is not None:
+            assert not last and u.dtype == factor.dtype == float and u.shape == factor.shape == (2 * u0.size,)
+            u = np.multiply(u, factor).view(complex)
+        forms.append(factor is not None)
+        buf[...] = base(t, u, last)
+        return buf
+
+    def rhs(t, u, last):
+        return np.multiply(n(t, u, last), D)
+    two = IFRungeKutta(rhs, tab, lin=lin, scaled=(n, D))
+    three = IFRungeKutta(rhs, tab, lin=lin, scaled=(n, D, True))
+    f0 = rhs(0.2, u0, True)
+    a = two.step(0.2, u0, h, f0.copy())
+    forms.clear()
+    b = three.step(0.2, u0, h, f0.copy())
+    for x, y in zip(a, b):
+        assert np.array_equal(x, y)
+    lawson = h * 0.5 * 63 ** 2 > three.MAX_EXPONENT
+    factored = [True] * (tab.stages - 1 - tab.fsal) + [False] * tab.fsal
+    assert forms == ([False] * (tab.stages - 1) if lawson else factored)
+
+
 def test_stiff_steps_take_the_lawson_form_and_stay_finite():
     # h max|L| = 0.5 63^2 * 0.4 ~ 800 > MAX_EXPONENT: e^{-c h L} would overflow, so the step falls back to
     # the Lawson form, whose factors only decay; the top modes are damped to (nearly) nothing
