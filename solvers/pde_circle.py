@@ -379,8 +379,9 @@ class CircleDiscretization:
         """The unnormalised transform of the flux rho w, w = s v (``Model.drive``): -d/dtheta (rho v) is
         ``divergence`` (-i k s / M) times it. A view into the transform buffer, valid until the next call.
         With ``last``, the diagnostics of the state (min/max density, max |v|) go to :attr:`last`.
-        ``factor``: the state is given in factored form, its float layout c * factor (:meth:`fields`): the
-        stepper's stage e^{c h L} times its weighted sum, multiplied here into the transform's input."""
+        ``factor``: the state is given in factored form, its float layout c * factor (:meth:`fields`): a
+        stepper's stage i as its weighted sum c and its e^{c_i h L} (node c_i; IFRungeKutta's ``scaled``),
+        multiplied here into the transform's input."""
         rho, G, psi = self.fields(c, factor)
         # w in G's own row of the transform buffer (in place: no third array in cache)
         w = self.model.drive(G, psi, self.drift, out=G) if G is not None \

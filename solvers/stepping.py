@@ -106,11 +106,13 @@ class IFRungeKutta:
         form it the same way, so that a restarted run repeats the uninterrupted one bit for bit). ``rhs``
         is still called where N itself is needed: the first stage without ``f0`` and the Lawson form.
         With a third entry True, ``n`` also takes a stage in factored form, ``n(t, v, False, factor)``:
-        the state whose flat float layout is ``v * factor`` (flat float arrays). With an integrating
-        factor the stepper then hands every stage but an FSAL method's last (which is u_new, formed
-        here) as its weighted sum and its e^{c h L}, and ``n`` forms their product where it copies its
-        input anyway (a transform's input buffer): one pass fewer per stage, the same products, so the
-        same bits.
+        the state whose flat float layout is ``v * factor`` (flat float arrays). In a step in the
+        interaction picture with an integrating factor the stepper then hands the stages i = 1 .. s - 1
+        (all but an FSAL method's last, which is u_new and formed here; stage 0 is ``f0`` or ``rhs``'s)
+        as the weighted sum and e^{c_i h L}, and ``n`` forms their product where it copies its input
+        anyway (a transform's input buffer): one pass fewer per stage, the same products, so the same
+        bits. Lawson steps form their stages themselves. Like the rest of the interaction picture, this
+        needs c_i != 0 for i >= 1 (every tableau here).
 
     Notes
     -----
