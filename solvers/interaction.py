@@ -130,13 +130,13 @@ class _ChunkPlans:
     """FINUFFT plans for the fixed chunks of a point set, one plan per chunk (the S^1 and S^2 NUFFT sums).
 
     ``map(fn, n)`` returns [fn(plan_j, slice_j)] for the chunks of ``chunk`` points of n points, in chunk
-    order, computed ``threads`` at a time (:func:`solvers._chunks.map_chunks`). A chunk has its own plan
+    order, computed ``threads`` at a time (:func:`solvers._chunks.map_chunks`); ``sum(fn, n)`` adds them in
+    chunk order (the only order: the same bits for any ``threads``). A chunk has its own plan
     so that the points set on it for the type-1 pass stay set: the type-2 pass at the same points (the
     self-interaction, what the particle solver asks) reuses the type-1 pass's sorting instead of setting
     the points again (one setpts per chunk and evaluation, measured 0.75 ms per 2^17 points on S^1).
     Plans are made on first need, so once per run of a fixed point count (``make()`` builds one). Each
-    plan is single-threaded, so the chunks and the order of their sums (the caller's) fix the bits
-    whatever ``threads``. An evaluation (a type-1 pass and the type-2 pass that relies on its points)
+    plan is single-threaded, so the chunks and the order of ``sum`` fix the bits whatever ``threads``. An evaluation (a type-1 pass and the type-2 pass that relies on its points)
     holds ``lock``: two threads sharing one sums object take turns.
     """
 
@@ -152,6 +152,15 @@ class _ChunkPlans:
         plans = self._plans
         return map_chunks(lambda j, c: fn(plans[j], c), n, self.chunk, self.threads, self._name)
 
+    def sum(self, fn, n: int) -> np.ndarray:
+        """The sum of fn(plan_j, slice_j) over the chunks (:meth:`map`), added in chunk order: the same bits
+        for any number of threads."""
+        parts = self.map(fn, n)
+        total = parts[0]
+        for p in parts[1:]:
+            total += p
+        return total
+
 
 def _as_points(name: str, a, d: int | None = None) -> np.ndarray:
     a = np.asarray(a, dtype=float)
@@ -159,6 +168,14 @@ def _as_points(name: str, a, d: int | None = None) -> np.ndarray:
         want = f"(n, {d})" if d is not None else "(n, d)"
         raise ValueError(f"{name} must have shape {want}, got {a.shape}")
     return a
+
+
+def _as_weights(w, n: int) -> np.ndarray:
+    """The weights of n sources as a flat float array (ValueError unless there is one per source)."""
+    w = np.asarray(w, dtype=float).reshape(-1)
+    if w.shape != (n,):
+        raise ValueError(f"w must have one weight per source ({n}), got shape {w.shape}")
+    return w
 
 
 def _tangent(x: np.ndarray, H: np.ndarray) -> np.ndarray:
@@ -182,9 +199,7 @@ def direct_fields(x: np.ndarray, y: np.ndarray, w: np.ndarray, beta: float, *,
     """
     x = _as_points("x", x)
     y = _as_points("y", y, x.shape[1])
-    w = np.asarray(w, dtype=float).reshape(-1)
-    if w.shape != (y.shape[0],):
-        raise ValueError(f"w must have one weight per source ({y.shape[0]}), got shape {w.shape}")
+    w = _as_weights(w, y.shape[0])
     M, N = x.shape[0], y.shape[0]
     psi = np.empty(M)
     H = np.empty_like(x)
@@ -290,7 +305,7 @@ class CircleSums:
                ) -> tuple[np.ndarray, np.ndarray]:
         """Psi (M,) and G (M, 2) at x (default: at the sources y)."""
         y = _as_points("y", y, 2)
-        w = np.asarray(w, dtype=float).reshape(-1)
+        w = _as_weights(w, y.shape[0])
         x = y if x is None else _as_points("x", x, 2)
         K = self.K
         c = np.zeros(K + 1, dtype=complex)
@@ -351,9 +366,7 @@ class CircleNufftSums:
                ) -> tuple[np.ndarray, np.ndarray]:
         """Psi (M,) and G (M, 2) at x (default: at the sources y)."""
         y = _as_points("y", y, 2)
-        w = np.asarray(w, dtype=float).reshape(-1)
-        if w.shape != (y.shape[0],):
-            raise ValueError(f"w must have one weight per source ({y.shape[0]}), got shape {w.shape}")
+        w = _as_weights(w, y.shape[0])
         x = None if x is None else _as_points("x", x, 2)
         with self._plans.lock:
             return self._fields(y, w, x)
@@ -366,10 +379,7 @@ class CircleNufftSums:
             np.arctan2(y[c, 1], y[c, 0], out=theta[c])
             plan.setpts(theta[c])
             return plan.execute(w[c].astype(complex))
-        parts = self._plans.map(source, y.shape[0])
-        coef = parts[0]
-        for p in parts[1:]:                                   # a fixed order: the same bits for any threads
-            coef += p
+        coef = self._plans.sum(source, y.shape[0])
         coef *= self._mult
         same = x is None
         x = y if same else x
@@ -467,7 +477,7 @@ class SphereSums:
                ) -> tuple[np.ndarray, np.ndarray]:
         """Psi (M,) and G (M, 3) at x (default: at the sources y)."""
         y = _as_points("y", y, 3)
-        w = np.asarray(w, dtype=float).reshape(-1)
+        w = _as_weights(w, y.shape[0])
         x = y if x is None else _as_points("x", x, 3)
         W = np.empty((y.shape[0], 4))
         W[:, 0] = w
@@ -596,11 +606,7 @@ class SphereNufftSums:
         def one(plan, c: slice) -> np.ndarray:
             plan.setpts(*self._angles(y[c]))
             return plan.execute(w[c].astype(complex))
-        parts = self._plans.map(one, y.shape[0])
-        F = parts[0]
-        for p in parts[1:]:                   # a fixed order: the same bits for any threads
-            F += p
-        return F
+        return self._plans.sum(one, y.shape[0])
 
     def _type2(self, x: np.ndarray, B1: np.ndarray, B2: np.ndarray, same: bool) -> tuple[np.ndarray, np.ndarray]:
         """Psi (M,) and G (M, 3) at x from the coefficients of Psi + i G_theta (B1) and G_phi (B2); ``same``:
@@ -667,14 +673,13 @@ class SphereNufftSums:
                ) -> tuple[np.ndarray, np.ndarray]:
         """Psi (M,) and G (M, 3) at x (default: at the sources y)."""
         y = _as_points("y", y, 3)
-        w = np.asarray(w, dtype=float).reshape(-1)
-        if w.shape != (y.shape[0],):
-            raise ValueError(f"w must have one weight per source ({y.shape[0]}), got shape {w.shape}")
+        w = _as_weights(w, y.shape[0])
         x = None if x is None else _as_points("x", x, 3)
         with self._plans.lock:
             F = self._type1(y, w)
             B1, B2 = self._fold(self.coefficients(F))
             return self._type2(y if x is None else x, B1, B2, x is None)
+
 
 def sphere_nufft_chunk(L: int) -> int:
     """Points per transform of the S^2 NUFFT sums: 2^15, or the power of two >= 2 (4L + 2)^2 if larger.
