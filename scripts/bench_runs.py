@@ -164,19 +164,20 @@ def whole_run(d: int, degree: int, t_final: float = 10.0, repeats: int = 1, appl
 class WriterClock:
     """Within the ``with`` block, time spent inside ``ArchiveWriter`` methods on the calling thread
     (outermost calls only, so nested calls count once), inside ``PDEResult.atoms`` (which ``pde_finish``
-    calls), and in the batches the writer's background thread wrote ("behind", not on the run's path)."""
+    calls), in the batches the writer's background thread wrote ("behind", not on the run's path), and
+    inside ``PDERun.run`` ("solve": the integration, with its snapshot callbacks)."""
 
     METHODS = ("__init__", "set_status", "close", "write_pending", "pde_begin", "pde_snapshot", "pde_finish",
                "write_atoms", "truncate_to_restart")
 
     def __init__(self) -> None:
-        self.total = self.atoms = self.behind = 0.0
+        self.total = self.atoms = self.behind = self.solve = 0.0
         self._local = threading.local()          # nesting depth, per thread
         self._lock = threading.Lock()
         self._saved = []
 
     def reset(self) -> None:
-        self.total = self.atoms = self.behind = 0.0
+        self.total = self.atoms = self.behind = self.solve = 0.0
 
     def _wrap(self, owner, name, field):
         f = getattr(owner, name)
@@ -198,10 +199,11 @@ class WriterClock:
 
     def __enter__(self) -> "WriterClock":
         from solvers.app.archive import ArchiveWriter, _WriteBehind
-        from solvers.pde import PDEResult
+        from solvers.pde import PDEResult, PDERun
         for name in self.METHODS:
             self._wrap(ArchiveWriter, name, "total")
         self._wrap(PDEResult, "atoms", "atoms")
+        self._wrap(PDERun, "run", "solve")
         # batches written behind the run, in the writer's background thread (wall time of that thread)
         self._wrap(_WriteBehind, "_run", "behind")
         return self
@@ -219,10 +221,12 @@ def archive_overhead(d: int = 2, degree: int = 1024, t_final: float = 10.0, save
     model = _model(d)
     cfg = parse_config(CONFIG.format(d=d, degree=degree, t_final=t_final, save=f"save_every = {save_every}"))
     plain, archived, inside, atoms, behind, size = [], [], [], [], [], 0
+    solve = {"plain": [], "archived": []}
     steps = set()
     with tempfile.TemporaryDirectory() as tmp, WriterClock() as clock:
         for i in range(repeats):
             for kind in (("plain", "archived") if i % 2 == 0 else ("archived", "plain")):
+                clock.reset()
                 if kind == "plain":
                     t0 = time.perf_counter()
                     r = solve_pde(model, t_final, degree, max_degree=degree, save_every=save_every)
@@ -230,7 +234,6 @@ def archive_overhead(d: int = 2, degree: int = 1024, t_final: float = 10.0, save
                     steps.add(("plain", r.nsteps))
                 else:
                     path = Path(tmp) / f"a{i}.h5"           # a new file, as a new run writes
-                    clock.reset()
                     # the runner prints plain progress lines to stderr when not on a terminal
                     with contextlib.redirect_stderr(io.StringIO()):
                         t0 = time.perf_counter()
@@ -242,9 +245,15 @@ def archive_overhead(d: int = 2, degree: int = 1024, t_final: float = 10.0, save
                     size = path.stat().st_size
                     steps.add(("archived", out.pde.nsteps))
                     nsnap = len(out.pde.t)
+                solve[kind].append(clock.solve)
     ratio = min(archived) / min(plain)
     paired = statistics.median(x / y for x, y in zip(archived, plain))      # runs adjacent in time
     w, a, b = statistics.median(inside), statistics.median(atoms), statistics.median(behind)
+    # where the extra time goes (paired medians): in the integration (its snapshot callbacks, progress
+    # lines, and whatever the writer's other threads cost it) and around it (the archive's own writes)
+    during = statistics.median(x - y for x, y in zip(solve["archived"], solve["plain"]))
+    around = statistics.median((x - xs) - (y - ys) for x, xs, y, ys in
+                               zip(archived, solve["archived"], plain, solve["plain"]))
     same = len({n for _, n in steps}) == 1
     return {"case": f"archive overhead: {_res(d, degree)} to t={t_final:g}, snapshot every {save_every:g} "
                     f"({nsnap} snapshots, {size / 1e6:.1f} MB)",
@@ -254,11 +263,13 @@ def archive_overhead(d: int = 2, degree: int = 1024, t_final: float = 10.0, save
             "met": bool(ratio <= ARCHIVE_TARGET) if apply_target else None,
             "paired_ratio_median": paired,
             "writer_seconds": w, "writer_fraction": w / min(plain), "atoms_seconds": a, "behind_seconds": b,
+            "extra_during_run_seconds": during, "extra_around_run_seconds": around,
             "archive_bytes": size,
             "repeats": repeats, "snapshots": nsnap, "same_steps": same,
             "note": f"min / min of {repeats} (median of paired ratios {paired:.3f}); inside ArchiveWriter "
                     f"{1e3 * w:.0f} ms = {100 * w / min(plain):.1f}% of the plain run (incl. atoms {1e3 * a:.0f} ms), "
-                    f"{1e3 * b:.0f} ms more written behind the run"
+                    f"{1e3 * b:.0f} ms more written behind the run; extra time (paired medians) "
+                    f"{1e3 * during:+.1f} ms during the integration, {1e3 * around:+.1f} ms around it"
                     + ("" if same else "; RUNS TOOK DIFFERENT STEPS")}
 
 

@@ -423,7 +423,8 @@ class Progress:
     rerun from its handoff) and the step that ends a phase (``t`` reaching ``info["t_end"]``, default
     ``t_final``). The bar is drawn at most every 0.1 s and once more when it is closed (where the run
     ended). Both matter on small runs: formatting a line after each of a thousand steps of a 0.2 s run
-    cost ~9% of it (measured, scripts/bench_runs.py's K = 1024 run), the callable's dict ~1%."""
+    cost ~9% of it (measured, scripts/bench_runs.py's K = 1024 run), the callable's dict ~1%, which the
+    stepping loop no longer builds for a call the interval would drop (:meth:`wants`)."""
 
     def __init__(self, progress, t_final: float, t0: float = 0.0, max_steps: int | None = None) -> None:
         self.callback = progress if callable(progress) else None
@@ -473,11 +474,27 @@ class Progress:
         """Whether a call shows or delivers anything (else the loop skips building its dict)."""
         return self.bar is not None or self.callback is not None
 
+    def wants(self, t: float) -> bool:
+        """Whether a call at ``t`` after a step of a phase ending at ``t_final`` would deliver its dict:
+        the loop builds the dict only then. False only for a rate-limited callable within its interval
+        (then ``t`` is taken as the call would have taken it); a bar keeps every call's dict (the last
+        one undrawn is drawn at close). A call after True decides exactly as it would have alone."""
+        if self.bar is not None or self.interval <= 0.0:
+            return self.active
+        if time.monotonic() - self._called < self.interval and t >= self._last_t and t < self.t_final:
+            self._last_t = t
+            return False
+        return True
+
     def close(self) -> None:
         if self.bar is not None:
             if self._undrawn is not None:           # the bar ends where the run did
                 self._draw(*self._undrawn)
             self.bar.close()
+
+
+def _always(t: float) -> bool:
+    return True
 
 
 #: mantissa bits an adaptive step keeps when the method has an integrating factor (see round_step)
@@ -630,5 +647,6 @@ class Integration:
             stop = self.accept(u_new, f_new, h, lands)
             if stop is not None:
                 return stop
-            if progress is not None and getattr(progress, "active", True):    # a Progress, or a plain callable
+            # a Progress (asked first whether it wants this step's dict), or a plain callable
+            if progress is not None and getattr(progress, "wants", _always)(self.t):
                 progress(self.t, self.report(h))

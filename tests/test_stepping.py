@@ -4,6 +4,8 @@ import math
 import numpy as np
 import pytest
 
+from solvers.model import Model
+from solvers.perceptron import Perceptron
 from solvers.stepping import BS32, DP54, RK4, IFRungeKutta, StepController
 
 
@@ -256,6 +258,43 @@ def test_a_progress_callable_with_an_interval_still_sees_each_phase_start_and_en
             p(float(t), info)
     assert slow.seen == [(0.5, None), (10.0, None), (0.1, "2x nodes"), (4.0, "2x nodes")], slow.seen
     assert len(fast.seen) == len(steps)
+
+
+def test_the_loop_asks_a_rate_limited_progress_first_and_builds_only_the_dicts_it_delivers(monkeypatch):
+    """The stepping loop asks ``Progress.wants`` before building a step's dict: a callable with an
+    interval then receives exactly the calls it would have received from a call after every step (here
+    a phase that goes back in time, and steps one second apart against an interval of 2.5 s), and a PDE
+    run builds its progress dict only for those (the first step, the last at t_final, none between)."""
+    from solvers import pde
+    from solvers.stepping import Progress
+
+    class Every:
+        def __init__(self, interval):
+            self.interval, self.seen = interval, []
+
+        def __call__(self, info):
+            self.seen.append(info["t"])
+
+    now = [0.0]                                        # the clock: one second per step
+    monkeypatch.setattr("solvers.stepping.time.monotonic", lambda: now[0])
+    times = [0.5, 1.0, 2.0, 3.0, 4.0, 5.0, 1.5, 2.5, 6.0, 10.0]
+    eager, gated = Every(2.5), Every(2.5)
+    p, q = Progress(eager, 10.0), Progress(gated, 10.0)
+    for t in times:
+        now[0] += 1.0
+        p(t, {})
+        if q.wants(t):
+            q(t, {})
+    assert gated.seen == eager.seen and 1.5 in eager.seen and len(eager.seen) < len(times), eager.seen
+    monkeypatch.undo()
+
+    built, report = [], pde.PDERun.report
+    monkeypatch.setattr(pde.PDERun, "report", lambda self, h: (built.append(self.t), report(self, h))[1])
+    day = Every(86400.0)
+    model = Model(2, 4.0, "descent", noise=0.02, perceptron=Perceptron.random(2, 2, "tanh", 1.0, seed=3))
+    r = pde.solve_pde(model, 2.0, 128, max_degree=128, progress=day)
+    assert r.stop_reason == "t_final" and r.nsteps > 10, r.nsteps
+    assert day.seen == built == [built[0], 2.0], day.seen
 
 
 def test_progress_bar_ends_where_the_run_ended(bar_output):
