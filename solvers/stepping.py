@@ -456,11 +456,17 @@ class Progress:
         elif self.callback is not None:
             if self.interval > 0.0:
                 now = time.monotonic()
-                back, self._last_t = t < self._last_t, t
-                if now - self._called < self.interval and not back and t < info.get("t_end", self.t_final):
+                drop = self._drops(t, info.get("t_end", self.t_final), now)
+                self._last_t = t
+                if drop:
                     return
                 self._called = now
             self.callback({"t": t, "t_final": self.t_final, **info})
+
+    def _drops(self, t: float, t_end: float, now: float) -> bool:
+        """Whether the rate-limited callable skips a call at ``t``: within ``interval`` of the last call it
+        got, and neither a phase's first step (the time went back) nor its last (``t_end``)."""
+        return now - self._called < self.interval and t >= self._last_t and t < t_end
 
     def _draw(self, t: float, info: dict) -> None:
         self._undrawn = None
@@ -481,7 +487,7 @@ class Progress:
         one undrawn is drawn at close). A call after True decides exactly as it would have alone."""
         if self.bar is not None or self.interval <= 0.0:
             return self.active
-        if time.monotonic() - self._called < self.interval and t >= self._last_t and t < self.t_final:
+        if self._drops(t, self.t_final, time.monotonic()):
             self._last_t = t
             return False
         return True
