@@ -48,12 +48,12 @@ def _models() -> dict[str, Model]:
             "SA beta=9 relu": Model(3, 9.0, "descent", attention="normalized", perceptron=p)}
 
 
-def measure(model: Model, L: int, repeats: int = 15, threads: int = 1) -> dict:
-    """Best-of-``repeats`` time of one RHS (with and without the diagnostics of the last stage) and of
-    the bare transforms it needs, same SHTns objects, same process."""
-    disc = SphereDiscretization(model, L, threads=threads)
+def floor_transforms(disc: SphereDiscretization) -> dict:
+    """The bare transforms of one RHS of ``disc`` as callables on their own buffers, with the same SHTns
+    objects as the RHS: "floor" as the RHS does them (the kernel fields at the kernel's degree), "floor_full"
+    every transform at degree L. Also "u", a smooth positive density's coefficients (the cost does not
+    depend on the data)."""
     b, kb = disc.basis, disc.kbasis
-    # a smooth positive density: the cost does not depend on the data
     X = b.points
     rho = np.exp(0.8 * X[..., 0] - 0.5 * X[..., 2])
     u = b.analys(rho)
@@ -62,7 +62,7 @@ def measure(model: Model, L: int, repeats: int = 15, threads: int = 1) -> dict:
     S, T = b.spec_array(), b.spec_array()
     kspec = np.ascontiguousarray(u if kb is b else u[: kb.nlm])   # any coefficients of the right size
     sh, ksh = b.sht, kb.sht
-    sa = model.normalized
+    sa = disc.model.normalized
 
     def transforms(kernel_sht, kernel_coeffs):
         """The transforms of one RHS, the kernel's (gradient, and Psi for SA) done by ``kernel_sht``."""
@@ -74,14 +74,20 @@ def measure(model: Model, L: int, repeats: int = 15, threads: int = 1) -> dict:
             sh.spat_to_SHsphtor(f2, f3, S, T)
         return run
 
-    floor = transforms(ksh, kspec)          # as the RHS does them: kernel fields at the kernel's degree
-    floor_full = transforms(sh, u)          # every transform at degree L
+    return {"floor": transforms(ksh, kspec), "floor_full": transforms(sh, u), "u": u}
 
+
+def measure(model: Model, L: int, repeats: int = 15, threads: int = 1) -> dict:
+    """Best-of-``repeats`` time of one RHS (with and without the diagnostics of the last stage) and of
+    the bare transforms it needs (:func:`floor_transforms`), same SHTns objects, same process."""
+    disc = SphereDiscretization(model, L, threads=threads)
+    fl = floor_transforms(disc)
+    u = fl["u"]
     t = _best_interleaved({"rhs": lambda: disc.rhs(0.0, u, False), "rhs_last": lambda: disc.rhs(0.0, u, True),
-                           "floor": floor, "floor_full": floor_full}, repeats)
-    t_rhs, t_rhs_last, t_floor, t_full = t["rhs"], t["rhs_last"], t["floor"], t["floor_full"]
-    return {"L": L, "La": disc.La, "nlat": b.nlat, "nphi": b.nphi, "transforms": 4 if sa else 3,
-            "rhs": t_rhs, "rhs_last": t_rhs_last, "floor": t_floor, "floor_full_degree": t_full}
+                           "floor": fl["floor"], "floor_full": fl["floor_full"]}, repeats)
+    b = disc.basis
+    return {"L": L, "La": disc.La, "nlat": b.nlat, "nphi": b.nphi, "transforms": 4 if model.normalized else 3,
+            "rhs": t["rhs"], "rhs_last": t["rhs_last"], "floor": t["floor"], "floor_full_degree": t["floor_full"]}
 
 
 def run(degrees=(63, 255, 511), repeats: int = 15, threads: int = 1) -> list[dict]:
