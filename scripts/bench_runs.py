@@ -86,12 +86,6 @@ def _floor_call(d: int, degree: int):
     return bs.floor_transforms(SphereDiscretization(_model(3), degree))["floor"]
 
 
-def _rhs_floor(d: int, degree: int) -> float:
-    """Best per-call time of :func:`_floor_call` (loops of >= 50 ms, best of 7)."""
-    import bench_circle_rhs as b
-    return b.best_time(_floor_call(d, degree))
-
-
 def _back_to_back(fn, n: int) -> float:
     """Wall time of n calls of fn in a row (after one call to warm up)."""
     fn()
@@ -151,15 +145,15 @@ def whole_run(d: int, degree: int, t_final: float = 10.0, repeats: int = 1, appl
     10-20% over seconds, and a run integrates over that drift while a best single call picks its fastest
     moment. The S^2 run (6 s) against n x the best of 7 single calls measured 1.40x-1.60x on one day with
     the same code. Both floors are reported: ``floor_seconds`` is the back-to-back one, which the target
-    uses; ``floor_best_call_seconds`` is n x the best per-call time (:func:`_rhs_floor`).
-    The split of the wall time is estimated from per-call costs (:func:`_parts`): transforms (the floor),
-    the rest of the RHS evaluations, the stepper's stage arithmetic, and the remainder."""
+    uses; ``floor_best_call_seconds`` is n x the best per-call time of the same transforms (loops of
+    >= 50 ms, best of 7). The split of the wall time is estimated from best per-call costs
+    (:func:`_parts`): transforms (n x their best call), the rest of the RHS evaluations, the stepper's
+    stage arithmetic, and the remainder."""
     model = _model(d)
     fn = _floor_call(d, degree)
     walls, floors = [], []
-    nrhs = None
     for i in range(repeats):
-        order = ("run", "floor") if i % 2 == 0 or nrhs is None else ("floor", "run")
+        order = ("run", "floor") if i % 2 == 0 else ("floor", "run")      # the first run counts the RHS
         for kind in order:
             if kind == "run":
                 t0 = time.perf_counter()
@@ -171,14 +165,16 @@ def whole_run(d: int, degree: int, t_final: float = 10.0, repeats: int = 1, appl
                 floors.append(_back_to_back(fn, nrhs))
     wall, floor = min(walls), min(floors)
     paired = statistics.median(w / f for w, f in zip(walls, floors))      # a run and its floor, adjacent
-    best_call = nrhs * _rhs_floor(d, degree)
+    from bench_circle_rhs import best_time
+    best_call = nrhs * best_time(fn)
     per_step = wall / max(r.nsteps, 1)
     parts = _parts(d, degree, r)
     dts = np.asarray(r.steps["dt"])
     new_h = 1 + int(np.count_nonzero(dts[1:] != dts[:-1]))      # step sizes whose factors were computed
     rhs_s = nrhs * parts["rhs"]
     stage_s = nattempts * parts["stages"] + new_h * parts["factors"]
-    split = {"transforms": floor, "rhs_rest": rhs_s - floor, "stage_arithmetic": stage_s,
+    # per-call costs throughout: the transforms' best call, as the RHS's and the stages' are
+    split = {"transforms": best_call, "rhs_rest": rhs_s - best_call, "stage_arithmetic": stage_s,
              "remainder": wall - rhs_s - stage_s}
     return {"case": f"whole PDE run {_res(d, degree)}, uniform data to t={t_final:g}", "seconds": wall,
             "floor_seconds": floor, "ratio": wall / floor,
