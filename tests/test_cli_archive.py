@@ -135,6 +135,16 @@ def test_round_trip_run_archive_load(tmp_path):
     info = cli("info", cfg.with_suffix(".h5"))
     assert info.returncode == 0 and "ended: resolution" in info.stdout or "ended: t_final" in info.stdout
     assert "atoms:" in info.stdout
+    # its reader gone before it writes (as `attnpde info A | head` once head has exited): quiet, 128 + SIGPIPE
+    r, w = os.pipe()
+    os.close(r)
+    try:
+        closed = subprocess.run([sys.executable, "-m", "solvers.app.cli", "info", str(cfg.with_suffix(".h5"))],
+                                cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)), stdout=w,
+                                stderr=subprocess.PIPE, text=True, timeout=300)
+    finally:
+        os.close(w)
+    assert closed.returncode == 128 + signal.SIGPIPE and closed.stderr == "", closed.stderr
     plot = cli("plot", cfg.with_suffix(".h5"), "--out", tmp_path / "png")
     assert plot.returncode == 0, plot.stderr
     pngs = sorted((tmp_path / "png").glob("*.png"))

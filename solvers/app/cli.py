@@ -10,16 +10,20 @@
 (:mod:`solvers.app.executor`); without it they run in ``--workers`` local processes (default 2).
 
 Exit status: 0 done, 1 the run failed after its archive was created (status "failed", attr ``failure``),
-2 bad input (configuration, arguments, archive), 130 interrupted.
+2 bad input (configuration, arguments, archive), 130 interrupted, 141 the output's reader closed it early
+(``| head``: no traceback).
 """
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
+import signal
 import sys
 from pathlib import Path
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE      # what a shell reports for a tool killed by SIGPIPE
 
 
 def _err(msg: str) -> int:
@@ -318,6 +322,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("attnpde: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        # the reader of our output went away (``attnpde info A | head``): stop quietly, as a shell tool does;
+        # stdout goes to /dev/null so that the interpreter's flush at exit does not fail a second time
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
 
 
 if __name__ == "__main__":
