@@ -247,11 +247,24 @@ class WriterClock:
         self._saved.clear()
 
 
+def _dirty_kib() -> int | None:
+    """The kernel's dirty page cache, KiB (Linux: /proc/meminfo "Dirty"; None elsewhere). The archive's
+    flush hands its bytes to the page cache, and how long that takes depends on what is already there: the
+    flush of the 0.2 s run's 2.5 MB took 1.7 ms with a clean cache and 6.2-6.6 ms with ~200 MB dirty
+    (AMD EPYC model 17, ext4), so an archive record says which it met."""
+    try:
+        with open("/proc/meminfo") as f:
+            return next((int(line.split()[1]) for line in f if line.startswith("Dirty:")), None)
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def archive_overhead(d: int = 2, degree: int = 1024, t_final: float = 10.0, save_every: float = 0.1,
                      repeats: int = 5, apply_target: bool = True) -> dict:
     """Best-of-``repeats`` wall times of the run written by the runner into an archive against the same
     run with no output (alternating order), plus the time inside ArchiveWriter (median over repeats)."""
     model = _model(d)
+    dirty = [_dirty_kib()]
     cfg = parse_config(CONFIG.format(d=d, degree=degree, t_final=t_final, save=f"save_every = {save_every}"))
     plain, archived, inside, atoms, behind, size = [], [], [], [], [], 0
     solve = {"plain": [], "archived": []}
@@ -279,6 +292,7 @@ def archive_overhead(d: int = 2, degree: int = 1024, t_final: float = 10.0, save
                     steps.add(("archived", out.pde.nsteps))
                     nsnap = len(out.pde.t)
                 solve[kind].append(clock.solve)
+    dirty.append(_dirty_kib())
     ratio = min(archived) / min(plain)
     paired = statistics.median(x / y for x, y in zip(archived, plain))      # runs adjacent in time
     w, a, b = statistics.median(inside), statistics.median(atoms), statistics.median(behind)
@@ -297,12 +311,14 @@ def archive_overhead(d: int = 2, degree: int = 1024, t_final: float = 10.0, save
             "paired_ratio_median": paired,
             "writer_seconds": w, "writer_fraction": w / min(plain), "atoms_seconds": a, "behind_seconds": b,
             "extra_during_run_seconds": during, "extra_around_run_seconds": around,
-            "archive_bytes": size,
+            "archive_bytes": size, "dirty_kib_start": dirty[0], "dirty_kib_end": dirty[1],
             "repeats": repeats, "snapshots": nsnap, "same_steps": same,
             "note": f"min / min of {repeats} (median of paired ratios {paired:.3f}); inside ArchiveWriter "
                     f"{1e3 * w:.0f} ms = {100 * w / min(plain):.1f}% of the plain run (incl. atoms {1e3 * a:.0f} ms), "
                     f"{1e3 * b:.0f} ms more written behind the run; extra time (paired medians) "
                     f"{1e3 * during:+.1f} ms during the integration, {1e3 * around:+.1f} ms around it"
+                    + ("" if None in dirty else f"; dirty page cache {dirty[0] / 1024:.0f} -> "
+                       f"{dirty[1] / 1024:.0f} MiB")
                     + ("" if same else "; RUNS TOOK DIFFERENT STEPS")}
 
 
