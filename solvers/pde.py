@@ -805,6 +805,15 @@ class PDERun(Integration):
                 message += (f" during the error-estimate rerun (twice the nodes from the handoff at t = "
                             f"{self.good['t']:.6g}); the solution had reached t = {self.t:.6g}, and a resume "
                             "runs the error estimate again")
+            else:
+                if self.lag is not None:
+                    self.t = self.lag.t          # the node phase's loop had not handed its time back
+                last = self._last_snapshot_t
+                if last is not None and last < self.t:
+                    # what a resume from an archive of this run starts from: the state is kept at snapshots
+                    message += (f" at t = {self.t:.6g}; the last snapshot, where a resume continues, is at "
+                                f"t = {last:.6g}" + ("" if self.save_every else
+                                                     " (no save_every: snapshots at t = 0 and t_final only)"))
         finally:
             self.progress.close()
         return self._result(stop, message, time.perf_counter() - wall0)

@@ -179,3 +179,16 @@ def test_an_interrupt_in_the_error_estimate_rerun_keeps_the_solution_time():
     assert r.stop_reason == "interrupted" and r.t_stop == 2.0 == r.t[-1], (r.t_stop, r.message)
     assert r.lagrangian["check"] is None and "error-estimate rerun" in r.message
     assert r.t_handoff < 0.1
+
+
+def test_an_interrupt_in_the_node_phase_reports_the_time_reached_and_the_restart_point():
+    """Ctrl-C in the node phase (past the handoff): the run ends "interrupted" at the nodes' time, not at
+    the handoff time, and its message names the last snapshot, where a resume of its archive continues."""
+    def progress(info):
+        if "check" not in info and info["t"] > 1.2:
+            raise KeyboardInterrupt
+    m = Model(2, 1.0, "ascent", perceptron=Perceptron.random(2, 2, "relu", 1.0, seed=111))
+    r = solve_pde(m, 2.0, 128, save_every=0.5, progress=progress)
+    assert r.stop_reason == "interrupted" and r.t_handoff < 0.1
+    assert 1.2 < r.t_stop < 2.0, (r.t_stop, r.message)
+    assert r.t[-1] == 1.0 and "the last snapshot, where a resume continues, is at t = 1" in r.message, r.message

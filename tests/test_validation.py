@@ -240,6 +240,22 @@ def test_validate_command_writes_table_archive_and_figure(tmp_path):
     assert bad.returncode == 2 and "integers >= 1" in bad.stderr
 
 
+def test_a_fit_time_between_snapshots_is_fitted_at_the_nearest_and_says_so():
+    """--at between two common snapshot times: the slopes are those of the nearest snapshot (distances
+    decaying like N^-1/2 there give slope -1/2), and the table says which time it used and why."""
+    from solvers.app.validate import METRICS, _assemble
+    t, ns = np.array([0.0, 0.25, 0.5]), [100, 400, 1600]
+    # at t = 0.25 the distances fall like N^-1/2, at t = 0.5 like N^-1: the slope tells which was used
+    results = [{"t": t, "n": n, "seed": 0, **{k: np.array([1.0, n ** -0.5, n ** -1.0]) for k in METRICS}}
+               for n in ns]
+    near = _assemble(results, ns, [0], at=0.33)
+    assert near.at == 0.25 and all(abs(v + 0.5) < 1e-12 for v in near.slopes.values())
+    assert "--at 0.33 is not a snapshot time: the nearest common snapshot is used" in near.table
+    exact = _assemble(results, ns, [0], at=0.5)
+    assert exact.at == 0.5 and all(abs(v + 1) < 1e-12 for v in exact.slopes.values())
+    assert "not a snapshot time" not in exact.table
+
+
 # --- atoms of a PDE density beside a jump ---------------------------------------------------------------
 def test_gibbs_oscillations_beside_a_jump_are_not_atoms():
     """rho = truncated Fourier series of a density shaped like a ReLU descent state (a ramp rising to

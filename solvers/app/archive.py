@@ -1353,10 +1353,13 @@ def _open(path: str | Path, mode: str = "r") -> h5py.File:
     p = Path(path)
     if not p.exists():
         raise ArchiveError(f"{p}: no such file")
+    if p.is_dir():
+        raise ArchiveError(f"{p}: a directory, not an archive")
     try:
         f = h5py.File(p, mode)
     except OSError as e:
-        raise ArchiveError(f"{p}: not a readable HDF5 file ({e})") from None
+        # HDF5's message can span lines (its error stack): the one line a command prints keeps it whole
+        raise ArchiveError(f"{p}: not a readable HDF5 file ({' '.join(str(e).split())})") from None
     fmt = f.attrs.get("format")
     if fmt != FORMAT:
         f.close()

@@ -147,11 +147,20 @@ def cmd_info(args) -> int:
 def cmd_plot(args) -> int:
     from .archive import ArchiveError
 
+    if args.out:
+        out = Path(args.out)
+        problem = (f"--out {out}: is a file; give the directory of the figures" if out.exists() and not out.is_dir()
+                   else _unwritable(out, "--out", directory=True))
+        if problem:
+            return _err(problem)
     try:
         from .plots import plot_archive
         files = plot_archive(args.archive, args.out)
     except ArchiveError as e:
         return _err(str(e))
+    except OSError as e:
+        # writing the figures (the check above cannot foresee every file system)
+        return _err(f"cannot write the figures ({e.strerror or e})")
     for f in files:
         print(f)
     return EXIT_OK
@@ -315,11 +324,32 @@ def _attach_list_values(argv: list[str]) -> list[str]:
     return out
 
 
+_SIGINTS: list[int] = []
+
+
+def _sigint(signum, frame) -> None:
+    """Python's own Ctrl-C handler (raise KeyboardInterrupt), remembering that the signal came."""
+    _SIGINTS.append(signum)
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(_attach_list_values(sys.argv[1:] if argv is None else list(argv)))
+    # everything the command does, its imports of the numerics included, is inside this try: a Ctrl-C at
+    # any moment ends it with 130 and one line (``solvers`` imports its public names on first use, so the
+    # interpreter reaches this line before any heavy import). A Ctrl-C inside a compiled module's
+    # initialisation surfaces as that import's ImportError ("initialization failed"): the handler records
+    # the signal so that it is told apart from a real import error.
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        signal.signal(signal.SIGINT, _sigint)
     try:
+        args = build_parser().parse_args(_attach_list_values(sys.argv[1:] if argv is None else list(argv)))
         return args.func(args)
     except KeyboardInterrupt:
+        print("attnpde: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except ImportError:
+        if not _SIGINTS:
+            raise
         print("attnpde: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     except BrokenPipeError:

@@ -72,7 +72,7 @@ def describe_pde(r, atoms: dict) -> list[str]:
     out = ["pde:", f"  initial: {r.initial}", _ended(r),
            f"  {len(r.t)} snapshots (t = {r.t[0]:.4g} .. {r.t[-1]:.4g}), {r.step_counts()}, "
            f"resolution {int(r.degree[0])} -> {int(r.degree[-1])}, {len(r.refinements)} refinement(s), "
-           f"wall {r.wall_time:.1f} s",
+           + ("wall not recorded (no end)" if r.stop_reason == "killed" else f"wall {r.wall_time:.1f} s"),
            f"  energy {r.energy[0]:.10g} -> {r.energy[-1]:.10g}; max |mass - 1| = "
            f"{np.max(np.abs(r.mass - 1)):.2e}; min rho (last) {r.min_density[-1]:.3g}; "
            f"spectral tail (last) {r.tail[-1]:.2e}"]
@@ -105,6 +105,11 @@ def describe(path: str | Path) -> str:
     out = [f"archive {run.path}  ({a.get('format')} v{a.get('format_version')}, attnpde {a.get('software_version')})",
            f"  name: {a.get('name', '')}   status: {run.status}   created {a.get('created')}   updated {a.get('updated')}",
            f"  command: {a.get('command', '')}"]
+    if run.status != "finished":
+        why = {"running": "killed, or still being written", "interrupted": "interrupted",
+               "failed": f"failed: {a.get('failure', 'no reason recorded')}"}.get(run.status, run.status)
+        out.append(f"  not finished ({why}): `attnpde run CONFIG --out {run.path} --resume` continues it from "
+                   "its last snapshot")
     if a.get("libraries"):
         out.append(f"  libraries: {a['libraries']}")
     if a.get("libraries_resumed"):

@@ -9,6 +9,7 @@ uninterrupted run.
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import sys
 import threading
@@ -23,7 +24,26 @@ from .archive import ArchiveError, ArchiveWriter, libraries, open_archive
 from .config import ConfigError, RunConfig, parse_config
 from .executor import FORWARDED_SIGNAL as _FORWARDED_SIGNAL
 
-__all__ = ["run_config", "RunOutcome", "RunRefused", "RunFailed", "Progress"]
+__all__ = ["run_config", "RunOutcome", "RunRefused", "RunFailed", "Progress", "say"]
+
+
+def say(line: str, stream=None) -> None:
+    """Write one message line to ``stream`` (default: stderr) and flush it. If the reader of the stream has
+    gone away (``attnpde run CFG 2>&1 | head``), the run goes on: the stream's file descriptor is pointed
+    at /dev/null, so this line and the later ones are dropped. A message is never worth the run, and the
+    archive is what the run is for."""
+    stream = stream or sys.stderr
+    try:
+        print(line, file=stream, flush=True)
+    except BrokenPipeError:
+        try:
+            null = os.open(os.devnull, os.O_WRONLY)
+            try:
+                os.dup2(null, stream.fileno())
+            finally:
+                os.close(null)
+        except (OSError, ValueError):        # a stream without a descriptor of its own: nothing to point
+            pass
 
 
 class RunRefused(RuntimeError):
@@ -52,7 +72,7 @@ class Progress:
                  log: Callable[[str], None] | None = None) -> None:
         self.stage, self.t_final, self.stream = stage, t_final, stream or sys.stderr
         # the run's log when given (a sweep member's prefixes its lines with its beta), else the stream
-        self.emit = log or (lambda line: print(line, file=self.stream, flush=True))
+        self.emit = log or (lambda line: say(line, self.stream))
         self.every = every
         # the solver calls at most this often (and at each phase's start and end: solvers.stepping.Progress):
         # a line every `every` seconds needs no call after each step
@@ -141,15 +161,17 @@ def deferred_interrupt_if(write: bool):
 
 
 def _differences(a: dict, b: dict, path: str = "") -> list[str]:
+    """The keys whose values differ between the archive's configuration ``a`` and the given one ``b``
+    ("model.noise: 0.0 in the archive, absent in the configuration"). A key written in one and left to its
+    default in the other differs: the comparison is of what was written."""
     out = []
+    show = lambda d, k: repr(d[k]) if k in d else "absent"            # noqa: E731
     for k in sorted(set(a) | set(b)):
         p = f"{path}.{k}" if path else k
-        if k not in a or k not in b:
-            out.append(f"{p} ({'absent' if k not in a else repr(a[k])} vs {'absent' if k not in b else repr(b[k])})")
-        elif isinstance(a[k], dict) and isinstance(b[k], dict):
+        if k in a and k in b and isinstance(a[k], dict) and isinstance(b[k], dict):
             out += _differences(a[k], b[k], p)
-        elif a[k] != b[k]:
-            out.append(f"{p} ({a[k]!r} in the archive vs {b[k]!r})")
+        elif k not in a or k not in b or a[k] != b[k]:
+            out.append(f"{p}: {show(a, k)} in the archive, {show(b, k)} in the configuration")
     return out
 
 
@@ -170,7 +192,9 @@ def check_resumable(path: Path, config: RunConfig) -> None:
         raise ArchiveError(f"{path}: damaged archive: its configuration does not parse ({e})") from None
     diff = _differences(archived.raw, config.raw)
     if diff:
-        raise RunRefused(f"{path}: was made with a different configuration; differences: " + "; ".join(diff[:5]))
+        more = f"; and {len(diff) - 8} more" if len(diff) > 8 else ""
+        raise RunRefused(f"{path}: was made with a different configuration ({len(diff)} difference(s); a key "
+                         "given in one and left to its default in the other counts): " + "; ".join(diff[:8]) + more)
     if resumes_pde:
         _check_grids(path, config, grids)
 
@@ -217,7 +241,7 @@ def run_config(config: RunConfig, out: str | Path, *, resume: bool = False, forc
     Raises RunRefused / ArchiveError before doing any work when the archive situation is wrong.
     """
     out = Path(out)
-    log = log or (lambda s: print(s, file=sys.stderr, flush=True))
+    log = log or say
     # a fresh PDE stage is prepared (its initial state built and checked) before the archive exists, so
     # that a refusal neither creates nor, with --force, replaces one
     prepared = _prepare_pde(config) if config.pde is not None and not resume else None
@@ -328,7 +352,8 @@ def _run_pde(config: RunConfig, writer: ArchiveWriter, resume: bool, progress, l
         writer.pde_begin(grid, opts.to_dict(), "uniform" if initial == "uniform" else
                          f"[initial] {_initial_text(config.initial)}")
         log(f"[pde] S^{config.model.d - 1}, degree {degree}, t_final {t_final}, "
-            + (f"save_every {save_every}" if save_every else "snapshots at t = 0 and t_final (no save_every)"))
+            + (f"save_every {save_every}" if save_every else "snapshots at t = 0 and t_final (no save_every: "
+                                                             "an interrupted or killed run resumes from t = 0)"))
     else:
         log(f"[pde] resuming from the snapshot at t = {restart['t']:.6g} (degree {restart['degree']})")
     bar = progress_for("pde", t_final, float(restart["t"]) if restart else 0.0, progress, log)

@@ -21,7 +21,6 @@ import copy
 import json
 import math
 import os
-import sys
 from pathlib import Path
 from typing import Callable
 
@@ -61,7 +60,8 @@ def member_config(config: RunConfig, beta: float) -> RunConfig:
 
 
 def _log(beta: float) -> Callable[[str], None]:
-    return lambda s: print(f"[beta={beta:g}] {s}", file=sys.stderr, flush=True)
+    from .runner import say
+    return lambda s: say(f"[beta={beta:g}] {s}")
 
 
 def partial_path(path: Path) -> Path:
@@ -194,6 +194,7 @@ def sweep(config: RunConfig, betas: list[float], out_dir: Path, *, workers: int 
     SchedulerError if it cannot be reached (before ``out_dir`` is created).
     """
     from .executor import open_pool
+    from .runner import say
 
     members = [member_config(config, b) for b in betas]
     paths = [out_dir / f"{m.name}.h5" for m in members]
@@ -223,7 +224,7 @@ def sweep(config: RunConfig, betas: list[float], out_dir: Path, *, workers: int 
                 _log(m.model.beta)(f"{p} is finished: skipped")
                 rows.append(_row(m.model.beta, p, "finished"))
         if pool is not None:
-            print(f"{len(todo)} member(s) on {pool.description}", file=sys.stderr, flush=True)
+            say(f"{len(todo)} member(s) on {pool.description}")
             futs = [pool.submit(_member, m.text, m.source, str(p), resume) for m, p in todo]
             for _, row in pool.results(futs):
                 rows.append(row)

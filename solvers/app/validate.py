@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import math
 import os
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -102,9 +101,9 @@ def validate(config: RunConfig, ns: list[int], seeds: int, out: str | Path, *, w
     """
     from .archive import write_validation
     from .executor import open_pool
-    from .runner import RunRefused, _prepare_pde, _run_pde, new_archive
+    from .runner import RunRefused, _prepare_pde, _run_pde, new_archive, say
 
-    log = log or (lambda s: print(s, file=sys.stderr, flush=True))
+    log = log or say
     if config.pde is None or config.particles is None:
         raise ValueError("validate needs a configuration with both [pde] and [particles]")
     ns = sorted({int(v) for v in ns})
@@ -268,6 +267,9 @@ def _assemble(results: list[dict], ns: list[int], seeds: list[int], at: float | 
         dist[k] = arr
     slopes = {k: fit_slope(np.array(ns), v[:, :, i].mean(axis=1)) for k, v in dist.items()}
     head = f"distances to the PDE at t = {t[i]:.4g} (mean over {len(seeds)} seed(s))"
+    if at is not None and not math.isclose(float(t[i]), at, rel_tol=1e-9, abs_tol=1e-12):
+        # --at between snapshot times: the fit is at the nearest one, and the table says so
+        head += f"; --at {at:g} is not a snapshot time: the nearest common snapshot is used"
     cols = list(dist)
     lines = [head, f"{'N':>9s} " + " ".join(f"{c:>12s}" for c in cols)]
     for a, n in enumerate(ns):
