@@ -16,7 +16,6 @@ Exit status: 0 done, 1 the run failed after its archive was created (status "fai
 from __future__ import annotations
 
 import argparse
-import os
 import shlex
 import signal
 import sys
@@ -344,18 +343,16 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(_attach_list_values(sys.argv[1:] if argv is None else list(argv)))
         return args.func(args)
-    except KeyboardInterrupt:
-        print("attnpde: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
-    except ImportError:
-        if not _SIGINTS:
+    except (KeyboardInterrupt, ImportError) as e:
+        if isinstance(e, ImportError) and not _SIGINTS:
             raise
         print("attnpde: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     except BrokenPipeError:
         # the reader of our output went away (``attnpde info A | head``): stop quietly, as a shell tool does;
-        # stdout goes to /dev/null so that the interpreter's flush at exit does not fail a second time
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        # stdout is silenced so that the interpreter's flush at exit does not fail a second time
+        from .streams import silence
+        silence(sys.stdout)
         return EXIT_BROKEN_PIPE
 
 

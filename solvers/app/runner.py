@@ -9,7 +9,6 @@ uninterrupted run.
 from __future__ import annotations
 
 import contextlib
-import os
 import signal
 import sys
 import threading
@@ -23,27 +22,9 @@ import numpy as np
 from .archive import ArchiveError, ArchiveWriter, libraries, open_archive
 from .config import ConfigError, RunConfig, parse_config
 from .executor import FORWARDED_SIGNAL as _FORWARDED_SIGNAL
+from .streams import say
 
-__all__ = ["run_config", "RunOutcome", "RunRefused", "RunFailed", "Progress", "say"]
-
-
-def say(line: str, stream=None) -> None:
-    """Write one message line to ``stream`` (default: stderr) and flush it. If the reader of the stream has
-    gone away (``attnpde run CFG 2>&1 | head``), the run goes on: the stream's file descriptor is pointed
-    at /dev/null, so this line and the later ones are dropped. A message is never worth the run, and the
-    archive is what the run is for."""
-    stream = stream or sys.stderr
-    try:
-        print(line, file=stream, flush=True)
-    except BrokenPipeError:
-        try:
-            null = os.open(os.devnull, os.O_WRONLY)
-            try:
-                os.dup2(null, stream.fileno())
-            finally:
-                os.close(null)
-        except (OSError, ValueError):        # a stream without a descriptor of its own: nothing to point
-            pass
+__all__ = ["run_config", "RunOutcome", "RunRefused", "RunFailed", "Progress"]
 
 
 class RunRefused(RuntimeError):

@@ -60,7 +60,7 @@ def member_config(config: RunConfig, beta: float) -> RunConfig:
 
 
 def _log(beta: float) -> Callable[[str], None]:
-    from .runner import say
+    from .streams import say
     return lambda s: say(f"[beta={beta:g}] {s}")
 
 
@@ -194,7 +194,7 @@ def sweep(config: RunConfig, betas: list[float], out_dir: Path, *, workers: int 
     SchedulerError if it cannot be reached (before ``out_dir`` is created).
     """
     from .executor import open_pool
-    from .runner import say
+    from .streams import say
 
     members = [member_config(config, b) for b in betas]
     paths = [out_dir / f"{m.name}.h5" for m in members]

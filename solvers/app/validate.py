@@ -101,7 +101,8 @@ def validate(config: RunConfig, ns: list[int], seeds: int, out: str | Path, *, w
     """
     from .archive import write_validation
     from .executor import open_pool
-    from .runner import RunRefused, _prepare_pde, _run_pde, new_archive, say
+    from .runner import RunRefused, _prepare_pde, _run_pde, new_archive
+    from .streams import say
 
     log = log or say
     if config.pde is None or config.particles is None:
