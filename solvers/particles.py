@@ -46,6 +46,7 @@ from . import validators as check
 from ._memory import refuse_if_too_big
 from .atoms import CLUSTER_RULES, clusters, spread_within
 from .interaction import DEFAULT_BLOCK_BYTES, DEFAULT_TOL, SUM_METHODS, InteractionSums
+from .interrupts import graceful_stop
 from .model import Model, density_values
 from .stepping import TABLEAUS, Integration, Progress, StepController
 
@@ -399,7 +400,8 @@ class ParticleResult:
     options : :class:`ParticleOptions` as a dict; sum_method : the interaction sums used
     initial : description of the initial particles
     steps : "adaptive" only: dict of arrays "t", "dt", "error", "accepted" of every attempted step
-    restart : restart state of the last snapshot (resume exactly with ``simulate_particles(restart=...)``):
+    restart : restart state of the last snapshot, or of the step where an interruption (Ctrl-C) stopped the run
+        (resume exactly with ``simulate_particles(restart=...)``):
         a dict of plain values and arrays — "t", "x" (N, d), "w" (N,), "nsteps", "nrejected",
         "save_index" (next snapshot k, at k * save_every), "dt" (current step of "adaptive"), "facold"
         (step-size controller, "adaptive"), "rng_state" (the noise generator's PCG64 state dict),
@@ -693,7 +695,10 @@ class ParticleRun(Integration):
             self.dt = dt
             self.counts: list[int] = []
             self.fresh = True
+            self._last_snapshot_t = None
         else:
+            # a state kept where an interruption stopped the run is after its last snapshot
+            self._last_snapshot_t = float(restart.get("last_snapshot_t", restart["t"]))
             self._check_settings(restart.get("settings"))
             self.x, self.t = x, float(restart["t"])
             self.nsteps, self.nrejected = int(restart["nsteps"]), int(restart["nrejected"])
@@ -738,7 +743,8 @@ class ParticleRun(Integration):
         return min(k * self.save_every, self.t_final)
 
     def _restart_state(self) -> dict:
-        return {"t": self.t, "x": self.x.copy(), "w": self.w.copy(), "nsteps": self.nsteps,
+        return {"t": self.t, "last_snapshot_t": self._last_snapshot_t, "x": self.x.copy(), "w": self.w.copy(),
+                "nsteps": self.nsteps,
                 "nrejected": self.nrejected, "save_index": self.save_index,
                 "dt": float(self.dt) if self.dt is not None else float("nan"),
                 "rng_state": self.rng.bit_generator.state, "stop_counts": list(self.counts),
@@ -763,6 +769,7 @@ class ParticleRun(Integration):
         row = {"t": self.t, "x": self.x.copy(), "energy": energy, "max_drift": max_drift,
                "dissipation": float(m.sign * (self.w @ speed2)), "cluster_count": count}
         self.rows.append(row)
+        self._last_snapshot_t = self.t
         self.last_restart = None
         return count, max_drift
 
@@ -865,10 +872,16 @@ class ParticleRun(Integration):
                 vmax = float(np.sqrt(np.einsum("nd,nd->n", self.f, self.f).max()))
                 self.dt = self.dt0 or (0.01 / vmax if vmax > 0 else self._save_time(self.save_index) - self.t)
             if stop is None:
-                stop, message = self.integrate(progress)
+                # the first Ctrl-C stops the loop after its current step (solvers.interrupts), a second at once
+                with graceful_stop() as self.stop_request:
+                    stop, message = self.integrate(progress)
             if stop in ("t_final", "max_steps") and (not self.rows or self.rows[-1]["t"] != self.t):
                 count, drift = self._snapshot()
                 self._after_snapshot(count, drift, scheduled=False)
+            if stop == "interrupted":
+                # stopped after an accepted step: the state there is kept, and a resume continues from it
+                self.last_restart = self._restart_state()
+                message += f" after the step to t = {self.t:.6g}: its state is kept, and a resume continues from it"
         except KeyboardInterrupt:
             stop, message = "interrupted", "interrupted by the user (KeyboardInterrupt)"
         finally:

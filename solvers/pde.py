@@ -27,6 +27,7 @@ from ._blas import blas_threads
 from ._memory import refuse_if_too_big
 from .atoms import DEFAULT_PROMINENCE
 from .interaction import InteractionSums
+from .interrupts import graceful_stop
 from .model import Model, density_values
 from .stepping import TABLEAUS, Integration, Progress, StepController
 
@@ -208,6 +209,9 @@ class PDEResult:
     grids : list of (degree, *grid sizes): the computational grid of every degree used ((M,) on S^1,
         (nlat, nphi) on S^2), fixed by the degree (``space.computational_grid``)
     stop_reason : one of STOP_REASONS; message : human-readable detail; t_stop : time reached
+    restart : the state a run continues from (``solve_pde(..., restart=...)``, bit for bit): that of the
+        last snapshot, or, for a run that Ctrl-C stopped after its current step (:mod:`solvers.interrupts`),
+        that step's (``restart["t"] == t_stop`` past ``restart["last_snapshot_t"]``)
     nodes : per snapshot, None (an Eulerian snapshot) or the node measure of the continuation: a dict of
         "x" (N, d), "w" (N,), "count" (N,) (initial nodes held by each node) and "max_drift"
     lagrangian : None (no handoff), or a dict: "handoff" (t, reason, message, degree, nodes, clipped_mass,
@@ -481,7 +485,8 @@ def solve_pde(model: Model, t_final: float, degree: int, initial="uniform", save
     callback : callable, optional
         Receives each snapshot as a dict (including its restart state) as soon as it is taken.
     restart : dict, optional
-        Restart state of a snapshot of an earlier run (``PDEResult.restart`` or an archive's): the run
+        Restart state of an earlier run (``PDEResult.restart`` or an archive's; a snapshot's, or the one an
+        interruption kept after it): the run
         continues from it exactly as the uninterrupted run would have.
     **options
         See :class:`PDEOptions`.
@@ -571,8 +576,9 @@ class PDERun(Integration):
         self.checking = False        # inside the error-estimate run (an interruption there says so)
         self._ran = False
         restart = dict(restart) if restart is not None else None
-        # a restart state is that of the last snapshot taken
-        self._last_snapshot_t = None if restart is None else float(restart["t"])
+        # a restart state is that of the last snapshot taken, or of a step after it where an interruption
+        # stopped the run (archives before the key: at a snapshot)
+        self._last_snapshot_t = None if restart is None else float(restart.get("last_snapshot_t", restart["t"]))
         if restart is None:
             c, self.degree, self.initial_desc, self._miss = _initial_coefficients(space, initial, degree,
                                                                                   opts.tail_tol, self.cap)
@@ -691,8 +697,9 @@ class PDERun(Integration):
         return min(k * self.save_every, self.t_final)
 
     def _common_state(self) -> dict:
-        return {"t": self.t, "nsteps": self.nsteps, "nrejected": self.nrejected, "save_index": self.save_index,
-                "initial": self.initial_desc, "refinements": [tuple(r) for r in self.refinements],
+        # last_snapshot_t < t: a state kept where an interruption stopped the run, between snapshots
+        return {"t": self.t, "last_snapshot_t": self._last_snapshot_t, "nsteps": self.nsteps,
+                "nrejected": self.nrejected, "save_index": self.save_index, "initial": self.initial_desc, "refinements": [tuple(r) for r in self.refinements],
                 "grids": self._grid_rows(), "settings": self._settings()}
 
     def _settings(self) -> dict:
@@ -789,8 +796,9 @@ class PDERun(Integration):
         wall0 = time.perf_counter()
         stop, message = None, ""
         try:
-            # one BLAS thread: the loop's BLAS calls (stage sums, norms) are a few microseconds each
-            with blas_threads(1):
+            # one BLAS thread: the loop's BLAS calls (stage sums, norms) are a few microseconds each; the
+            # first Ctrl-C stops the loop after its current step (solvers.interrupts), a second at once
+            with blas_threads(1), graceful_stop() as self.stop_request:
                 if self.lag is None:
                     stop, message = self._eulerian()
                     if stop == "handoff":
@@ -799,6 +807,10 @@ class PDERun(Integration):
                     stop, message = self._lagrangian()
                     if self.opts.error_estimate and stop in ("t_final", "stationary"):
                         self._error_estimate_run()
+                if stop == "interrupted":
+                    # stopped after an accepted step: the state there is kept, and a resume continues from it
+                    self.last_restart = self._restart_state()
+                    message += f" after the step to t = {self.t:.6g}: its state is kept, and a resume continues from it"
         except KeyboardInterrupt:
             stop, message = "interrupted", "interrupted by the user (KeyboardInterrupt)"
             if self.checking:
@@ -978,10 +990,11 @@ class PDERun(Integration):
 
         # a resumed run re-derives its stop from the state (t >= t_final, stationary, max_steps): a run
         # killed after its last snapshot goes straight on to the error-estimate run
+        lag.stop_request = self.stop_request
         stop, message = lag.run(self.t_final, save_time=lambda: self._save_time(self.save_index),
                                 on_save=save, progress=self.progress, max_steps=self.opts.max_steps)
         self.t = lag.t
-        if self._last_snapshot_t != self.t:
+        if stop != "interrupted" and self._last_snapshot_t != self.t:
             self._snapshot_nodes(smoothing)
         return stop, message
 
@@ -1018,8 +1031,11 @@ class PDERun(Integration):
         # t_end: the rerun's end, which is before t_final when the run stopped stationary
         report = lambda t, info: self.progress(t, {"check": "2x nodes", "t_end": t_end, **info})  # noqa: E731
         self.checking = True
+        phase.stop_request = self.stop_request
         try:
             stop, message = phase.run(t_end, progress=report, stationary=False, max_steps=self.opts.max_steps)
+            if stop == "interrupted":
+                raise KeyboardInterrupt      # reported as an interruption of the rerun (see run)
         finally:
             self.t = t_end                   # the run's own state is at t_end, interrupted or not
         self.checking = False

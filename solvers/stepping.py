@@ -555,15 +555,20 @@ class Integration:
                                  methods) or None; set ``self.f`` to what the next step starts from.
     ``report(h)``                the progress dict after an accepted step
 
+    ``stop_request``             optional: polled after every accepted step (and its progress call); when
+                                 truthy the loop returns ("interrupted", ``stop_request.why``) at that
+                                 step's state (:mod:`solvers.interrupts`)
+
     :meth:`integrate` returns (stop reason, message): one of the subclass's own, or "t_final",
-    "max_steps", "non-finite" (step size underflow or 20 non-finite attempts in a row). KeyboardInterrupt
-    propagates: the state is that of the last accepted step.
+    "max_steps", "non-finite" (step size underflow or 20 non-finite attempts in a row), "interrupted".
+    KeyboardInterrupt propagates: the state is that of the last accepted step.
     """
 
     tableau: Tableau
     lin: np.ndarray | None = None
     steps: dict | None = None
     controller: StepController | None = None
+    stop_request = None
     #: fixed steps landing on a snapshot time are shortened; this relative slack keeps float round-off in t
     #: from adding a spurious tiny step
     LANDING_SLACK = 1e-9
@@ -656,3 +661,7 @@ class Integration:
             # a Progress (asked first whether it wants this step's dict), or a plain callable
             if progress is not None and getattr(progress, "wants", _always)(self.t):
                 progress(self.t, self.report(h))
+            # polled after an accepted step only: its state is one a restart reproduces exactly (after a
+            # rejected attempt the loop's own count of non-finite attempts would be lost)
+            if self.stop_request:
+                return "interrupted", self.stop_request.why

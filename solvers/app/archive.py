@@ -52,7 +52,6 @@ from __future__ import annotations
 import datetime as _dt
 import fnmatch
 import functools
-import itertools
 import json
 import threading
 import time
@@ -80,6 +79,7 @@ _COMPRESSION = dict(compression="gzip", compression_opts=1, shuffle=True)
 
 # fields appended once per snapshot, per section
 PDE_SERIES = ("energy", "mass", "min_density", "tail", "dissipation")
+STEP_KEYS = ("t", "dt", "error", "accepted")
 PARTICLE_SERIES = ("energy", "max_drift", "dissipation")
 
 
@@ -824,6 +824,14 @@ class _WriteBehind:
                 self._pool = None
 
 
+def _kept_after_snapshot(result) -> bool:
+    """Whether ``result`` (a PDE or particle result) ended interrupted with the state of a step after its
+    last snapshot (``solvers.interrupts``): that state, not the last snapshot's, is where a resume continues."""
+    r = result.restart
+    return (result.stop_reason == "interrupted" and r is not None and r.get("last_snapshot_t") is not None
+            and r["t"] > r["last_snapshot_t"])
+
+
 class ArchiveWriter:
     """Writes one run into an HDF5 archive as it goes (see the module docstring for the layout).
 
@@ -846,6 +854,7 @@ class ArchiveWriter:
         self.flush_interval = float(flush_interval)
         self.compress = {"none": set(), "density": {"density"}, "all": {"density", "coeffs", "x"}}[compression]
         self._pending: dict[str, list] = {"pde": [], "particles": []}
+        self._steps_sent = 0                           # the PDE run's attempted steps written (pde_begin)
         self._groups: dict[str, h5py.Group] = {}      # open groups of the per-snapshot writes
         self._handles: dict[str, dict] = {}           # per group: open dataset handles (see _dataset)
         self._labeled: set[str] = set()               # groups whose datasets have named dimensions
@@ -968,6 +977,7 @@ class ArchiveWriter:
     # --- PDE ------------------------------------------------------------------------------------------
     def pde_begin(self, grid: np.ndarray, options: dict, initial: str) -> None:
         self._begin_stage("pde", "grid", grid, options, initial)
+        self._steps_sent = 0             # the run's attempted steps written so far (they travel with snapshots)
 
     def _begin_stage(self, name: str, key: str, data: np.ndarray, options: dict, initial: str) -> None:
         """Open the group of a stage: its fixed dataset ``key`` (written once), settings, initial data."""
@@ -1020,15 +1030,29 @@ class ArchiveWriter:
                      handles=h, deflated=deflated.get("density"))
         for k in PDE_SERIES:
             _append_rows(g, k, [s[k] for s in snaps], dtype=float, handles=h)
+        # one array from the snapshots' lists of steps (an array per snapshot costs 3x more, measured)
+        step_rows = self._write_steps({k: [v for s in snaps for v in s.get("steps", {}).get(k, ())]
+                                       for k in STEP_KEYS})
+        self._steps_sent += sum(len(s.get("steps", {}).get("t", ())) for s in snaps)
+        lag = [(i, s) for i, s in enumerate(snaps) if s.get("nodes") is not None]
+        self._write_pde_restart(g, h, dict(snaps[-1]["restart"]), step_rows, lag, t.id.shape[0] - len(snaps))
+
+    def _write_steps(self, columns: dict) -> int:
+        """Append the attempted steps (STEP_KEYS -> iterable of values) to /pde/steps; returns its rows."""
         st, sh = self._group("pde/steps")
         step_rows = 0
-        for k, dt in (("t", float), ("dt", float), ("error", float), ("accepted", bool)):
-            # one array from the snapshots' lists of steps (an array per snapshot costs 3x more, measured)
-            ds = _extend(st, k, np.fromiter(itertools.chain.from_iterable(s.get("steps", {}).get(k, ()) for s in snaps),
-                                            dtype=dt), dtype=dt, handles=sh)
+        for k, dt in zip(STEP_KEYS, (float, float, float, bool)):
+            ds = _extend(st, k, np.fromiter(columns[k], dtype=dt), dtype=dt, handles=sh)
             if k == "t":
                 step_rows = ds.id.shape[0]
-        restart = dict(snaps[-1]["restart"])
+        self._label(st, "pde/steps")
+        return step_rows
+
+    def _write_pde_restart(self, g: h5py.Group, h: dict, restart: dict, step_rows: int, lag: list,
+                           first_row: int) -> None:
+        """The restart state (a snapshot's, or the one an interruption kept after it) with the rows it
+        continues after: the snapshots, ``step_rows`` steps, the node measures (``lag``: the Lagrangian
+        snapshots just appended, the first at row ``first_row``); its refinements and grids."""
         refinements = np.array(restart.pop("refinements", []), dtype=float).reshape(-1, 3)
         new = []
         if _rewrite(g, "refinements", refinements, h):
@@ -1036,9 +1060,8 @@ class ArchiveWriter:
         grids = np.array(restart.pop("grids", []), dtype=np.int64)
         if grids.size and _rewrite(g, "grids", grids, h):
             new.append("grids")
-        lag = [(i, s) for i, s in enumerate(snaps) if s.get("nodes") is not None]
         if lag:
-            restart.update(self._write_nodes(g, t.id.shape[0] - len(snaps), lag, restart))
+            restart.update(self._write_nodes(g, first_row, lag, restart))
         elif _has(g, "lagrangian"):
             restart.update(lag_rows=int(g["lagrangian/t"].shape[0]), lag_points=int(g["lagrangian/w"].shape[0]))
         r, rh = self._group("pde/restart")
@@ -1063,12 +1086,10 @@ class ArchiveWriter:
             else:
                 ds.id.set_extent(v.shape)
                 _write_block(ds, 0, v)
-        rows = t.id.shape[0]
-        restart["snapshots"] = rows
+        restart["snapshots"] = _dataset(g, "t", h).id.shape[0]
         restart["step_rows"] = step_rows
         _set_attrs(r, {"state": _json(restart)})
         self._label(g, "pde", new)
-        self._label(st, "pde/steps")
         self._label(r, "pde/restart", replaced)
 
     def _write_nodes(self, g: h5py.Group, first_row: int, lag: list, restart: dict) -> dict:
@@ -1106,8 +1127,14 @@ class ArchiveWriter:
         return g
 
     def pde_finish(self, result) -> None:
-        """Record how the PDE run ended, and its atoms."""
+        """Record how the PDE run ended, and its atoms; for a run an interruption stopped between
+        snapshots, the state it kept there (with the steps since its last snapshot)."""
         g = self._finish_stage("pde", result)
+        if _kept_after_snapshot(result):
+            h = self._group("pde")[1]
+            step_rows = self._write_steps({k: result.steps[k][self._steps_sent:] for k in STEP_KEYS})
+            self._steps_sent = len(result.steps["t"])
+            self._write_pde_restart(g, h, dict(result.restart), step_rows, [], 0)
         if result.lagrangian is not None:
             # the node steps of the whole run (the restart state holds those of its last snapshot)
             _set_attrs(g, {"node_nsteps": int(result.lagrangian["node_nsteps"]),
@@ -1147,7 +1174,11 @@ class ArchiveWriter:
         for k in PARTICLE_SERIES:
             _append_rows(g, k, [s.get(k, np.nan) for s in snaps], dtype=float)
         _append_rows(g, "n_clusters", [s.get("cluster_count", -1) for s in snaps], dtype=np.int64)
-        restart = dict(snaps[-1]["restart"])
+        self._write_particles_restart(g, dict(snaps[-1]["restart"]))
+
+    def _write_particles_restart(self, g: h5py.Group, restart: dict) -> None:
+        """The restart state (a snapshot's, or the one an interruption kept after it), after the snapshots
+        written so far."""
         r = g.require_group("restart")
         scalars, replaced = {}, []
         for k, v in restart.items():
@@ -1166,8 +1197,11 @@ class ArchiveWriter:
 
     def particles_finish(self, result) -> None:
         """Record how the particle run ended, and its clusters at the end (the stopping rule's scale and
-        rule; scale 0.5 and single linkage without one)."""
+        rule; scale 0.5 and single linkage without one); for a run an interruption stopped between
+        snapshots, the state it kept there."""
         g = self._finish_stage("particles", result)
+        if _kept_after_snapshot(result):
+            self._write_particles_restart(g, dict(result.restart))
         g.attrs["sum_method"] = result.sum_method
         if result.stop_reason != "interrupted" and len(result.t):
             scale, rule = result.cluster_rule
@@ -1223,6 +1257,7 @@ class ArchiveWriter:
         self._handles.clear()
         self._labeled.clear()
         self._deflater.start(section, g, g["t"].shape[0] if "t" in g else 0)
+        self._steps_sent = 0
         self.f.flush()
         return read_restart(g)
 

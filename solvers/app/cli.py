@@ -10,8 +10,10 @@
 (:mod:`solvers.app.executor`); without it they run in ``--workers`` local processes (default 2).
 
 Exit status: 0 done, 1 the run failed after its archive was created (status "failed", attr ``failure``),
-2 bad input (configuration, arguments, archive), 130 interrupted, 141 the output's reader closed it early
-(``| head``: no traceback).
+2 bad input (configuration, arguments, archive), 130 interrupted (Ctrl-C), 143 stopped by SIGTERM (``kill``,
+a batch system's time limit: handled as Ctrl-C is), 141 the output's reader closed it early (``| head``: no
+traceback). A run stops after its current step at the first Ctrl-C or SIGTERM and keeps its state there
+(``--resume`` continues from it); a second one stops it at once (``solvers.interrupts``).
 """
 from __future__ import annotations
 
@@ -126,7 +128,7 @@ def cmd_run(args) -> int:
     print(f"archive: {outcome.path} ({outcome.status})")
     if outcome.status == "interrupted":
         print(f"interrupted: continue with  attnpde run {shlex.quote(args.config)} --out {shlex.quote(str(out))} --resume")
-        return EXIT_INTERRUPTED
+        return _interrupted_exit()
     from .info import describe
     print(describe(outcome.path))
     return EXIT_OK
@@ -323,13 +325,20 @@ def _attach_list_values(argv: list[str]) -> list[str]:
     return out
 
 
-_SIGINTS: list[int] = []
+#: the interrupting signals received (SIGINT, SIGTERM), in order
+_SIGNALS: list[int] = []
 
 
-def _sigint(signum, frame) -> None:
-    """Python's own Ctrl-C handler (raise KeyboardInterrupt), remembering that the signal came."""
-    _SIGINTS.append(signum)
+def _interrupt(signum, frame) -> None:
+    """Python's own Ctrl-C handler (raise KeyboardInterrupt), remembering which signal came: SIGTERM
+    is taken for a Ctrl-C (a run stops cleanly, its archive resumable) and exits with 143."""
+    _SIGNALS.append(signum)
     raise KeyboardInterrupt
+
+
+def _interrupted_exit() -> int:
+    """128 + the first interrupting signal (130 for Ctrl-C, 143 for SIGTERM)."""
+    return 128 + _SIGNALS[0] if _SIGNALS else EXIT_INTERRUPTED
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -337,17 +346,19 @@ def main(argv: list[str] | None = None) -> int:
     # any moment ends it with 130 and one line (``solvers`` imports its public names on first use, so the
     # interpreter reaches this line before any heavy import). A Ctrl-C inside a compiled module's
     # initialisation surfaces as that import's ImportError ("initialization failed"): the handler records
-    # the signal so that it is told apart from a real import error.
+    # the signal so that it is told apart from a real import error. SIGTERM is handled as Ctrl-C is.
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
-        signal.signal(signal.SIGINT, _sigint)
+        signal.signal(signal.SIGINT, _interrupt)
+    if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _interrupt)
     try:
         args = build_parser().parse_args(_attach_list_values(sys.argv[1:] if argv is None else list(argv)))
         return args.func(args)
     except (KeyboardInterrupt, ImportError) as e:
-        if isinstance(e, ImportError) and not _SIGINTS:
+        if isinstance(e, ImportError) and not _SIGNALS:
             raise
-        print("attnpde: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        print("attnpde: interrupted" + (" (SIGTERM)" if _SIGNALS[:1] == [signal.SIGTERM] else ""), file=sys.stderr)
+        return _interrupted_exit()
     except BrokenPipeError:
         # the reader of our output went away (``attnpde info A | head``): stop quietly, as a shell tool does;
         # stdout is silenced so that the interpreter's flush at exit does not fail a second time

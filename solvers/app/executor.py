@@ -83,6 +83,9 @@ def _on_forwarded(signum, frame) -> None:
 def _init_local_worker() -> None:
     signal.signal(signal.SIGINT, _on_interrupt)
     signal.signal(FORWARDED_SIGNAL, _on_forwarded)
+    # a forked worker inherits the command's SIGTERM handler (solvers.app.cli): the pool ends its workers
+    # with SIGTERM, which must end them
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def _local_task(fn: Callable, *args: Any) -> Any:

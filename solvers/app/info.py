@@ -98,6 +98,20 @@ def describe_particles(r, atoms: dict) -> list[str]:
     return out
 
 
+def _resume_points(run) -> str:
+    """Where a resume of each unfinished stage continues: its last snapshot, or the later step where an
+    interruption stopped it (its restart state's time)."""
+    where = []
+    for name, res in (("pde", run.pde), ("particles", run.particles)):
+        r = getattr(res, "restart", None) if res is not None else None
+        if r is None or res.stop_reason not in ("interrupted", "killed"):
+            continue
+        last = r.get("last_snapshot_t")
+        where.append(f"{name}: t = {float(r['t']):.6g}, where an interruption stopped it" if last is not None
+                     and float(r["t"]) > float(last) else f"{name}: its last snapshot, t = {float(r['t']):.6g}")
+    return "; ".join(where) if where else "its last snapshot"
+
+
 def describe(path: str | Path) -> str:
     """The text of `attnpde info`: the archive's header, then each result kind it holds."""
     run = load(path)
@@ -109,7 +123,7 @@ def describe(path: str | Path) -> str:
         why = {"running": "killed, or still being written", "interrupted": "interrupted",
                "failed": f"failed: {a.get('failure', 'no reason recorded')}"}.get(run.status, run.status)
         out.append(f"  not finished ({why}): `attnpde run CONFIG --out {run.path} --resume` continues it from "
-                   "its last snapshot")
+                   + _resume_points(run))
     if a.get("libraries"):
         out.append(f"  libraries: {a['libraries']}")
     if a.get("libraries_resumed"):

@@ -320,6 +320,14 @@ def _initial_text(initial: dict) -> str:
     return f"{kind} ({rest})" if rest else kind
 
 
+def _resume_point(restart: dict) -> str:
+    """Where a resume continues: the last snapshot, or the step after it where an interruption stopped."""
+    t, last = float(restart["t"]), restart.get("last_snapshot_t")
+    if last is not None and t > float(last):
+        return f"t = {t:.6g}, where an interruption stopped the run (its last snapshot is at t = {float(last):.6g})"
+    return f"the snapshot at t = {t:.6g}"
+
+
 def _run_pde(config: RunConfig, writer: ArchiveWriter, resume: bool, progress, log, prepared=None):
     from ..pde import PDEOptions, prepare_pde, space_for
 
@@ -334,9 +342,9 @@ def _run_pde(config: RunConfig, writer: ArchiveWriter, resume: bool, progress, l
                          f"[initial] {_initial_text(config.initial)}")
         log(f"[pde] S^{config.model.d - 1}, degree {degree}, t_final {t_final}, "
             + (f"save_every {save_every}" if save_every else "snapshots at t = 0 and t_final (no save_every: "
-                                                             "an interrupted or killed run resumes from t = 0)"))
+                                                             "a killed run resumes from t = 0)"))
     else:
-        log(f"[pde] resuming from the snapshot at t = {restart['t']:.6g} (degree {restart['degree']})")
+        log(f"[pde] resuming from {_resume_point(restart)} (degree {restart['degree']})")
     bar = progress_for("pde", t_final, float(restart["t"]) if restart else 0.0, progress, log)
 
     def snapshot(snap):
@@ -387,7 +395,7 @@ def _run_particles(config: RunConfig, writer: ArchiveWriter, resume: bool, progr
         # the restart state carries the particles; the rest of the arguments must be those of the run
         for k in ("n", "density"):
             kw.pop(k, None)
-        log(f"[particles] resuming from the snapshot at t = {float(restart['t']):.6g}")
+        log(f"[particles] resuming from {_resume_point(restart)}")
     else:
         log(f"[particles] N = {kw['n']} on S^{config.model.d - 1}, t_final {t_final}")
     solver_keys = {"n", "init", "seed", "integrator", "dt", "t_final", "save_every", "stop", "density"}

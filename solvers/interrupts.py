@@ -1,0 +1,75 @@
+"""Ctrl-C as a stop at the next step boundary, so that an interrupted run keeps its work.
+
+While :func:`graceful_stop` is active (in the main thread), the first Ctrl-C does not raise where it
+lands: the handler the process already had is called, and the KeyboardInterrupt it raises becomes a
+:class:`StopRequest`. The integration loop (:class:`solvers.stepping.Integration`) polls the request
+after every accepted step and then returns the stop reason ``"interrupted"``: the run ends at that
+step's state, which its restart state reproduces exactly (a resume continues from the time reached,
+not from the last snapshot). A second signal raises at once, as it would without this. A handler that
+decides not to interrupt (a local pool worker between tasks, ``solvers.app.executor``) still decides.
+
+SIGTERM is handled the same way only where the process already has a Python handler for it (the
+``attnpde`` command installs one); elsewhere it keeps its default action (the process ends at once).
+Nothing here writes output.
+"""
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+from typing import Iterator
+
+__all__ = ["StopRequest", "graceful_stop"]
+
+_NAMES = {signal.SIGINT: "Ctrl-C (SIGINT)", signal.SIGTERM: "SIGTERM"}
+
+
+class StopRequest:
+    """Whether a stop was asked (falsy until a signal came); ``signum`` is the signal, ``why`` the
+    message of the stop."""
+
+    __slots__ = ("signum",)
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+
+    def __bool__(self) -> bool:
+        return self.signum is not None
+
+    @property
+    def why(self) -> str:
+        return f"interrupted by {_NAMES.get(self.signum, f'signal {self.signum}')}"
+
+
+@contextlib.contextmanager
+def graceful_stop(signals: tuple = (signal.SIGINT, signal.SIGTERM)) -> Iterator[StopRequest]:
+    """Turn the first of ``signals`` into a :class:`StopRequest` for the duration of the block (module
+    docstring). Outside the main thread, or for a signal without a Python handler (ignored, or its
+    default action), nothing changes: the request stays falsy."""
+    request = StopRequest()
+    if threading.current_thread() is not threading.main_thread():
+        yield request
+        return
+    saved = {}
+
+    def handler(signum, frame):
+        previous = saved[signum]
+        if request:
+            previous(signum, frame)          # a second signal: what it would do without us (raise)
+            return
+        try:
+            previous(signum, frame)
+        except KeyboardInterrupt:
+            request.signum = signum
+
+    for sig in signals:
+        previous = signal.getsignal(sig)
+        if callable(previous):
+            saved[sig] = previous
+            signal.signal(sig, handler)
+    try:
+        yield request
+    finally:
+        for sig, previous in saved.items():
+            if signal.getsignal(sig) is handler:
+                signal.signal(sig, previous)

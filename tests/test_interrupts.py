@@ -1,0 +1,178 @@
+"""Ctrl-C (and the command's SIGTERM) stop a run after its current step and keep its state there
+(``solvers.interrupts``): the run continued from that state is the uninterrupted run, bit for bit, in each
+phase (spectral steps, node steps, particles); a second signal stops at once; the process's own handlers
+are left as they were and still decide."""
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from solvers import Model, Perceptron, simulate_particles, solve_pde
+from solvers.app.archive import load
+from solvers.interrupts import graceful_stop
+
+ROOT = Path(__file__).resolve().parents[1]
+SIGNAL_AFTER_TIME = str(ROOT / "tests" / "signal_after_time.py")
+
+
+def _signal_once_after(t_signal: float, count: int = 1, phase_key: str | None = None):
+    """A progress callable that sends SIGINT to this process ``count`` times at the first step past
+    ``t_signal`` (of the main run: not the error-estimate rerun)."""
+    sent = []
+
+    def progress(info):
+        if "check" not in info and info["t"] > t_signal and not sent:
+            sent.append(True)
+            for _ in range(count):
+                os.kill(os.getpid(), signal.SIGINT)
+    return progress
+
+
+def _concatenated_steps(a, b, key="dt"):
+    return np.concatenate([a.steps[key], b.steps[key]])
+
+
+@pytest.mark.parametrize("case", ["spectral", "nodes"])
+def test_ctrl_c_stops_the_pde_after_its_step_and_the_resume_is_the_uninterrupted_run(case):
+    if case == "spectral":      # noise: the spectral phase to the end
+        m = Model(2, 2.0, "ascent", perceptron=Perceptron.random(2, 2, "relu", 1.0, seed=111), noise=0.05)
+        args, kw, t_signal = (m, 1.0, 64), dict(save_every=0.25, max_degree=512), 0.6
+    else:                       # no noise: the handoff at t ~ 0.02, then the node phase
+        m = Model(2, 1.0, "ascent", perceptron=Perceptron.random(2, 2, "relu", 1.0, seed=111))
+        args, kw, t_signal = (m, 2.0, 128), dict(save_every=0.5), 1.2
+    full = solve_pde(*args, **kw)
+    cut = solve_pde(*args, **kw, progress=_signal_once_after(t_signal))
+    assert cut.stop_reason == "interrupted" and "its state is kept" in cut.message, cut.message
+    # stopped at the first step past the signal, between two snapshots, and that state is the restart's
+    assert t_signal < cut.t_stop < t_signal + 0.1 and cut.t[-1] < cut.t_stop
+    assert cut.restart["t"] == cut.t_stop and cut.restart["last_snapshot_t"] == cut.t[-1]
+    assert (cut.restart.get("phase") == "lagrangian") == (case == "nodes")
+    rest = solve_pde(*args, **kw, restart=cut.restart)
+    assert np.array_equal(np.concatenate([cut.t, rest.t]), full.t)
+    assert np.array_equal(rest.coeffs[-1], full.coeffs[-1]) and rest.nsteps == full.nsteps
+    if case == "spectral":
+        assert np.array_equal(_concatenated_steps(cut, rest), full.steps["dt"])
+    else:
+        assert rest.lagrangian["node_nsteps"] == full.lagrangian["node_nsteps"]
+        assert np.array_equal(rest.atoms().masses, full.atoms().masses)
+        assert np.array_equal(rest.atoms().mass_errors, full.atoms().mass_errors)
+
+
+@pytest.mark.parametrize("integrator, noise", [("adaptive", 0.0), ("rk4", 0.02)])
+def test_ctrl_c_stops_the_particles_after_their_step_and_the_resume_is_the_uninterrupted_run(integrator, noise):
+    m = Model(2, 4.0, "descent", perceptron=Perceptron.random(2, 2, "tanh", 1.0, seed=3), noise=noise)
+    kw = dict(t_final=2.0, integrator=integrator, dt=None if integrator == "adaptive" else 0.01, save_every=0.5,
+              seed=4)
+    full = simulate_particles(m, 200, **kw)
+    cut = simulate_particles(m, 200, **kw, progress=_signal_once_after(1.1))
+    assert cut.stop_reason == "interrupted" and cut.t[-1] < cut.t_stop == cut.restart["t"] < 1.5
+    rest = simulate_particles(m, **kw, restart=cut.restart)       # the noise stream continues where it stood
+    assert np.array_equal(np.concatenate([cut.t, rest.t]), full.t)
+    assert np.array_equal(rest.x[-1], full.x[-1]) and rest.nsteps == full.nsteps
+
+
+def test_a_second_ctrl_c_stops_at_once_from_the_last_snapshot():
+    m = Model(2, 2.0, "ascent", perceptron=Perceptron.random(2, 2, "relu", 1.0, seed=111), noise=0.05)
+    cut = solve_pde(m, 1.0, 64, save_every=0.25, max_degree=512, progress=_signal_once_after(0.6, count=2))
+    assert cut.stop_reason == "interrupted" and "KeyboardInterrupt" in cut.message
+    assert cut.restart["t"] == cut.t[-1] == 0.5 < cut.t_stop
+
+
+def test_the_process_handlers_are_kept_and_still_decide():
+    before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    with graceful_stop() as request:
+        # here SIGTERM has no Python handler (its default action): left alone, as SIGINT is wrapped
+        assert signal.getsignal(signal.SIGTERM) == before[1] and signal.getsignal(signal.SIGINT) != before[0]
+    assert not request
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
+
+    declined = []                                 # a handler that decides not to interrupt (a pool worker
+    old = signal.signal(signal.SIGINT, lambda s, f: declined.append(s))          # between its tasks)
+    try:
+        with graceful_stop() as request:
+            os.kill(os.getpid(), signal.SIGINT)
+        assert declined == [signal.SIGINT] and not request
+    finally:
+        signal.signal(signal.SIGINT, old)
+
+    seen = []                                     # outside the main thread nothing is installed
+
+    def in_a_thread():
+        with graceful_stop() as request:
+            seen.append(signal.getsignal(signal.SIGINT) is before[0] and not request)
+    worker = threading.Thread(target=in_a_thread)
+    worker.start()
+    worker.join()
+    assert seen == [True]
+
+
+# --- the command: Ctrl-C and SIGTERM between snapshots, then --resume ------------------------------------
+_MODEL = """
+[model]
+d = 2
+beta = {beta}
+flow = "ascent"
+noise = {noise}
+[model.perceptron]
+units = 2
+activation = "relu"
+seed = 111
+"""
+COMMAND_CASES = {
+    # the spectral phase throughout (noise), stopped by SIGTERM (a batch system's time limit, `kill`)
+    "spectral": (_MODEL.format(beta=2.0, noise=0.05)
+                 + "[pde]\ndegree = 64\nmax_degree = 512\nt_final = 1.0\nsave_every = 0.25\n", 0.6, signal.SIGTERM),
+    # past the handoff (t ~ 0.02), in the node phase
+    "nodes": (_MODEL.format(beta=6.0, noise=0.0) + "[pde]\ndegree = 256\nt_final = 4.0\nsave_every = 0.5\n",
+              2.2, signal.SIGINT),
+    "particles": (_MODEL.format(beta=4.0, noise=0.01) + "[particles]\nn = 400\nseed = 7\nintegrator = \"rk4\"\n"
+                  "dt = 0.01\nt_final = 2.0\nsave_every = 0.25\n", 1.05, signal.SIGINT),
+}
+
+
+def _command(*args, signal_at=None):
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    head = ([sys.executable, SIGNAL_AFTER_TIME, str(signal_at[0]), str(int(signal_at[1]))] if signal_at
+            else [sys.executable, "-m", "solvers.app.cli"])
+    # SIGINT back to its default in the child: a background job inherits it ignored, and Python installs
+    # its KeyboardInterrupt handler only when SIGINT is not ignored at start-up
+    return subprocess.run(head + [str(a) for a in args], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=600, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+
+
+@pytest.mark.parametrize("case", list(COMMAND_CASES))
+def test_a_run_stopped_between_snapshots_resumes_from_there_to_the_same_numbers(tmp_path, case):
+    text, t_signal, sig = COMMAND_CASES[case]
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(text)
+    full, cut = tmp_path / "full.h5", tmp_path / "cut.h5"
+    assert _command("run", cfg, "--out", full, "--quiet").returncode == 0
+    proc = _command("run", cfg, "--out", cut, "--quiet", signal_at=(t_signal, sig))
+    assert proc.returncode == 128 + sig, proc.stderr
+    stage = "particles" if case == "particles" else "pde"
+    part = getattr(load(cut), stage)
+    assert load(cut).status == "interrupted" and part.stop_reason == "interrupted"
+    # the state kept is that of the step after the signal, past the last snapshot written
+    assert part.t[-1] < part.restart["t"] == part.t_stop < t_signal + 0.1, (part.t, part.t_stop)
+    assert part.restart["last_snapshot_t"] == part.t[-1]
+    assert "where an interruption stopped it" in _command("info", cut).stdout
+    r = _command("run", cfg, "--out", cut, "--resume", "--quiet")
+    assert r.returncode == 0 and "where an interruption stopped the run" in r.stderr, r.stderr
+    done, ref = load(cut), load(full)
+    a, b = getattr(done, stage), getattr(ref, stage)
+    assert done.status == "finished" and a.stop_reason == b.stop_reason and np.array_equal(a.t, b.t)
+    assert a.nsteps == b.nsteps
+    if stage == "particles":
+        assert np.array_equal(a.x, b.x) and np.array_equal(a.energy, b.energy)
+    else:
+        assert np.array_equal(a.coeffs, b.coeffs) and np.array_equal(a.density, b.density)
+        for k in ("t", "dt", "error", "accepted"):     # every attempted step, once, in order
+            assert np.array_equal(a.steps[k], b.steps[k]), k
+    if case == "nodes":
+        assert np.array_equal(done.atoms["pde"][1], ref.atoms["pde"][1])
+        assert np.array_equal(done.atoms["pde:mass_errors"], ref.atoms["pde:mass_errors"])
