@@ -558,6 +558,7 @@ class PDERun(Integration):
         # the largest Eulerian resolution: refinements are clipped to it
         self.cap = min(max_degree, opts.handoff_degree) if self.continues else max_degree
         self.callback = self.progress = None
+        self._settings_once = None
         self.tableau = TABLEAUS[opts.method]
         self.controller = StepController(self.tableau.error_order)
         self.snaps = _Snapshots()
@@ -704,7 +705,13 @@ class PDERun(Integration):
 
     def _settings(self) -> dict:
         """What a restart must share with the run it continues (else it would not be that run); t_final
-        and the step budget may change."""
+        and the step budget may change. Fixed for the run: computed once (every restart state holds it;
+        14 us a snapshot otherwise, measured)."""
+        if self._settings_once is None:
+            self._settings_once = self._compute_settings()
+        return dict(self._settings_once)
+
+    def _compute_settings(self) -> dict:
         m = self.model
         p = m.perceptron
         digest = None

@@ -84,12 +84,16 @@ def test_a_second_ctrl_c_stops_at_once_from_the_last_snapshot():
 
 
 def test_the_process_handlers_are_kept_and_still_decide():
-    before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
-    with graceful_stop() as request:
-        # here SIGTERM has no Python handler (its default action): left alone, as SIGINT is wrapped
-        assert signal.getsignal(signal.SIGTERM) == before[1] and signal.getsignal(signal.SIGINT) != before[0]
-    assert not request
-    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
+    term = signal.signal(signal.SIGTERM, signal.SIG_DFL)       # a process without a handler of its own
+    try:
+        before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+        with graceful_stop() as request:
+            # SIGTERM without a Python handler (its default action) is left alone; SIGINT is wrapped
+            assert signal.getsignal(signal.SIGTERM) == before[1] and signal.getsignal(signal.SIGINT) != before[0]
+        assert not request
+        assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
+    finally:
+        signal.signal(signal.SIGTERM, term)
 
     declined = []                                 # a handler that decides not to interrupt (a pool worker
     old = signal.signal(signal.SIGINT, lambda s, f: declined.append(s))          # between its tasks)

@@ -342,15 +342,24 @@ def _interrupted_exit() -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    # everything the command does, its imports of the numerics included, is inside this try: a Ctrl-C at
+    # everything the command does, its imports of the numerics included, is inside _main's try: a Ctrl-C at
     # any moment ends it with 130 and one line (``solvers`` imports its public names on first use, so the
     # interpreter reaches this line before any heavy import). A Ctrl-C inside a compiled module's
     # initialisation surfaces as that import's ImportError ("initialization failed"): the handler records
     # the signal so that it is told apart from a real import error. SIGTERM is handled as Ctrl-C is.
-    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
-        signal.signal(signal.SIGINT, _interrupt)
-    if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
-        signal.signal(signal.SIGTERM, _interrupt)
+    _SIGNALS.clear()
+    saved = {}
+    for sig, default in ((signal.SIGINT, signal.default_int_handler), (signal.SIGTERM, signal.SIG_DFL)):
+        if signal.getsignal(sig) == default:
+            saved[sig] = signal.signal(sig, _interrupt)
+    try:
+        return _main(argv)
+    finally:
+        for sig, previous in saved.items():        # as they were for a caller in the same process
+            signal.signal(sig, previous)
+
+
+def _main(argv: list[str] | None) -> int:
     try:
         args = build_parser().parse_args(_attach_list_values(sys.argv[1:] if argv is None else list(argv)))
         return args.func(args)

@@ -255,7 +255,8 @@ def _plot(rows: list[dict], path: Path, config: RunConfig) -> None:
     ax.set_xlabel("sqrt(beta)")
     ax.set_ylabel("count")
     ax.set_title(f"{config.name}: S^{config.model.d - 1}, {config.model.flow}", fontsize=10)
-    ax.legend(fontsize=8)
+    if ax.get_legend_handles_labels()[0]:          # no member finished (an interrupted sweep): no curves
+        ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
