@@ -19,9 +19,19 @@ import signal
 import threading
 from typing import Iterator
 
-__all__ = ["StopRequest", "graceful_stop"]
+__all__ = ["StopRequest", "graceful_stop", "add_stop_signal"]
 
 _NAMES = {signal.SIGINT: "Ctrl-C (SIGINT)", signal.SIGTERM: "SIGTERM"}
+
+#: the signals :func:`graceful_stop` turns into a stop request (where they have a Python handler)
+_STOP_SIGNALS = [signal.SIGINT, signal.SIGTERM]
+
+
+def add_stop_signal(signum: int, name: str) -> None:
+    """Handle ``signum`` as Ctrl-C is, in this process (a pool worker: the signal its pool forwards)."""
+    if signum not in _STOP_SIGNALS:
+        _STOP_SIGNALS.append(signum)
+    _NAMES[signum] = name
 
 
 class StopRequest:
@@ -42,10 +52,12 @@ class StopRequest:
 
 
 @contextlib.contextmanager
-def graceful_stop(signals: tuple = (signal.SIGINT, signal.SIGTERM)) -> Iterator[StopRequest]:
-    """Turn the first of ``signals`` into a :class:`StopRequest` for the duration of the block (module
-    docstring). Outside the main thread, or for a signal without a Python handler (ignored, or its
-    default action), nothing changes: the request stays falsy."""
+def graceful_stop(signals: tuple | None = None) -> Iterator[StopRequest]:
+    """Turn the first of ``signals`` (default: SIGINT, SIGTERM and those added by :func:`add_stop_signal`)
+    into a :class:`StopRequest` for the duration of the block (module docstring). Outside the main
+    thread, or for a signal without a Python handler (ignored, or its default action), nothing changes:
+    the request stays falsy."""
+    signals = tuple(_STOP_SIGNALS) if signals is None else signals
     request = StopRequest()
     if threading.current_thread() is not threading.main_thread():
         yield request

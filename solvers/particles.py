@@ -804,12 +804,19 @@ class ParticleRun(Integration):
         return y / np.linalg.norm(y, axis=1, keepdims=True)
 
     def run(self, progress: bool | Callable[[dict], None] = False,
-            callback: Callable[[dict], None] | None = None) -> ParticleResult:
-        """Integrate (see :func:`simulate_particles` for ``progress`` and ``callback``); once per prepared run."""
+            callback: Callable[[dict], None] | None = None, checkpoint: Callable[[dict], None] | None = None,
+            checkpoint_every: float | None = None) -> ParticleResult:
+        """Integrate (see :func:`simulate_particles` for ``progress`` and ``callback``); once per prepared run.
+
+        ``checkpoint``: called every ``checkpoint_every`` seconds of wall clock (after the step that ends
+        them) with {"restart": the state of that step, which a restart continues from bit for bit}."""
         if self._ran:
             raise RuntimeError("this prepared particle run has already been run; prepare a new one")
         self._ran = True
         self.progress, self.callback = progress, callback
+        if checkpoint is not None and checkpoint_every is not None:
+            self.checkpoint_every = check.number("checkpoint_every", checkpoint_every, gt=0)
+            self.checkpoint = lambda: checkpoint({"restart": self._restart_state()})
         with blas_threads(self.opts.blas_threads):
             return self._run()
 

@@ -751,6 +751,12 @@ class PDERun(Integration):
                "density": self.space.on_output_grid(canon, self.output_points)}
         self._record(row, None)
 
+    def _checkpoint(self) -> None:
+        """Hand the state of the step just accepted (spectral or node phase) to the checkpoint callable."""
+        steps = {k: v[self._steps_mark:] for k, v in self.steps.items()}
+        self._steps_mark = len(self.steps["t"])
+        self._keep({"restart": self._restart_state(), "steps": steps})
+
     def _record(self, row: dict, nodes: dict | None) -> None:
         """Keep a snapshot row (and the node measure of a Lagrangian one) and hand it to the callback."""
         self.snaps.add(row, nodes)
@@ -793,12 +799,21 @@ class PDERun(Integration):
 
     # --- the run --------------------------------------------------------------------------------
     def run(self, progress: bool | Callable[[dict], None] = False,
-            callback: Callable[[dict], None] | None = None) -> PDEResult:
-        """Integrate (see :func:`solve_pde` for ``progress`` and ``callback``); once per prepared run."""
+            callback: Callable[[dict], None] | None = None, checkpoint: Callable[[dict], None] | None = None,
+            checkpoint_every: float | None = None) -> PDEResult:
+        """Integrate (see :func:`solve_pde` for ``progress`` and ``callback``); once per prepared run.
+
+        ``checkpoint``: called every ``checkpoint_every`` seconds of wall clock (after the step that ends
+        them; spectral and node steps, not the error-estimate rerun) with {"restart": the state of that
+        step (a restart continues from it bit for bit), "steps": the attempted spectral steps since the
+        previous snapshot or checkpoint}, so that a run killed between snapshots loses at most that long."""
         if self._ran:
             raise RuntimeError("this prepared PDE run has already been run; prepare a new one")
         self._ran = True
         self.callback = callback
+        if checkpoint is not None and checkpoint_every is not None:
+            self._keep, self.checkpoint_every = checkpoint, check.number("checkpoint_every", checkpoint_every, gt=0)
+            self.checkpoint = self._checkpoint
         self.progress = Progress(progress, self.t_final, self.t)
         wall0 = time.perf_counter()
         stop, message = None, ""
@@ -827,12 +842,16 @@ class PDERun(Integration):
             else:
                 if self.lag is not None:
                     self.t = self.lag.t          # the node phase's loop had not handed its time back
+                # what a resume starts from: the last snapshot (``restart``), the state this run resumed from
+                # if none came since, or an archive's later checkpoint
                 last = self._last_snapshot_t
-                if last is not None and last < self.t:
-                    # what a resume from an archive of this run starts from: the state is kept at snapshots
-                    message += (f" at t = {self.t:.6g}; the last snapshot, where a resume continues, is at "
-                                f"t = {last:.6g}" + ("" if self.save_every else
-                                                     " (no save_every: snapshots at t = 0 and t_final only)"))
+                start = None if self.restart_from is None else float(self.restart_from["t"])
+                if last is not None and max(last, start or last) < self.t:
+                    where = (f"the state this run resumed from, at t = {start:.6g}" if start is not None
+                             and start > last else f"the last snapshot, at t = {last:.6g}"
+                             + ("" if self.save_every else " (no save_every: snapshots at t = 0 and t_final only)"))
+                    message += (f" at t = {self.t:.6g}; a resume continues from {where} (or from the archive's "
+                                "checkpoint, if later)")
         finally:
             self.progress.close()
         return self._result(stop, message, time.perf_counter() - wall0)
@@ -998,6 +1017,7 @@ class PDERun(Integration):
         # a resumed run re-derives its stop from the state (t >= t_final, stationary, max_steps): a run
         # killed after its last snapshot goes straight on to the error-estimate run
         lag.stop_request = self.stop_request
+        lag.checkpoint, lag.checkpoint_every = self.checkpoint, self.checkpoint_every
         stop, message = lag.run(self.t_final, save_time=lambda: self._save_time(self.save_index),
                                 on_save=save, progress=self.progress, max_steps=self.opts.max_steps)
         self.t = lag.t

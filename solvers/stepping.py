@@ -555,9 +555,13 @@ class Integration:
                                  methods) or None; set ``self.f`` to what the next step starts from.
     ``report(h)``                the progress dict after an accepted step
 
-    ``stop_request``             optional: polled after every accepted step (and its progress call); when
-                                 truthy the loop returns ("interrupted", ``stop_request.why``) at that
-                                 step's state (:mod:`solvers.interrupts`)
+    ``stop_request``             optional: polled after every accepted step that did not end the run
+                                 (t_final, max_steps, a stop of the subclass); when truthy the loop returns
+                                 ("interrupted", ``stop_request.why``) at that step's state
+                                 (:mod:`solvers.interrupts`)
+    ``checkpoint``, ``checkpoint_every``  optional: ``checkpoint()`` is called after the first accepted step
+                                 that ends ``checkpoint_every`` seconds (wall clock) after the loop
+                                 started or after the previous call (to keep the state, e.g. in an archive)
 
     :meth:`integrate` returns (stop reason, message): one of the subclass's own, or "t_final",
     "max_steps", "non-finite" (step size underflow or 20 non-finite attempts in a row), "interrupted".
@@ -569,6 +573,8 @@ class Integration:
     steps: dict | None = None
     controller: StepController | None = None
     stop_request = None
+    checkpoint: Callable[[], None] | None = None
+    checkpoint_every: float = math.inf
     #: fixed steps landing on a snapshot time are shortened; this relative slack keeps float round-off in t
     #: from adding a spurious tiny step
     LANDING_SLACK = 1e-9
@@ -611,6 +617,9 @@ class Integration:
         lin, scaled = self.lin, self.rhs_scaled()
         stepper = IFRungeKutta(self.rhs, self.tableau, lin, scaled)
         bad = 0
+        keeps = self.checkpoint is not None and math.isfinite(self.checkpoint_every)
+        next_keep = time.perf_counter() + self.checkpoint_every if keeps else math.inf
+        accepted = False
         while True:
             if self.lin is not lin or self.rhs_scaled() is not scaled:
                 # a new linear part or factor (a refined discretisation)
@@ -623,6 +632,12 @@ class Integration:
                 return "t_final", "reached t_final"
             if self.nsteps >= self.max_steps:
                 return "max_steps", f"{self.max_steps} accepted steps"
+            # polled here, after an accepted step the run goes on from: its state is one a restart reproduces
+            # exactly (after a rejected attempt the loop's count of non-finite attempts would be lost; a step
+            # that ended the run has returned its own stop above)
+            if accepted and self.stop_request:
+                return "interrupted", self.stop_request.why
+            accepted = False
             t_land = self.next_landing()
             if self.controller is not None:
                 h = min(self.dt, self.step_bound())
@@ -661,7 +676,7 @@ class Integration:
             # a Progress (asked first whether it wants this step's dict), or a plain callable
             if progress is not None and getattr(progress, "wants", _always)(self.t):
                 progress(self.t, self.report(h))
-            # polled after an accepted step only: its state is one a restart reproduces exactly (after a
-            # rejected attempt the loop's own count of non-finite attempts would be lost)
-            if self.stop_request:
-                return "interrupted", self.stop_request.why
+            accepted = True
+            if keeps and time.perf_counter() >= next_keep:
+                self.checkpoint()
+                next_keep = time.perf_counter() + self.checkpoint_every

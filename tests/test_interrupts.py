@@ -127,6 +127,7 @@ units = 2
 activation = "relu"
 seed = 111
 """
+_PARTICLES = '[particles]\nn = 400\nseed = 7\nintegrator = "rk4"\ndt = 0.01\nt_final = 2.0\nsave_every = 0.25\n'
 COMMAND_CASES = {
     # the spectral phase throughout (noise), stopped by SIGTERM (a batch system's time limit, `kill`)
     "spectral": (_MODEL.format(beta=2.0, noise=0.05)
@@ -134,8 +135,7 @@ COMMAND_CASES = {
     # past the handoff (t ~ 0.02), in the node phase
     "nodes": (_MODEL.format(beta=6.0, noise=0.0) + "[pde]\ndegree = 256\nt_final = 4.0\nsave_every = 0.5\n",
               2.2, signal.SIGINT),
-    "particles": (_MODEL.format(beta=4.0, noise=0.01) + "[particles]\nn = 400\nseed = 7\nintegrator = \"rk4\"\n"
-                  "dt = 0.01\nt_final = 2.0\nsave_every = 0.25\n", 1.05, signal.SIGINT),
+    "particles": (_MODEL.format(beta=4.0, noise=0.01) + _PARTICLES, 1.05, signal.SIGINT),
 }
 
 
@@ -164,9 +164,9 @@ def test_a_run_stopped_between_snapshots_resumes_from_there_to_the_same_numbers(
     # the state kept is that of the step after the signal, past the last snapshot written
     assert part.t[-1] < part.restart["t"] == part.t_stop < t_signal + 0.1, (part.t, part.t_stop)
     assert part.restart["last_snapshot_t"] == part.t[-1]
-    assert "where an interruption stopped it" in _command("info", cut).stdout
+    assert "a state kept after its last snapshot" in _command("info", cut).stdout
     r = _command("run", cfg, "--out", cut, "--resume", "--quiet")
-    assert r.returncode == 0 and "where an interruption stopped the run" in r.stderr, r.stderr
+    assert r.returncode == 0 and "a state kept after the last snapshot" in r.stderr, r.stderr
     done, ref = load(cut), load(full)
     a, b = getattr(done, stage), getattr(ref, stage)
     assert done.status == "finished" and a.stop_reason == b.stop_reason and np.array_equal(a.t, b.t)
@@ -180,3 +180,83 @@ def test_a_run_stopped_between_snapshots_resumes_from_there_to_the_same_numbers(
     if case == "nodes":
         assert np.array_equal(done.atoms["pde"][1], ref.atoms["pde"][1])
         assert np.array_equal(done.atoms["pde:mass_errors"], ref.atoms["pde:mass_errors"])
+
+
+@pytest.mark.parametrize("case", ["spectral", "particles"])
+def test_a_killed_run_resumes_from_its_last_checkpoint_to_the_same_numbers(tmp_path, case):
+    """kill -9 between snapshots: the archive holds the state of the last checkpoint ([run]
+    checkpoint_interval of wall clock, here a few milliseconds), after the last snapshot, and the resume
+    from it is the uninterrupted run."""
+    text, t_signal, _ = COMMAND_CASES[case]
+    cfg = tmp_path / "c.toml"
+    cfg.write_text("[run]\ncheckpoint_interval = 0.002\n" + text)
+    full, cut = tmp_path / "full.h5", tmp_path / "cut.h5"
+    assert _command("run", cfg, "--out", full, "--quiet").returncode == 0
+    proc = _command("run", cfg, "--out", cut, "--quiet", signal_at=(t_signal, signal.SIGKILL))
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    stage = "particles" if case == "particles" else "pde"
+    part = getattr(load(cut), stage)
+    assert load(cut).status == "running" and part.stop_reason == "killed"
+    assert part.t[-1] == part.restart["last_snapshot_t"] < part.restart["t"] <= t_signal + 0.1, part.restart["t"]
+    r = _command("run", cfg, "--out", cut, "--resume", "--quiet")
+    assert r.returncode == 0 and "a state kept after the last snapshot" in r.stderr, r.stderr
+    a, b = getattr(load(cut), stage), getattr(load(full), stage)
+    assert np.array_equal(a.t, b.t) and a.nsteps == b.nsteps
+    if stage == "particles":
+        assert np.array_equal(a.x, b.x)
+    else:
+        assert np.array_equal(a.coeffs, b.coeffs)
+        for k in ("t", "dt", "error", "accepted"):
+            assert np.array_equal(a.steps[k], b.steps[k]), k
+
+
+@pytest.mark.parametrize("case", ["spectral", "particles"])
+def test_a_signal_in_the_last_step_lets_the_run_finish(tmp_path, case):
+    """The step that lands on t_final ends the run for its own reason: a Ctrl-C that came during it does
+    not leave a restart state at t_final that nothing could continue from (the run finishes, exit 0)."""
+    text, _, _ = COMMAND_CASES[case]
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(text)
+    full, cut = tmp_path / "full.h5", tmp_path / "cut.h5"
+    assert _command("run", cfg, "--out", full, "--quiet").returncode == 0
+    t_final = {"spectral": 1.0, "particles": 2.0}[case]
+    proc = _command("run", cfg, "--out", cut, "--quiet", signal_at=(t_final, signal.SIGINT))
+    assert proc.returncode == 0, proc.stderr
+    stage = "particles" if case == "particles" else "pde"
+    a, b = getattr(load(cut), stage), getattr(load(full), stage)
+    assert load(cut).status == "finished" and a.stop_reason == "t_final"
+    assert np.array_equal(a.t, b.t) and a.nsteps == b.nsteps        # no snapshot twice
+
+
+def test_a_signal_in_the_step_that_ends_a_stage_stops_before_the_next_stage(tmp_path):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(COMMAND_CASES["spectral"][0] + _PARTICLES)          # the PDE to t = 1, then particles
+    full, cut = tmp_path / "full.h5", tmp_path / "cut.h5"
+    assert _command("run", cfg, "--out", full, "--quiet").returncode == 0
+    proc = _command("run", cfg, "--out", cut, "--quiet", signal_at=(1.0, signal.SIGTERM))
+    assert proc.returncode == 143, proc.stderr
+    run = load(cut)
+    assert run.status == "interrupted" and run.pde.stop_reason == "t_final" and run.particles is None
+    assert np.array_equal(run.pde.coeffs, load(full).pde.coeffs)
+    r = _command("run", cfg, "--out", cut, "--resume", "--quiet")
+    assert r.returncode == 0 and "[pde] already complete" in r.stderr, r.stderr
+    assert np.array_equal(load(cut).particles.x, load(full).particles.x)
+
+
+def test_sigterm_waits_for_an_archive_write_as_ctrl_c_does():
+    """``deferred_interrupt`` holds what the command's SIGTERM handler raises until the write is done (a
+    restart state cut between its arrays and its attribute would resume to other numbers)."""
+    from solvers.app.runner import deferred_interrupt
+
+    def raising(signum, frame):
+        raise KeyboardInterrupt
+    old = signal.signal(signal.SIGTERM, raising)
+    done = []
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            with deferred_interrupt():
+                os.kill(os.getpid(), signal.SIGTERM)
+                done.append("the write went on")
+        assert done == ["the write went on"]
+    finally:
+        signal.signal(signal.SIGTERM, old)

@@ -1000,6 +1000,25 @@ class ArchiveWriter:
         if self._due():
             self._write_behind()
 
+    def pde_checkpoint(self, cp: dict) -> None:
+        """Write the state a run kept between snapshots (``PDERun.run``'s checkpoint: {"restart", "steps"})
+        as its restart state, after the snapshots buffered before it and with the steps since; flush."""
+        self.write_pending(flush=False)
+        g, h = self._group("pde")
+        step_rows = self._write_steps({k: cp["steps"][k] for k in STEP_KEYS})
+        self._steps_sent += len(cp["steps"]["t"])
+        self._write_pde_restart(g, h, dict(cp["restart"]), step_rows, [], 0)
+        self.f.flush()
+        self._last_flush = time.perf_counter()
+
+    def particles_checkpoint(self, cp: dict) -> None:
+        """Write the state a particle run kept between snapshots as its restart state (after the snapshots
+        buffered before it); flush."""
+        self.write_pending(flush=False)
+        self._write_particles_restart(self.f["particles"], dict(cp["restart"]))
+        self.f.flush()
+        self._last_flush = time.perf_counter()
+
     def _buffer(self, section: str, snap: dict) -> None:
         pending = self._pending[section]
         if pending:

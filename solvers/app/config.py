@@ -3,7 +3,8 @@
 A configuration has these tables (either solver may be absent, not both)::
 
     [run]                   name, description; archive: compression ("density" | "all" | "none"),
-                            flush_interval (seconds between archive writes, 0 = every snapshot)
+                            flush_interval (seconds between archive writes, 0 = every snapshot),
+                            checkpoint_interval (seconds between restart states kept between snapshots)
     [model]                 d, beta, flow, attention, strength, noise
     [model.perceptron]      random: units, activation, scale, seed, form, bias_scale
                             or explicit: a, c | w, b, activation
@@ -210,7 +211,7 @@ COMPARE = Table({
 })
 
 RUN = Table({"name": Str(), "description": Str(), "compression": Choice(("density", "all", "none")),
-             "flush_interval": NONNEG})
+             "flush_interval": NONNEG, "checkpoint_interval": POS})
 
 SCHEMA = Table({"run": RUN, "model": MODEL, "initial": INITIAL, "pde": PDE, "particles": PARTICLES,
                 "compare": COMPARE}, required=("model",))

@@ -81,8 +81,12 @@ def _on_forwarded(signum, frame) -> None:
 
 
 def _init_local_worker() -> None:
+    from ..interrupts import add_stop_signal
+
     signal.signal(signal.SIGINT, _on_interrupt)
     signal.signal(FORWARDED_SIGNAL, _on_forwarded)
+    # the forwarded interrupt stops a run after its current step, as Ctrl-C does (solvers.interrupts)
+    add_stop_signal(FORWARDED_SIGNAL, "the pool's owner (interrupted)")
     # a forked worker inherits the command's SIGTERM handler (solvers.app.cli): the pool ends its workers
     # with SIGTERM, which must end them
     signal.signal(signal.SIGTERM, signal.SIG_DFL)

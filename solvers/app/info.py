@@ -99,15 +99,15 @@ def describe_particles(r, atoms: dict) -> list[str]:
 
 
 def _resume_points(run) -> str:
-    """Where a resume of each unfinished stage continues: its last snapshot, or the later step where an
-    interruption stopped it (its restart state's time)."""
+    """Where a resume of each unfinished stage continues: its last snapshot, or a state kept after it (where
+    an interruption stopped it, or its last checkpoint)."""
     where = []
     for name, res in (("pde", run.pde), ("particles", run.particles)):
         r = getattr(res, "restart", None) if res is not None else None
         if r is None or res.stop_reason not in ("interrupted", "killed"):
             continue
         last = r.get("last_snapshot_t")
-        where.append(f"{name}: t = {float(r['t']):.6g}, where an interruption stopped it" if last is not None
+        where.append(f"{name}: t = {float(r['t']):.6g}, a state kept after its last snapshot" if last is not None
                      and float(r["t"]) > float(last) else f"{name}: its last snapshot, t = {float(r['t']):.6g}")
     return "; ".join(where) if where else "its last snapshot"
 

@@ -1,10 +1,11 @@
 """Running a configuration end to end into one archive: PDE, particles, comparison.
 
 :func:`run_config` is what ``attnpde run`` does. Stages run in order (PDE, particles, comparison);
-each appends its snapshots to the archive as it goes. Ctrl-C ends the current stage cleanly
-(``stop_reason="interrupted"``, archive status "interrupted"); ``resume=True`` continues a killed or
-interrupted run from the last snapshot of each unfinished stage and ends at the same numbers as an
-uninterrupted run.
+each appends its snapshots to the archive as it goes, and every ``checkpoint_interval`` seconds the state of
+its current step. Ctrl-C (or SIGTERM in ``attnpde``) ends the current stage cleanly after its current step,
+whose state the archive keeps (``stop_reason="interrupted"``, archive status "interrupted"); ``resume=True``
+continues a killed or interrupted run from the latest state its archive holds for each unfinished stage
+(a snapshot's, a checkpoint's or the interrupted step's) and ends at the same numbers as an uninterrupted run.
 """
 from __future__ import annotations
 
@@ -121,7 +122,7 @@ def deferred_interrupt():
         except KeyboardInterrupt:
             hit.append(signum)
 
-    for sig in (signal.SIGINT, _FORWARDED_SIGNAL):
+    for sig in (signal.SIGINT, signal.SIGTERM, _FORWARDED_SIGNAL):     # SIGTERM: as attnpde handles it
         old = signal.getsignal(sig)
         if sig == signal.SIGINT or callable(old):
             saved[sig] = old
@@ -320,11 +321,21 @@ def _initial_text(initial: dict) -> str:
     return f"{kind} ({rest})" if rest else kind
 
 
+#: seconds of wall clock between the restart states a run's archive keeps between its snapshots (``[run]
+#: checkpoint_interval``): a run killed (kill -9, a crash, the machine lost) loses at most about this much
+CHECKPOINT_INTERVAL = 60.0
+
+
+def _checkpoint_interval(config: RunConfig) -> float:
+    return float(config.raw.get("run", {}).get("checkpoint_interval", CHECKPOINT_INTERVAL))
+
+
 def _resume_point(restart: dict) -> str:
-    """Where a resume continues: the last snapshot, or the step after it where an interruption stopped."""
+    """Where a resume continues: the last snapshot, or a state kept after it (where an interruption stopped
+    the run, or its last checkpoint)."""
     t, last = float(restart["t"]), restart.get("last_snapshot_t")
     if last is not None and t > float(last):
-        return f"t = {t:.6g}, where an interruption stopped the run (its last snapshot is at t = {float(last):.6g})"
+        return f"t = {t:.6g} (a state kept after the last snapshot, at t = {float(last):.6g})"
     return f"the snapshot at t = {t:.6g}"
 
 
@@ -341,8 +352,8 @@ def _run_pde(config: RunConfig, writer: ArchiveWriter, resume: bool, progress, l
         writer.pde_begin(grid, opts.to_dict(), "uniform" if initial == "uniform" else
                          f"[initial] {_initial_text(config.initial)}")
         log(f"[pde] S^{config.model.d - 1}, degree {degree}, t_final {t_final}, "
-            + (f"save_every {save_every}" if save_every else "snapshots at t = 0 and t_final (no save_every: "
-                                                             "a killed run resumes from t = 0)"))
+            + (f"save_every {save_every}" if save_every else "snapshots at t = 0 and t_final (no save_every)")
+            + f"; the state is kept every {_checkpoint_interval(config):g} s (checkpoint_interval)")
     else:
         log(f"[pde] resuming from {_resume_point(restart)} (degree {restart['degree']})")
     bar = progress_for("pde", t_final, float(restart["t"]) if restart else 0.0, progress, log)
@@ -351,14 +362,27 @@ def _run_pde(config: RunConfig, writer: ArchiveWriter, resume: bool, progress, l
         with deferred_interrupt_if(writer.write_due()):
             writer.pde_snapshot(snap)
 
+    def checkpoint(cp):
+        with deferred_interrupt():
+            writer.pde_checkpoint(cp)
+
     if restart is not None or prepared is None:
         prepared = prepare_pde(config.model, **args, restart=restart, **kw)
-    result = prepared.run(progress=bar, callback=snapshot)
+    result = prepared.run(progress=bar, callback=snapshot, checkpoint=checkpoint,
+                          checkpoint_every=_checkpoint_interval(config))
     with deferred_interrupt():
         writer.pde_finish(result)
     log(f"[pde] {result.stop_reason} at t = {result.t_stop:.6g}: {result.message} "
         f"({result.step_counts()}, {result.wall_time:.1f} s)")
+    _stop_if_requested(prepared, result, config.particles is not None or config.compare is not None)
     return result
+
+
+def _stop_if_requested(prepared, result, more: bool) -> None:
+    """A Ctrl-C that came in the step that ended the stage for a reason of its own (t_final, a stop
+    reason): the stage is complete and written; the command stops before the next stage, if ``more``."""
+    if more and prepared.stop_request and result.stop_reason != "interrupted":
+        raise KeyboardInterrupt
 
 
 def _run_comparison(writer: ArchiveWriter, config: RunConfig):
@@ -416,11 +440,17 @@ def _run_particles(config: RunConfig, writer: ArchiveWriter, resume: bool, progr
                 state["begun"] = True
             writer.particles_snapshot(snap)
 
+    def checkpoint(cp):
+        with deferred_interrupt():
+            writer.particles_checkpoint(cp)
+
     if restart is not None or prepared is None:
         prepared = prepare_particles(config.model, restart=restart, **kw)
-    result = prepared.run(progress=bar, callback=snapshot)
+    result = prepared.run(progress=bar, callback=snapshot, checkpoint=checkpoint,
+                          checkpoint_every=_checkpoint_interval(config))
     with deferred_interrupt():
         writer.particles_finish(result)
     log(f"[particles] {result.stop_reason} at t = {result.t_stop:.6g}: {result.message} "
         f"({result.nsteps} steps, {result.wall_time:.1f} s)")
+    _stop_if_requested(prepared, result, config.compare is not None)
     return result

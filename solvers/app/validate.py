@@ -74,6 +74,8 @@ def _job(pde, config_text: str, n: int, seed: int, compare_opts: dict) -> dict:
     kw.pop("n", None)
     t0 = time.perf_counter()
     r = simulate_particles(config.model, n=n, seed=seed, **kw)
+    if r.stop_reason == "interrupted":
+        raise KeyboardInterrupt          # a cut run is not a sample of the study: the study stops
     cmp = compare(pde, r, **compare_opts)
     out = {"n": n, "seed": seed, "t": cmp.t, "stop_reason": r.stop_reason, "wall": time.perf_counter() - t0}
     for k in METRICS:
