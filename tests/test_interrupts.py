@@ -260,3 +260,62 @@ def test_sigterm_waits_for_an_archive_write_as_ctrl_c_does():
         assert done == ["the write went on"]
     finally:
         signal.signal(signal.SIGTERM, old)
+
+
+@pytest.mark.parametrize("case", ["spectral", "particles"])
+def test_a_kill_inside_a_restart_write_leaves_the_previous_state_whole(tmp_path, case):
+    """kill -9 after a restart state's arrays reached the file and before its attribute: the archive still
+    holds the previous state whole (the arrays go to the slot the current state does not use), and the
+    resume is the uninterrupted run."""
+    text, _, _ = COMMAND_CASES[case]
+    cfg = tmp_path / "c.toml"
+    cfg.write_text("[run]\ncheckpoint_interval = 0.002\n" + text)
+    full, cut = tmp_path / "full.h5", tmp_path / "cut.h5"
+    assert _command("run", cfg, "--out", full, "--quiet").returncode == 0
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.run([sys.executable, str(ROOT / "tests" / "kill_in_restart_write.py"), "12", "run", str(cfg),
+                           "--out", str(cut), "--quiet"], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    r = _command("run", cfg, "--out", cut, "--resume", "--quiet")
+    assert r.returncode == 0, r.stderr
+    stage = "particles" if case == "particles" else "pde"
+    a, b = getattr(load(cut), stage), getattr(load(full), stage)
+    assert np.array_equal(a.t, b.t) and a.nsteps == b.nsteps
+    if stage == "particles":
+        assert np.array_equal(a.x, b.x) and np.array_equal(a.energy, b.energy)
+    else:
+        assert np.array_equal(a.coeffs, b.coeffs)
+        for k in ("t", "dt", "error", "accepted"):
+            assert np.array_equal(a.steps[k], b.steps[k]), k
+
+
+def test_checkpoints_leave_a_finished_archive_as_without_them(tmp_path):
+    """A stage that ends between snapshots for a reason of its own (max_steps here): its step log is whole
+    and its restart state is the last snapshot's, however many checkpoints came."""
+    text = COMMAND_CASES["spectral"][0] + "max_steps = 120\n"
+    runs = {}
+    for interval in (60.0, 0.002):
+        cfg = tmp_path / f"c{interval}.toml"
+        cfg.write_text(f"[run]\ncheckpoint_interval = {interval}\n" + text)
+        out = tmp_path / f"a{interval}.h5"
+        assert _command("run", cfg, "--out", out, "--quiet").returncode == 0
+        runs[interval] = load(out).pde
+    a, b = runs[60.0], runs[0.002]
+    assert a.stop_reason == b.stop_reason == "max_steps" and a.nsteps == 120
+    assert len(a.steps["t"]) == a.nsteps + a.nrejected
+    for k in ("t", "dt", "error", "accepted"):
+        assert np.array_equal(a.steps[k], b.steps[k]), k
+    assert a.restart["t"] == b.restart["t"] == a.t[-1]
+    assert np.array_equal(a.restart["coeffs"], b.restart["coeffs"])
+
+
+def test_validate_marks_its_part_archive_interrupted_whichever_step_the_signal_came_in(tmp_path):
+    cfg = tmp_path / "v.toml"
+    cfg.write_text(COMMAND_CASES["spectral"][0] + _PARTICLES.replace("t_final = 2.0", "t_final = 1.0"))
+    out = tmp_path / "v.h5"
+    # in the step that lands on the PDE's t_final: the PDE stage ends complete, the study stops
+    proc = _command("validate", cfg, "--n", "50,100", "--workers", "1", "--out", out, signal_at=(1.0, signal.SIGINT))
+    assert proc.returncode == 130, proc.stderr
+    part = load(tmp_path / "v.h5.part")
+    assert part.status == "interrupted" and part.pde.stop_reason == "t_final" and not out.exists()

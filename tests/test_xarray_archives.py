@@ -110,7 +110,7 @@ def test_every_group_opens_with_named_dimensions(archives, kind):
             checked += _compare_with_h5py(path, group, ds)
     assert checked > 20
     with h5py.File(path, "r") as f:
-        assert f.attrs["format_version"] == FORMAT_VERSION == 2
+        assert f.attrs["format_version"] == FORMAT_VERSION == 3
 
 
 def test_coordinates_of_the_circle(archives):

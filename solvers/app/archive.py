@@ -14,12 +14,13 @@ Layout (format ``attnpde-run``, version 2: version 1 plus named dimensions; both
                            steps/{t, dt, error, accepted} (every attempted step), refinements (R, 3),
                            grids (G, 1 + grid dims: degree, M on S^1 or nlat, nphi on S^2 — the
                            computational grid of every degree used),
-                           restart/ (state at the last snapshot: coeffs + attrs);
+                           restart/ (the state a resume continues from: attr ``state`` and the
+                           arrays of the slot a/ or b/ it names, see below);
                            attrs: stop_reason ("" while running), message, t_stop, nsteps, nrejected,
                            options (JSON), initial, wall_time, complete
     /particles             t (T) [scale], x (T, N, d), w (N), energy, max_drift, dissipation,
-                           n_clusters (T), restart/ (x, w + attrs: time, RNG state, step counts,
-                           stopping-rule window, settings); attrs: options (JSON: the
+                           n_clusters (T), restart/ (x, w in slot a/ or b/ + attr state: time, RNG
+                           state, step counts, stopping-rule window, settings); attrs: options (JSON: the
                            simulate_particles arguments), initial, stop_reason, message, t_stop,
                            nsteps, nrejected, sum_method, wall_time, complete
     /atoms/pde, /atoms/particles     positions (k, d), masses (k)
@@ -36,10 +37,13 @@ on, into the bytes HDF5's filters would make, and written as it is (``_Deflater`
 Snapshots are buffered and written in batches: a batch is written, then the restart state matching
 its last row (with the number of rows it corresponds to), then the file is flushed. A batch goes out
 as soon as ``flush_interval`` seconds (default 1 s; 0 writes every snapshot) have passed since the
-previous one, and always when a stage ends or is interrupted. A killed run therefore leaves a
-readable archive whose last snapshot (at most ``flush_interval`` of computation old) is a valid
-restart point; rows written after the last complete restart state (a kill inside a write) are
-dropped on resume.
+previous one, and always when a stage ends or is interrupted. A checkpoint (every
+``checkpoint_interval`` of the run layer) writes the pending batch and then the state of the current
+step the same way; an interruption writes that of the step it stopped after. A restart state's arrays go
+into the slot (``restart/a``, ``restart/b``) the current state does not use, and its attribute, naming
+the slot, last (:meth:`ArchiveWriter._write_restart`): a killed run therefore leaves a readable archive
+whose last restart state is whole, whatever the moment of the kill; rows written after it are dropped on
+resume.
 Batches that fall due during a stage are written behind the computation: one background thread writes
 and flushes a batch while the solver goes on (h5py releases the GIL inside HDF5, so the gzip and the
 I/O run on another core), one batch at a time. Every other use of the file (``ArchiveWriter.f``) first
@@ -73,7 +77,7 @@ __all__ = ["ArchiveError", "ArchiveWriter", "RunArchive", "load", "open_archive"
            "FORMAT", "FORMAT_VERSION"]
 
 FORMAT = "attnpde-run"
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3      # 3: restart arrays in two slots (restart/a, restart/b); 2: named dimensions
 COMPRESSIONS = ("density", "all", "none")
 _COMPRESSION = dict(compression="gzip", compression_opts=1, shuffle=True)
 
@@ -499,10 +503,10 @@ _DIMS = {
     "pde/lagrangian": {"x": ("node", "component"), "w": ("node",), "count": ("node",),
                        "merges": ("merge", "merge_field"), "*": ("t",)},
     "pde/lagrangian/check": {"x": ("node", "component"), "*": ("node",)},
-    "pde/restart": {"coeffs": ("coeff",), "handoff_coeffs": ("handoff_coeff",), "x": ("node", "component"),
-                    "w": ("node",), "count": ("node",)},
+    "pde/restart*": {"coeffs": ("coeff",), "handoff_coeffs": ("handoff_coeff",), "x": ("node", "component"),
+                     "w": ("node",), "count": ("node",)},
     "particles": {"x": ("t", "particle", "component"), "w": ("particle",), "*": ("t",)},
-    "particles/restart": {"x": ("particle", "component"), "*": ("particle",)},
+    "particles/restart*": {"x": ("particle", "component"), "*": ("particle",)},
     "atoms/*": {"positions": ("atom", "component"), "*": ("atom",)},
     "comparison": {"matched_*_positions": ("match", "component"), "matched_*": ("match",),
                    "unmatched_pde_positions": ("unmatched_pde", "component"), "unmatched_pde_*": ("unmatched_pde",),
@@ -855,6 +859,9 @@ class ArchiveWriter:
         self.compress = {"none": set(), "density": {"density"}, "all": {"density", "coeffs", "x"}}[compression]
         self._pending: dict[str, list] = {"pde": [], "particles": []}
         self._steps_sent = 0                           # the PDE run's attempted steps written (pde_begin)
+        self._step_rows0 = 0                           # rows of /pde/steps before this run's
+        self._kept_after = {"pde": False, "particles": False}   # restart state newer than the last snapshot
+        self._slots_declared = False                   # format_version says restart slots (_write_restart)
         self._groups: dict[str, h5py.Group] = {}      # open groups of the per-snapshot writes
         self._handles: dict[str, dict] = {}           # per group: open dataset handles (see _dataset)
         self._labeled: set[str] = set()               # groups whose datasets have named dimensions
@@ -977,7 +984,7 @@ class ArchiveWriter:
     # --- PDE ------------------------------------------------------------------------------------------
     def pde_begin(self, grid: np.ndarray, options: dict, initial: str) -> None:
         self._begin_stage("pde", "grid", grid, options, initial)
-        self._steps_sent = 0             # the run's attempted steps written so far (they travel with snapshots)
+        self._steps_sent = self._step_rows0 = 0   # the run's attempted steps written (they travel with snapshots)
 
     def _begin_stage(self, name: str, key: str, data: np.ndarray, options: dict, initial: str) -> None:
         """Open the group of a stage: its fixed dataset ``key`` (written once), settings, initial data."""
@@ -1008,6 +1015,7 @@ class ArchiveWriter:
         step_rows = self._write_steps({k: cp["steps"][k] for k in STEP_KEYS})
         self._steps_sent += len(cp["steps"]["t"])
         self._write_pde_restart(g, h, dict(cp["restart"]), step_rows, [], 0)
+        self._kept_after["pde"] = True
         self.f.flush()
         self._last_flush = time.perf_counter()
 
@@ -1016,6 +1024,7 @@ class ArchiveWriter:
         buffered before it); flush."""
         self.write_pending(flush=False)
         self._write_particles_restart(self.f["particles"], dict(cp["restart"]))
+        self._kept_after["particles"] = True
         self.f.flush()
         self._last_flush = time.perf_counter()
 
@@ -1055,6 +1064,7 @@ class ArchiveWriter:
         self._steps_sent += sum(len(s.get("steps", {}).get("t", ())) for s in snaps)
         lag = [(i, s) for i, s in enumerate(snaps) if s.get("nodes") is not None]
         self._write_pde_restart(g, h, dict(snaps[-1]["restart"]), step_rows, lag, t.id.shape[0] - len(snaps))
+        self._kept_after["pde"] = False
 
     def _write_steps(self, columns: dict) -> int:
         """Append the attempted steps (STEP_KEYS -> iterable of values) to /pde/steps; returns its rows."""
@@ -1072,44 +1082,67 @@ class ArchiveWriter:
         """The restart state (a snapshot's, or the one an interruption kept after it) with the rows it
         continues after: the snapshots, ``step_rows`` steps, the node measures (``lag``: the Lagrangian
         snapshots just appended, the first at row ``first_row``); its refinements and grids."""
-        refinements = np.array(restart.pop("refinements", []), dtype=float).reshape(-1, 3)
+        # the state keeps its refinements and grids (JSON, written with it at once); /pde's datasets show them
+        restart["refinements"] = [list(map(float, r)) for r in restart.get("refinements", [])]
+        restart["grids"] = [list(map(int, r)) for r in restart.get("grids", [])]
+        refinements = np.array(restart["refinements"], dtype=float).reshape(-1, 3)
         new = []
         if _rewrite(g, "refinements", refinements, h):
             new.append("refinements")
-        grids = np.array(restart.pop("grids", []), dtype=np.int64)
+        grids = np.array(restart["grids"], dtype=np.int64)
         if grids.size and _rewrite(g, "grids", grids, h):
             new.append("grids")
         if lag:
             restart.update(self._write_nodes(g, first_row, lag, restart))
         elif _has(g, "lagrangian"):
             restart.update(lag_rows=int(g["lagrangian/t"].shape[0]), lag_points=int(g["lagrangian/w"].shape[0]))
-        r, rh = self._group("pde/restart")
-        # every array of the state is a dataset (the coefficients; after the handoff also the nodes and the
-        # handoff state), the rest JSON; arrays of an earlier phase that the state no longer has go
+        restart["snapshots"] = _dataset(g, "t", h).id.shape[0]
+        restart["step_rows"] = step_rows
+        self._label(g, "pde", new)
+        self._write_restart("pde", restart)
+
+    def _write_restart(self, section: str, restart: dict) -> None:
+        """Write a restart state into /<section>/restart so that a kill at any moment leaves a whole one.
+
+        Every array of the state is a dataset (the coefficients; after the handoff also the nodes and the
+        handoff state; the particles), the rest JSON in the attribute ``state``. The arrays go into the one
+        of the two slots ``restart/a``, ``restart/b`` that the current state does not use, and the state,
+        naming its slot, is written last: a process killed before that (kill -9 inside the write, before
+        or during the flush of its arrays) leaves the previous state and its slot untouched, where one
+        set of datasets rewritten in place could be left holding the new state's arrays under the old
+        state's scalars (a resume to other numbers, seen)."""
+        if self.labels and not self._slots_declared:
+            # a version-2 archive being resumed: from now on only a reader that knows the slots reads it
+            if int(self.f.attrs.get("format_version", 1)) < FORMAT_VERSION:
+                _set_attrs(self.f, {"format_version": FORMAT_VERSION})
+            self._slots_declared = True
+        r, _ = self._group(f"{section}/restart")
+        previous = json.loads(r.attrs["state"]) if "state" in r.attrs else {}
+        slot = "b" if previous.get("slot") == "a" else "a"
+        sg, sh = self._group(f"{section}/restart/{slot}")
         arrays = {k: np.asarray(v) for k, v in restart.items() if isinstance(v, np.ndarray) and v.ndim >= 1}
-        for k in arrays:
-            restart.pop(k)
+        scalars = {k: v for k, v in restart.items() if k not in arrays}
         replaced = []
-        for k in [k for k in _data(r) if k not in arrays]:
-            rh.pop(k, None)
-            _delete(r, k)
+        for k in [k for k in _data(sg) if k not in arrays]:      # arrays of an earlier phase
+            sh.pop(k, None)
+            _delete(sg, k)
             replaced.append(k)
         for k, v in arrays.items():
-            ds = _dataset(r, k, rh)
+            ds = _dataset(sg, k, sh)
             if ds is None or ds.dtype != v.dtype or ds.ndim != v.ndim:
                 if ds is not None:
-                    rh.pop(k, None)
-                    _delete(r, k)
+                    sh.pop(k, None)
+                    _delete(sg, k)
                 replaced.append(k)
-                rh[k] = r.create_dataset(k, data=v, maxshape=(None,) * v.ndim, chunks=True)
+                sh[k] = sg.create_dataset(k, data=v, maxshape=(None,) * v.ndim, chunks=True)
             else:
                 ds.id.set_extent(v.shape)
                 _write_block(ds, 0, v)
-        restart["snapshots"] = _dataset(g, "t", h).id.shape[0]
-        restart["step_rows"] = step_rows
-        _set_attrs(r, {"state": _json(restart)})
-        self._label(g, "pde", new)
-        self._label(r, "pde/restart", replaced)
+        self._label(sg, f"{section}/restart/{slot}", replaced)
+        _set_attrs(r, {"state": _json({**scalars, "slot": slot})})
+        for k in _data(r):                   # an archive written before the slots: its arrays are now stale
+            self._handles.get(f"{section}/restart", {}).pop(k, None)
+            _delete(r, k)
 
     def _write_nodes(self, g: h5py.Group, first_row: int, lag: list, restart: dict) -> dict:
         """Append the node measures of Lagrangian snapshots to /pde/lagrangian (ragged, as CF's contiguous
@@ -1149,11 +1182,18 @@ class ArchiveWriter:
         """Record how the PDE run ended, and its atoms; for a run an interruption stopped between
         snapshots, the state it kept there (with the steps since its last snapshot)."""
         g = self._finish_stage("pde", result)
-        if _kept_after_snapshot(result):
-            h = self._group("pde")[1]
+        h = self._group("pde")[1]
+        if len(result.steps["t"]) > self._steps_sent:
+            # the steps after the last snapshot or checkpoint (a stop without a snapshot: max_steps, ...)
             step_rows = self._write_steps({k: result.steps[k][self._steps_sent:] for k in STEP_KEYS})
             self._steps_sent = len(result.steps["t"])
-            self._write_pde_restart(g, h, dict(result.restart), step_rows, [], 0)
+        if _kept_after_snapshot(result):
+            self._write_pde_restart(g, h, dict(result.restart), self._step_rows0 + self._steps_sent, [], 0)
+        elif (self._kept_after["pde"] and result.stop_reason != "interrupted" and result.restart is not None
+              and "step_log" in result.restart):
+            # a checkpoint's state outlived the run: the last snapshot's again, as a run without one leaves
+            self._write_pde_restart(g, h, dict(result.restart), self._step_rows0 + result.restart["step_log"], [], 0)
+        self._kept_after["pde"] = False
         if result.lagrangian is not None:
             # the node steps of the whole run (the restart state holds those of its last snapshot)
             _set_attrs(g, {"node_nsteps": int(result.lagrangian["node_nsteps"]),
@@ -1194,33 +1234,24 @@ class ArchiveWriter:
             _append_rows(g, k, [s.get(k, np.nan) for s in snaps], dtype=float)
         _append_rows(g, "n_clusters", [s.get("cluster_count", -1) for s in snaps], dtype=np.int64)
         self._write_particles_restart(g, dict(snaps[-1]["restart"]))
+        self._kept_after["particles"] = False
 
     def _write_particles_restart(self, g: h5py.Group, restart: dict) -> None:
         """The restart state (a snapshot's, or the one an interruption kept after it), after the snapshots
         written so far."""
-        r = g.require_group("restart")
-        scalars, replaced = {}, []
-        for k, v in restart.items():
-            if isinstance(v, np.ndarray) and v.ndim >= 1:
-                if k in r and r[k].shape == v.shape and r[k].dtype == v.dtype:
-                    r[k][...] = v
-                else:
-                    _replace(r, k, v)
-                    replaced.append(k)
-            else:
-                scalars[k] = v
-        scalars["snapshots"] = g["t"].shape[0]
-        r.attrs["state"] = _json(scalars)
         self._label(g, "particles")
-        self._label(r, "particles/restart", replaced)
+        self._write_restart("particles", {**restart, "snapshots": g["t"].shape[0]})
 
     def particles_finish(self, result) -> None:
         """Record how the particle run ended, and its clusters at the end (the stopping rule's scale and
         rule; scale 0.5 and single linkage without one); for a run an interruption stopped between
         snapshots, the state it kept there."""
         g = self._finish_stage("particles", result)
-        if _kept_after_snapshot(result):
+        if _kept_after_snapshot(result) or (self._kept_after["particles"] and result.restart is not None
+                                            and result.stop_reason != "interrupted"):
+            # the interrupted step's state; or, a stage ended after a checkpoint, the last snapshot's again
             self._write_particles_restart(g, dict(result.restart))
+        self._kept_after["particles"] = False
         g.attrs["sum_method"] = result.sum_method
         if result.stop_reason != "interrupted" and len(result.t):
             scale, rule = result.cluster_rule
@@ -1277,6 +1308,7 @@ class ArchiveWriter:
         self._labeled.clear()
         self._deflater.start(section, g, g["t"].shape[0] if "t" in g else 0)
         self._steps_sent = 0
+        self._step_rows0 = int(state.get("step_rows", 0))
         self.f.flush()
         return read_restart(g)
 
@@ -1390,15 +1422,17 @@ def read_validation(g: h5py.Group, path: Path | None = None):
 
 
 def read_restart(g: h5py.Group) -> dict:
-    """The restart state stored with the last written snapshot of a section."""
+    """The restart state of a section (its last snapshot's, a checkpoint's or an interruption's): the
+    attribute ``state`` and the arrays of the slot it names (archives before the slots: of the group)."""
     r = g["restart"]
     out: dict[str, Any] = json.loads(r.attrs["state"])
-    for k, v in _data(r).items():
+    slot = out.pop("slot", None)
+    for k, v in _data(r[slot] if slot else r).items():
         out[k] = v[()]
-    if "refinements" in g:
-        out["refinements"] = [tuple(row) for row in g["refinements"][()]]
-    if "grids" in g:
-        out["grids"] = [tuple(int(v) for v in row) for row in g["grids"][()]]
+    for key, cast in (("refinements", float), ("grids", int)):
+        rows = out[key] if key in out else g[key][()] if key in g else None     # JSON since the slots
+        if rows is not None:
+            out[key] = [tuple(cast(v) for v in row) for row in rows]
     return out
 
 

@@ -103,7 +103,7 @@ def validate(config: RunConfig, ns: list[int], seeds: int, out: str | Path, *, w
     """
     from .archive import write_validation
     from .executor import open_pool
-    from .runner import RunRefused, _prepare_pde, _run_pde, new_archive
+    from .runner import RunRefused, _prepare_pde, _run_pde, deferred_interrupt, new_archive
     from .streams import say
 
     log = log or say
@@ -166,6 +166,8 @@ def validate(config: RunConfig, ns: list[int], seeds: int, out: str | Path, *, w
     except KeyboardInterrupt:
         if pool is not None:
             pool.interrupt()            # the particle runs stop too when only this process was interrupted
+        with deferred_interrupt():      # whichever stage it came in (also the step that ended the PDE run)
+            writer.set_status("interrupted")
         raise
     finally:
         writer.close()
