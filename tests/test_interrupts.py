@@ -9,6 +9,7 @@ import sys
 import threading
 from pathlib import Path
 
+import h5py
 import numpy as np
 import pytest
 
@@ -308,6 +309,14 @@ def test_checkpoints_leave_a_finished_archive_as_without_them(tmp_path):
         assert np.array_equal(a.steps[k], b.steps[k]), k
     assert a.restart["t"] == b.restart["t"] == a.t[-1]
     assert np.array_equal(a.restart["coeffs"], b.restart["coeffs"])
+    # the same objects in both files: the restart state of a complete stage is in slot a only
+    names = []
+    for interval in (60.0, 0.002):
+        with h5py.File(tmp_path / f"a{interval}.h5", "r") as f:
+            seen = []
+            f.visit(seen.append)
+            names.append(sorted(seen))
+    assert names[0] == names[1] and "pde/restart/a/coeffs" in names[0] and "pde/restart/b" not in names[0]
 
 
 def test_validate_marks_its_part_archive_interrupted_whichever_step_the_signal_came_in(tmp_path):

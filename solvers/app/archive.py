@@ -1167,6 +1167,24 @@ class ArchiveWriter:
         return {"lag_rows": int(lg["t"].shape[0]), "lag_points": int(lg["w"].shape[0])}
 
 
+    def _settle_restart(self, section: str) -> None:
+        """A complete stage keeps its restart state in slot a only, whatever the number of states written
+        before (which the wall clock decides: batches, checkpoints), so that its archive does not depend on
+        timing: a state in slot b is written again into a (the usual order: a, then the attribute), then b
+        goes."""
+        g = self.f[section]
+        if "restart" not in g or "state" not in g["restart"].attrs:
+            return
+        r = g["restart"]
+        if json.loads(r.attrs["state"]).get("slot") == "b":
+            self._write_restart(section, read_restart(g, with_rows=False))
+        if "b" in r:
+            path = f"{section}/restart/b"
+            self._groups.pop(path, None)
+            self._handles.pop(path, None)
+            self._labeled.discard(path)
+            del r["b"]
+
     def _finish_stage(self, name: str, result) -> "h5py.Group":
         """Write what is pending, then how the stage ended: its stop reason and message, the time and steps
         it reached, and the wall time added to that of the runs it resumed (the caller flushes)."""
@@ -1194,6 +1212,8 @@ class ArchiveWriter:
             # a checkpoint's state outlived the run: the last snapshot's again, as a run without one leaves
             self._write_pde_restart(g, h, dict(result.restart), self._step_rows0 + result.restart["step_log"], [], 0)
         self._kept_after["pde"] = False
+        if result.stop_reason != "interrupted":
+            self._settle_restart("pde")
         if result.lagrangian is not None:
             # the node steps of the whole run (the restart state holds those of its last snapshot)
             _set_attrs(g, {"node_nsteps": int(result.lagrangian["node_nsteps"]),
@@ -1252,6 +1272,8 @@ class ArchiveWriter:
             # the interrupted step's state; or, a stage ended after a checkpoint, the last snapshot's again
             self._write_particles_restart(g, dict(result.restart))
         self._kept_after["particles"] = False
+        if result.stop_reason != "interrupted":
+            self._settle_restart("particles")
         g.attrs["sum_method"] = result.sum_method
         if result.stop_reason != "interrupted" and len(result.t):
             scale, rule = result.cluster_rule
@@ -1421,14 +1443,18 @@ def read_validation(g: h5py.Group, path: Path | None = None):
                             table=str(g.attrs["table"]), path=path)
 
 
-def read_restart(g: h5py.Group) -> dict:
+def read_restart(g: h5py.Group, with_rows: bool = True) -> dict:
     """The restart state of a section (its last snapshot's, a checkpoint's or an interruption's): the
-    attribute ``state`` and the arrays of the slot it names (archives before the slots: of the group)."""
+    attribute ``state`` and the arrays of the slot it names (archives before the slots: of the group).
+    ``with_rows``: refinements and grids as tuples, from the group's datasets in archives before the slots
+    (False: the state as written)."""
     r = g["restart"]
     out: dict[str, Any] = json.loads(r.attrs["state"])
     slot = out.pop("slot", None)
     for k, v in _data(r[slot] if slot else r).items():
         out[k] = v[()]
+    if not with_rows:
+        return out
     for key, cast in (("refinements", float), ("grids", int)):
         rows = out[key] if key in out else g[key][()] if key in g else None     # JSON since the slots
         if rows is not None:
