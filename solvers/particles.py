@@ -744,8 +744,7 @@ class ParticleRun(Integration):
 
     def _restart_state(self) -> dict:
         return {"t": self.t, "last_snapshot_t": self._last_snapshot_t, "x": self.x.copy(), "w": self.w.copy(),
-                "nsteps": self.nsteps,
-                "nrejected": self.nrejected, "save_index": self.save_index,
+                "nsteps": self.nsteps, "nrejected": self.nrejected, "save_index": self.save_index,
                 "dt": float(self.dt) if self.dt is not None else float("nan"),
                 "rng_state": self.rng.bit_generator.state, "stop_counts": list(self.counts),
                 "initial": self.initial, "settings": self._settings(),

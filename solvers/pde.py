@@ -701,8 +701,8 @@ class PDERun(Integration):
         # last_snapshot_t < t: a state kept where an interruption stopped the run, between snapshots
         # step_log: the attempted steps this run has logged up to this state (the archive's rows of them)
         return {"t": self.t, "last_snapshot_t": self._last_snapshot_t, "step_log": len(self.steps["t"]),
-                "nsteps": self.nsteps,
-                "nrejected": self.nrejected, "save_index": self.save_index, "initial": self.initial_desc, "refinements": [tuple(r) for r in self.refinements],
+                "nsteps": self.nsteps, "nrejected": self.nrejected, "save_index": self.save_index,
+                "initial": self.initial_desc, "refinements": [tuple(r) for r in self.refinements],
                 "grids": self._grid_rows(), "settings": self._settings()}
 
     def _settings(self) -> dict:

@@ -63,7 +63,7 @@ import zlib
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import h5py
 import numpy as np
@@ -858,7 +858,6 @@ class ArchiveWriter:
         self.flush_interval = float(flush_interval)
         self.compress = {"none": set(), "density": {"density"}, "all": {"density", "coeffs", "x"}}[compression]
         self._pending: dict[str, list] = {"pde": [], "particles": []}
-        self._steps_sent = 0                           # the PDE run's attempted steps written (pde_begin)
         self._step_rows0 = 0                           # rows of /pde/steps before this run's
         self._kept_after = {"pde": False, "particles": False}   # restart state newer than the last snapshot
         self._slots_declared = False                   # format_version says restart slots (_write_restart)
@@ -984,7 +983,7 @@ class ArchiveWriter:
     # --- PDE ------------------------------------------------------------------------------------------
     def pde_begin(self, grid: np.ndarray, options: dict, initial: str) -> None:
         self._begin_stage("pde", "grid", grid, options, initial)
-        self._steps_sent = self._step_rows0 = 0   # the run's attempted steps written (they travel with snapshots)
+        self._step_rows0 = 0
 
     def _begin_stage(self, name: str, key: str, data: np.ndarray, options: dict, initial: str) -> None:
         """Open the group of a stage: its fixed dataset ``key`` (written once), settings, initial data."""
@@ -1010,21 +1009,22 @@ class ArchiveWriter:
     def pde_checkpoint(self, cp: dict) -> None:
         """Write the state a run kept between snapshots (``PDERun.run``'s checkpoint: {"restart", "steps"})
         as its restart state, after the snapshots buffered before it and with the steps since; flush."""
-        self.write_pending(flush=False)
-        g, h = self._group("pde")
-        step_rows = self._write_steps({k: cp["steps"][k] for k in STEP_KEYS})
-        self._steps_sent += len(cp["steps"]["t"])
-        self._write_pde_restart(g, h, dict(cp["restart"]), step_rows, [], 0)
-        self._kept_after["pde"] = True
-        self.f.flush()
-        self._last_flush = time.perf_counter()
+        def write() -> None:
+            g, h = self._group("pde")
+            step_rows = self._write_steps({k: cp["steps"][k] for k in STEP_KEYS})
+            self._write_pde_restart(g, h, dict(cp["restart"]), step_rows, [], 0)
+        self._checkpoint("pde", write)
 
     def particles_checkpoint(self, cp: dict) -> None:
         """Write the state a particle run kept between snapshots as its restart state (after the snapshots
         buffered before it); flush."""
+        self._checkpoint("particles", lambda: self._write_particles_restart(self.f["particles"], dict(cp["restart"])))
+
+    def _checkpoint(self, section: str, write: Callable[[], None]) -> None:
+        """The pending snapshots, then ``write()`` (a restart state newer than the last snapshot); flush."""
         self.write_pending(flush=False)
-        self._write_particles_restart(self.f["particles"], dict(cp["restart"]))
-        self._kept_after["particles"] = True
+        write()
+        self._kept_after[section] = True
         self.f.flush()
         self._last_flush = time.perf_counter()
 
@@ -1061,7 +1061,6 @@ class ArchiveWriter:
         # one array from the snapshots' lists of steps (an array per snapshot costs 3x more, measured)
         step_rows = self._write_steps({k: [v for s in snaps for v in s.get("steps", {}).get(k, ())]
                                        for k in STEP_KEYS})
-        self._steps_sent += sum(len(s.get("steps", {}).get("t", ())) for s in snaps)
         lag = [(i, s) for i, s in enumerate(snaps) if s.get("nodes") is not None]
         self._write_pde_restart(g, h, dict(snaps[-1]["restart"]), step_rows, lag, t.id.shape[0] - len(snaps))
         self._kept_after["pde"] = False
@@ -1167,6 +1166,17 @@ class ArchiveWriter:
         return {"lag_rows": int(lg["t"].shape[0]), "lag_points": int(lg["w"].shape[0])}
 
 
+    def _finish_restart(self, section: str, result, write: Callable[[dict], None]) -> None:
+        """The restart state a stage ends with: ``write(result.restart)`` when it is the state of the step an
+        interruption stopped after, or when a checkpoint wrote a newer one than the last snapshot's of a
+        complete stage (that one again, as a run without checkpoints leaves); a complete stage's in slot a."""
+        complete = result.stop_reason != "interrupted"
+        if _kept_after_snapshot(result) or (complete and self._kept_after[section] and result.restart is not None):
+            write(dict(result.restart))
+        self._kept_after[section] = False
+        if complete:
+            self._settle_restart(section)
+
     def _settle_restart(self, section: str) -> None:
         """A complete stage keeps its restart state in slot a only, whatever the number of states written
         before (which the wall clock decides: batches, checkpoints), so that its archive does not depend on
@@ -1200,20 +1210,12 @@ class ArchiveWriter:
         """Record how the PDE run ended, and its atoms; for a run an interruption stopped between
         snapshots, the state it kept there (with the steps since its last snapshot)."""
         g = self._finish_stage("pde", result)
-        h = self._group("pde")[1]
-        if len(result.steps["t"]) > self._steps_sent:
+        sent = (g["steps/t"].shape[0] if "steps" in g else 0) - self._step_rows0    # this run's steps written
+        if len(result.steps["t"]) > sent:
             # the steps after the last snapshot or checkpoint (a stop without a snapshot: max_steps, ...)
-            step_rows = self._write_steps({k: result.steps[k][self._steps_sent:] for k in STEP_KEYS})
-            self._steps_sent = len(result.steps["t"])
-        if _kept_after_snapshot(result):
-            self._write_pde_restart(g, h, dict(result.restart), self._step_rows0 + self._steps_sent, [], 0)
-        elif (self._kept_after["pde"] and result.stop_reason != "interrupted" and result.restart is not None
-              and "step_log" in result.restart):
-            # a checkpoint's state outlived the run: the last snapshot's again, as a run without one leaves
-            self._write_pde_restart(g, h, dict(result.restart), self._step_rows0 + result.restart["step_log"], [], 0)
-        self._kept_after["pde"] = False
-        if result.stop_reason != "interrupted":
-            self._settle_restart("pde")
+            self._write_steps({k: result.steps[k][sent:] for k in STEP_KEYS})
+        self._finish_restart("pde", result, lambda r: self._write_pde_restart(
+            g, self._group("pde")[1], r, self._step_rows0 + r["step_log"], [], 0))
         if result.lagrangian is not None:
             # the node steps of the whole run (the restart state holds those of its last snapshot)
             _set_attrs(g, {"node_nsteps": int(result.lagrangian["node_nsteps"]),
@@ -1267,13 +1269,7 @@ class ArchiveWriter:
         rule; scale 0.5 and single linkage without one); for a run an interruption stopped between
         snapshots, the state it kept there."""
         g = self._finish_stage("particles", result)
-        if _kept_after_snapshot(result) or (self._kept_after["particles"] and result.restart is not None
-                                            and result.stop_reason != "interrupted"):
-            # the interrupted step's state; or, a stage ended after a checkpoint, the last snapshot's again
-            self._write_particles_restart(g, dict(result.restart))
-        self._kept_after["particles"] = False
-        if result.stop_reason != "interrupted":
-            self._settle_restart("particles")
+        self._finish_restart("particles", result, lambda r: self._write_particles_restart(g, r))
         g.attrs["sum_method"] = result.sum_method
         if result.stop_reason != "interrupted" and len(result.t):
             scale, rule = result.cluster_rule
@@ -1329,8 +1325,8 @@ class ArchiveWriter:
         self._handles.clear()
         self._labeled.clear()
         self._deflater.start(section, g, g["t"].shape[0] if "t" in g else 0)
-        self._steps_sent = 0
-        self._step_rows0 = int(state.get("step_rows", 0))
+        if section == "pde":
+            self._step_rows0 = int(state.get("step_rows", 0))
         self.f.flush()
         return read_restart(g)
 
