@@ -136,6 +136,10 @@ COMMAND_CASES = {
     # past the handoff (t ~ 0.02), in the node phase
     "nodes": (_MODEL.format(beta=6.0, noise=0.0) + "[pde]\ndegree = 256\nt_final = 4.0\nsave_every = 0.5\n",
               2.2, signal.SIGINT),
+    # the same, stopped in the node phase before its first node snapshot (t = 0.5): the handoff is known
+    # from the restart state alone
+    "nodes-early": (_MODEL.format(beta=6.0, noise=0.0) + "[pde]\ndegree = 256\nt_final = 4.0\nsave_every = 0.5\n",
+                    0.1, signal.SIGINT),
     "particles": (_MODEL.format(beta=4.0, noise=0.01) + _PARTICLES, 1.05, signal.SIGINT),
 }
 
@@ -150,13 +154,27 @@ def _command(*args, signal_at=None):
                           timeout=600, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    """The archive of the uninterrupted run of a configuration text (each run once per module)."""
+    done = {}
+
+    def get(text: str) -> Path:
+        if text not in done:
+            d = tmp_path_factory.mktemp("full")
+            (d / "c.toml").write_text(text)
+            assert _command("run", d / "c.toml", "--out", d / "full.h5", "--quiet").returncode == 0
+            done[text] = d / "full.h5"
+        return done[text]
+    return get
+
+
 @pytest.mark.parametrize("case", list(COMMAND_CASES))
-def test_a_run_stopped_between_snapshots_resumes_from_there_to_the_same_numbers(tmp_path, case):
+def test_a_run_stopped_between_snapshots_resumes_from_there_to_the_same_numbers(tmp_path, case, uninterrupted):
     text, t_signal, sig = COMMAND_CASES[case]
     cfg = tmp_path / "c.toml"
     cfg.write_text(text)
-    full, cut = tmp_path / "full.h5", tmp_path / "cut.h5"
-    assert _command("run", cfg, "--out", full, "--quiet").returncode == 0
+    full, cut = uninterrupted(text), tmp_path / "cut.h5"
     proc = _command("run", cfg, "--out", cut, "--quiet", signal_at=(t_signal, sig))
     assert proc.returncode == 128 + sig, proc.stderr
     stage = "particles" if case == "particles" else "pde"
@@ -165,7 +183,10 @@ def test_a_run_stopped_between_snapshots_resumes_from_there_to_the_same_numbers(
     # the state kept is that of the step after the signal, past the last snapshot written
     assert part.t[-1] < part.restart["t"] == part.t_stop < t_signal + 0.1, (part.t, part.t_stop)
     assert part.restart["last_snapshot_t"] == part.t[-1]
-    assert "a state kept after its last snapshot" in _command("info", cut).stdout
+    info = _command("info", cut).stdout
+    assert "a state kept after its last snapshot" in info
+    if case.startswith("nodes"):             # where the continuation began, and its steps so far
+        assert "handoff to the Lagrangian continuation at t = 0.0136" in info and " node steps" in info, info
     r = _command("run", cfg, "--out", cut, "--resume", "--quiet")
     assert r.returncode == 0 and "a state kept after the last snapshot" in r.stderr, r.stderr
     done, ref = load(cut), load(full)
@@ -178,7 +199,7 @@ def test_a_run_stopped_between_snapshots_resumes_from_there_to_the_same_numbers(
         assert np.array_equal(a.coeffs, b.coeffs) and np.array_equal(a.density, b.density)
         for k in ("t", "dt", "error", "accepted"):     # every attempted step, once, in order
             assert np.array_equal(a.steps[k], b.steps[k]), k
-    if case == "nodes":
+    if case.startswith("nodes"):
         assert np.array_equal(done.atoms["pde"][1], ref.atoms["pde"][1])
         assert np.array_equal(done.atoms["pde:mass_errors"], ref.atoms["pde:mass_errors"])
 

@@ -110,45 +110,137 @@ def test_finished_part_is_kept_not_recomputed(tmp_path, uninterrupted):
     assert (out / "m_beta2.h5").read_bytes() == done and not (out / "m_beta2.h5.part").exists()
 
 
-@pytest.mark.parametrize("who", ["group", "parent"])
-def test_interrupted_sweep_stops_its_members_and_starts_no_other(tmp_path, who):
-    """Ctrl-C on a sweep of four long members on two workers, at a terminal (SIGINT to the whole process
-    group) or to the sweep's process alone: the two running members stop with resumable archives marked
-    "interrupted", the two queued ones never start (no archive, no .part), and the sweep exits 130 at
-    once. Before, a queued member was run to its end first, and an idle worker interrupted in the
-    executor's loop could leave the sweep waiting for it forever."""
+LONG = CFG.replace("t_final = 0.6", "t_final = 200.0").replace("save_every = 0.05", "save_every = 1.0")
+
+
+def _start_long_sweep(tmp_path: Path):
+    """A sweep of four long members on two workers, in a process group of its own, once its first
+    two members are well inside their runs: (process, the two members' .part files, output folder)."""
     import time
 
     cfg = tmp_path / "m.toml"
-    cfg.write_text(CFG.replace("t_final = 0.6", "t_final = 200.0").replace("save_every = 0.05", "save_every = 1.0"))
+    cfg.write_text(LONG)
     out = tmp_path / "out"
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    proc = subprocess.Popen([sys.executable, "-m", "solvers.app.cli", "sweep", str(cfg), "--beta", "1,2,3,4",
-                             "--workers", "2", "--out", str(out)], cwd=tmp_path, env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    cmd = [sys.executable, "-m", "solvers.app.cli", "sweep", str(cfg), "--beta", "1,2,3,4", "--workers", "2",
+           "--out", str(out)]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     started = [out / f"m_beta{b}.h5.part" for b in (1, 2)]
     deadline = time.monotonic() + 120
     while not all(p.exists() for p in started) and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.1)
     time.sleep(1.0)                                   # both members well inside their runs
     assert proc.poll() is None and all(p.exists() for p in started)
+    return proc, started, out
+
+
+def _stopped_after_a_step(part: Path) -> bool:
+    """Whether the member's run stopped after a step and kept that step's state (status "interrupted",
+    the message of a stop after the step, its restart state at or after its last snapshot), rather than
+    being killed or stopped at once (a second interrupt)."""
+    import json
+    with h5py.File(part) as f:
+        g = f["pde"]
+        state = json.loads(g["restart"].attrs["state"])
+        return (f.attrs["status"] == "interrupted" and g.attrs["stop_reason"] == "interrupted"
+                and "its state is kept" in g.attrs["message"] and state["t"] >= g["t"][-1])
+
+
+@pytest.mark.parametrize("who, sig", [("group", signal.SIGINT), ("parent", signal.SIGINT),
+                                      ("group", signal.SIGTERM)])
+def test_interrupted_sweep_stops_its_members_and_starts_no_other(tmp_path, who, sig):
+    """Ctrl-C on a sweep of four long members on two workers, at a terminal (SIGINT to the whole process
+    group) or to the sweep's process alone, or SIGTERM to the group (GNU timeout, a batch system's time
+    limit): the two running members stop after their step with resumable archives marked "interrupted",
+    the two queued ones never start (no archive, no .part), and the sweep exits 130 (143) at once. Before,
+    a queued member was run to its end first, an idle worker interrupted in the executor's loop could
+    leave the sweep waiting for it forever, and SIGTERM killed the workers (their runs lost what they had
+    done since their last snapshot)."""
+    import time
+
+    proc, started, out = _start_long_sweep(tmp_path)
     t0 = time.monotonic()
     if who == "group":
-        os.killpg(proc.pid, signal.SIGINT)
+        os.killpg(proc.pid, sig)
     else:
-        os.kill(proc.pid, signal.SIGINT)
+        os.kill(proc.pid, sig)
     try:
         _, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
-    assert proc.returncode == 130, err
+    assert proc.returncode == 128 + sig, err
     assert time.monotonic() - t0 < 30, err
     assert sorted(p.name for p in out.iterdir()) == [p.name for p in started], err
     for p in started:
+        assert _stopped_after_a_step(p), (p, err)
+
+
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is ``pid`` (Linux /proc)."""
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            out.append(int(stat.parent.name))
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads the process table from /proc")
+def test_workers_of_a_killed_sweep_stop_and_end(tmp_path):
+    """kill -9 of the sweep's process alone: its workers, left without an owner, stop their runs after
+    their step (archives resumable, marked "interrupted") and end, instead of waiting for work forever."""
+    import time
+
+    proc, started, out = _start_long_sweep(tmp_path)
+    workers = _children(proc.pid)
+    assert len(workers) >= 2, workers
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.communicate(timeout=60)
+    deadline = time.monotonic() + 60
+    while any(map(_alive, workers)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    left = [w for w in workers if _alive(w)]
+    for w in left:
+        os.kill(w, signal.SIGKILL)
+    assert not left, "workers left running"
+    for p in started:
+        assert _stopped_after_a_step(p), p
+
+
+def test_a_lost_worker_ends_the_sweep_and_the_other_keeps_its_state(tmp_path):
+    """One worker of two killed (kill -9 of its member's process, once the member has 4 snapshots): the pool
+    is broken and ends its other worker with SIGTERM, whose run stops after its step with its state kept
+    (or was killed too, when it reached its own 4 snapshots first), and the sweep ends."""
+    import time
+
+    cfg = tmp_path / "m.toml"
+    cfg.write_text(LONG)
+    out = tmp_path / "out"
+    t0 = time.monotonic()
+    r = _cli("sweep", cfg, "--beta", "1,2", "--workers", "2", "--out", out, cwd=tmp_path, kill_after=4)
+    assert r.returncode == 1 and "lost with the process" in r.stderr, r.stderr
+    assert time.monotonic() - t0 < 120
+    parts = sorted(out.iterdir())
+    assert [p.name for p in parts] == ["m_beta1.h5.part", "m_beta2.h5.part"]
+    status = []
+    for p in parts:
         with h5py.File(p) as f:
-            assert f.attrs["status"] == "interrupted"
+            status.append(str(f.attrs["status"]))
+        assert status[-1] == "running" or _stopped_after_a_step(p), (p, r.stderr)
+    assert "running" in status
 
 
 # --- Ctrl-C in a local worker (solvers.app.executor), task by task --------------------------------------
@@ -192,6 +284,31 @@ def _forwarded_alone():
     return "not interrupted"
 
 
+def _sigterm():
+    import time
+    try:
+        os.kill(os.getpid(), signal.SIGTERM)             # the group's SIGTERM: a Ctrl-C, not the end
+        time.sleep(0.5)
+    except KeyboardInterrupt:
+        return "interrupted"
+    return "not interrupted"
+
+
+def _sigterm_after_forwarded():
+    import time
+
+    from solvers.app.executor import FORWARDED_SIGNAL
+    seen = []
+    for sig in (FORWARDED_SIGNAL, signal.SIGTERM, signal.SIGINT):
+        try:
+            os.kill(os.getpid(), sig)
+            time.sleep(0.2)
+            seen.append("-")
+        except KeyboardInterrupt:
+            seen.append(signal.Signals(sig).name)
+    return " ".join(seen)
+
+
 def _queued():
     return "ran"
 
@@ -200,6 +317,10 @@ def _queued():
     (_ctrl_c_during_a_write, "the write finished, then the run was interrupted"),
     (_forwarded_after_ctrl_c, "its interrupted state written, not interrupted twice"),
     (_forwarded_alone, "interrupted"),
+    (_sigterm, "interrupted"),
+    # the owner's forwarded signal may come before the group's own (the same interrupt); a Ctrl-C after both
+    # is a second interrupt
+    (_sigterm_after_forwarded, "SIGUSR1 - SIGINT"),
 ])
 def test_an_interrupted_worker_finishes_its_task_as_interrupted_and_starts_no_other(task, outcome):
     """A Ctrl-C held by an archive write still interrupts the run once the write is done; the signal an

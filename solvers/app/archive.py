@@ -1497,7 +1497,7 @@ def _read_pde(g: h5py.Group, model: Model):
     get = lambda k: g[k][:T] if k in g else np.zeros(0)
     steps = {k: v[()] for k, v in _data(g["steps"]).items()} if "steps" in g else {}
     restart = read_restart(g) if "restart" in g and "state" in g["restart"].attrs else None
-    nodes, lagrangian = _read_nodes(g, T)
+    nodes, lagrangian = _read_nodes(g, T, restart)
     return PDEResult(
         nodes=nodes, lagrangian=lagrangian,
         model=model, t=get("t"), coeffs=get("coeffs"), degree=get("degree"), grid=g["grid"][()] if "grid" in g else None,
@@ -1512,10 +1512,16 @@ def _read_pde(g: h5py.Group, model: Model):
         wall_time=float(a.get("wall_time", 0.0)), restart=restart)
 
 
-def _read_nodes(g: h5py.Group, T: int) -> tuple[list, dict | None]:
-    """Per snapshot the node measure (None for Eulerian ones), and the Lagrangian record, of /pde."""
+def _read_nodes(g: h5py.Group, T: int, restart: dict | None) -> tuple[list, dict | None]:
+    """Per snapshot the node measure (None for Eulerian ones), and the Lagrangian record, of /pde
+    (``restart``: its restart state, which holds that record for a run stopped in the node phase before
+    its first node snapshot)."""
     if "lagrangian" not in g or "t" not in g["lagrangian"]:
-        return [None] * T, None
+        if restart is None or restart.get("phase") != "lagrangian" or not restart.get("handoff"):
+            return [None] * T, None
+        return [None] * T, {"handoff": restart["handoff"], "check": None,
+                            "merges": np.array(restart.get("merges", []), dtype=float).reshape(-1, 3),
+                            **{k: int(restart.get(k, 0)) for k in ("node_nsteps", "node_nrejected")}}
     lg = g["lagrangian"]
     nodes: list = [None] * T
     rows, counts, drift = lg["snapshot"][()], lg["node_count"][()], lg["max_drift"][()]

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
+import time
 import uuid
 from abc import ABC, abstractmethod
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
@@ -63,33 +65,60 @@ class TaskInterrupted(KeyboardInterrupt):
 # after a Ctrl-C of the group it must not interrupt a run that is writing its interrupted state.
 # ``solvers.app.runner.deferred_interrupt`` holds both signals during an archive write: it calls these
 # handlers at once (the flag is set) and raises their KeyboardInterrupt once the write is done.
+# A signal to the group and the one the owner forwards because of it can reach a worker in either order
+# (Python runs pending handlers in the order of the signals' numbers: SIGINT 2, SIGUSR1 10, SIGTERM 15),
+# so the first direct signal after a forwarded one is taken for the same interrupt; a second direct one
+# (a second Ctrl-C) interrupts again, which stops a run at once (solvers.interrupts).
 FORWARDED_SIGNAL = signal.SIGUSR1
-_WORKER = {"in_task": False, "interrupted": False}
+_WORKER = {"in_task": False, "interrupted": False, "direct": 0, "forwarded": False}
 
 
 def _on_interrupt(signum, frame) -> None:
+    again = _WORKER["direct"] > 0 or not _WORKER["forwarded"]
+    _WORKER["direct"] += 1
     _WORKER["interrupted"] = True
-    if _WORKER["in_task"]:
+    if again and _WORKER["in_task"]:
         raise KeyboardInterrupt
 
 
 def _on_forwarded(signum, frame) -> None:
     first = not _WORKER["interrupted"]
-    _WORKER["interrupted"] = True
+    _WORKER["forwarded"] = _WORKER["interrupted"] = True
     if first and _WORKER["in_task"]:
         raise KeyboardInterrupt
 
 
-def _init_local_worker() -> None:
+# SIGTERM is a Ctrl-C too: sent to the whole process group (GNU ``timeout``, a batch system's time limit,
+# ``kill -TERM -PGID``), it reaches the workers with their owner, and a running task stops after its step
+# with its state kept, instead of dying with the work since its last snapshot or checkpoint. The same holds
+# for the SIGTERM with which the executor ends its other workers when one of them died (a broken pool): they
+# stop after their step, and the executor's shutdown sentinel then ends them. A worker whose owner died
+# (killed by the group's SIGTERM without a handler of its own, or by kill -9) has nobody to collect its
+# result or end it: :func:`_watch_owner` stops its task after the step and ends the process.
+ORPHAN_POLL = 1.0          # s between a worker's checks that its owner is alive
+
+
+def _init_local_worker(owner: int) -> None:
     from ..interrupts import add_stop_signal
 
+    # a forked worker inherits the command's handlers (solvers.app.cli); these replace them
     signal.signal(signal.SIGINT, _on_interrupt)
+    signal.signal(signal.SIGTERM, _on_interrupt)
     signal.signal(FORWARDED_SIGNAL, _on_forwarded)
     # the forwarded interrupt stops a run after its current step, as Ctrl-C does (solvers.interrupts)
     add_stop_signal(FORWARDED_SIGNAL, "the pool's owner (interrupted)")
-    # a forked worker inherits the command's SIGTERM handler (solvers.app.cli): the pool ends its workers
-    # with SIGTERM, which must end them
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    threading.Thread(target=_watch_owner, args=(owner,), name="attnpde-owner", daemon=True).start()
+
+
+def _watch_owner(owner: int) -> None:
+    """In a local worker: once the process that started it (``owner``) is gone, interrupt the running task
+    as the owner would (it stops after its step, its state kept), and end the worker once no task runs."""
+    while os.getppid() == owner:
+        time.sleep(ORPHAN_POLL)
+    os.kill(os.getpid(), FORWARDED_SIGNAL)
+    while _WORKER["in_task"]:
+        time.sleep(ORPHAN_POLL / 10)
+    os._exit(1)
 
 
 def _local_task(fn: Callable, *args: Any) -> Any:
@@ -174,7 +203,8 @@ class LocalPool(TaskPool):
         if int(workers) < 1:
             raise ValueError(f"workers must be >= 1, got {workers!r}")
         self.workers = int(workers)
-        self._pool = ProcessPoolExecutor(max_workers=self.workers, initializer=_init_local_worker)
+        self._pool = ProcessPoolExecutor(max_workers=self.workers, initializer=_init_local_worker,
+                                         initargs=(os.getpid(),))
         self.description = f"{self.workers} local process(es)"
 
     def submit(self, fn: Callable, *args: Any) -> Future:
