@@ -19,7 +19,7 @@ import signal
 import threading
 from typing import Iterator
 
-__all__ = ["StopRequest", "graceful_stop", "add_stop_signal"]
+__all__ = ["StopRequest", "graceful_stop", "add_stop_signal", "set_stop_pending", "at_once"]
 
 _NAMES = {signal.SIGINT: "Ctrl-C (SIGINT)", signal.SIGTERM: "SIGTERM"}
 
@@ -27,11 +27,23 @@ _NAMES = {signal.SIGINT: "Ctrl-C (SIGINT)", signal.SIGTERM: "SIGTERM"}
 _STOP_SIGNALS = [signal.SIGINT, signal.SIGTERM]
 
 
+#: the signal of an interrupt this process took before the current block (None: none), see
+#: :func:`set_stop_pending`
+_PENDING: list = [lambda: None]
+
+
 def add_stop_signal(signum: int, name: str) -> None:
     """Handle ``signum`` as Ctrl-C is, in this process (a pool worker: the signal its pool forwards)."""
     if signum not in _STOP_SIGNALS:
         _STOP_SIGNALS.append(signum)
     _NAMES[signum] = name
+
+
+def set_stop_pending(pending) -> None:
+    """``pending()``: the signal of an interrupt this process already took (None: none). A block of
+    :func:`graceful_stop` entered after it starts with its request made, so that the next run of an
+    interrupted task (a pool worker's, whose task may hold several runs) stops after its first step."""
+    _PENDING[0] = pending
 
 
 class StopRequest:
@@ -59,6 +71,7 @@ def graceful_stop(signals: tuple | None = None) -> Iterator[StopRequest]:
     the request stays falsy."""
     signals = tuple(_STOP_SIGNALS) if signals is None else signals
     request = StopRequest()
+    request.signum = _PENDING[0]()
     if threading.current_thread() is not threading.main_thread():
         yield request
         return
@@ -85,3 +98,12 @@ def graceful_stop(signals: tuple | None = None) -> Iterator[StopRequest]:
         for sig, previous in saved.items():
             if signal.getsignal(sig) is handler:
                 signal.signal(sig, previous)
+
+
+def at_once(request: StopRequest | None, rerun: bool = False) -> str:
+    """The message of a run stopped at once by a KeyboardInterrupt (not after its step): a second signal
+    after ``request``'s, the first signal where a stage cannot stop after a step (``rerun``: the PDE's
+    error-estimate rerun, started again by a resume), or a KeyboardInterrupt of the caller's own."""
+    if not request:
+        return "interrupted by the user (KeyboardInterrupt)"
+    return request.why if rerun else f"{request.why}, then at once by a second signal"

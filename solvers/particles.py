@@ -46,7 +46,7 @@ from . import validators as check
 from ._memory import refuse_if_too_big
 from .atoms import CLUSTER_RULES, clusters, spread_within
 from .interaction import DEFAULT_BLOCK_BYTES, DEFAULT_TOL, SUM_METHODS, InteractionSums
-from .interrupts import graceful_stop
+from .interrupts import at_once, graceful_stop
 from .model import Model, density_values
 from .stepping import TABLEAUS, Integration, Progress, StepController
 
@@ -889,7 +889,7 @@ class ParticleRun(Integration):
                 self.last_restart = self._restart_state()
                 message += f" after the step to t = {self.t:.6g}: its state is kept, and a resume continues from it"
         except KeyboardInterrupt:
-            stop, message = "interrupted", "interrupted by the user (KeyboardInterrupt)"
+            stop, message = "interrupted", at_once(self.stop_request)
         finally:
             progress.close()
         return self._result(stop, message, time.perf_counter() - wall0)

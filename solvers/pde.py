@@ -27,7 +27,7 @@ from ._blas import blas_threads
 from ._memory import refuse_if_too_big
 from .atoms import DEFAULT_PROMINENCE
 from .interaction import InteractionSums
-from .interrupts import graceful_stop
+from .interrupts import at_once, graceful_stop
 from .model import Model, density_values
 from .stepping import TABLEAUS, Integration, Progress, StepController
 
@@ -836,7 +836,9 @@ class PDERun(Integration):
                     self.last_restart = self._restart_state()
                     message += f" after the step to t = {self.t:.6g}: its state is kept, and a resume continues from it"
         except KeyboardInterrupt:
-            stop, message = "interrupted", "interrupted by the user (KeyboardInterrupt)"
+            # a stop the loop cannot keep: a signal in the rerun, a second signal, a KeyboardInterrupt of
+            # a caller's own
+            stop, message = "interrupted", at_once(self.stop_request, rerun=self.checking)
             if self.checking:
                 message += (f" during the error-estimate rerun (twice the nodes from the handoff at t = "
                             f"{self.good['t']:.6g}); the solution had reached t = {self.t:.6g}, and a resume "

@@ -222,8 +222,9 @@ def test_workers_of_a_killed_sweep_stop_and_end(tmp_path):
 
 def test_a_lost_worker_ends_the_sweep_and_the_other_keeps_its_state(tmp_path):
     """One worker of two killed (kill -9 of its member's process, once the member has 4 snapshots): the pool
-    is broken and ends its other worker with SIGTERM, whose run stops after its step with its state kept
-    (or was killed too, when it reached its own 4 snapshots first), and the sweep ends."""
+    is broken and sends SIGTERM to its other worker, whose run stops after its step with its state kept
+    (unless it reached its own 4 snapshots first and was killed too), and the sweep ends. Before, that
+    SIGTERM killed it, with the work since its last snapshot."""
     import time
 
     cfg = tmp_path / "m.toml"
@@ -235,12 +236,53 @@ def test_a_lost_worker_ends_the_sweep_and_the_other_keeps_its_state(tmp_path):
     assert time.monotonic() - t0 < 120
     parts = sorted(out.iterdir())
     assert [p.name for p in parts] == ["m_beta1.h5.part", "m_beta2.h5.part"]
-    status = []
+    killed = []
     for p in parts:
         with h5py.File(p) as f:
-            status.append(str(f.attrs["status"]))
-        assert status[-1] == "running" or _stopped_after_a_step(p), (p, r.stderr)
-    assert "running" in status
+            killed.append(f.attrs["status"] == "running" and f["pde/t"].shape[0] >= 4)
+        assert killed[-1] or _stopped_after_a_step(p), (p, r.stderr)
+    assert any(killed)
+
+
+def _stop_after_sigterm(path: str) -> str:
+    import time
+
+    from solvers.interrupts import graceful_stop
+    with graceful_stop() as request:          # a run: stops at its next step once asked
+        while not request:
+            time.sleep(0.02)
+    Path(path).write_text(request.why)       # its state kept
+    return request.why
+
+
+def _pid() -> int:
+    return os.getpid()
+
+
+def test_a_lost_idle_worker_does_not_leave_the_pool_waiting(tmp_path, monkeypatch):
+    """The pool breaks when an idle worker is killed (kill -9 while it waits for work: the task queue's lock
+    stays held). The other worker's run, sent SIGTERM by the executor, stops after its step and keeps its
+    state; it can then never get its shutdown sentinel, and close() kills it after BROKEN_GRACE instead of
+    waiting forever (as Python >= 3.12's executor would for any broken pool)."""
+    import time
+
+    from solvers.app import executor
+    monkeypatch.setattr(executor, "BROKEN_GRACE", 3.0)
+    mark = tmp_path / "stopped"
+    pool = executor.LocalPool(2)
+    try:
+        running = pool.submit(_stop_after_sigterm, str(mark))
+        idle = pool.submit(_pid).result(timeout=60)   # the other worker, idle once it returns
+        time.sleep(0.5)
+        os.kill(idle, signal.SIGKILL)
+        with pytest.raises(executor.TaskLost):
+            list(pool.results([running]))
+    finally:
+        t0 = time.monotonic()
+        pool.close()
+        took = time.monotonic() - t0
+    assert took < 3.0 + 10, took
+    assert mark.read_text() == "interrupted by SIGTERM"
 
 
 # --- Ctrl-C in a local worker (solvers.app.executor), task by task --------------------------------------
@@ -309,6 +351,18 @@ def _sigterm_after_forwarded():
     return " ".join(seen)
 
 
+def _two_runs():
+    import time
+
+    from solvers.interrupts import graceful_stop
+    with graceful_stop() as first:
+        os.kill(os.getpid(), signal.SIGTERM)
+        while not first:
+            time.sleep(0.02)
+    with graceful_stop() as second:               # the task's next run (particles after a PDE)
+        return f"{first.why}; then {second.why if second else 'not asked'}"
+
+
 def _queued():
     return "ran"
 
@@ -321,6 +375,8 @@ def _queued():
     # the owner's forwarded signal may come before the group's own (the same interrupt); a Ctrl-C after both
     # is a second interrupt
     (_sigterm_after_forwarded, "SIGUSR1 - SIGINT"),
+    # an interrupted task's next run stops after its first step (it starts asked to)
+    (_two_runs, "interrupted by SIGTERM; then interrupted by SIGTERM"),
 ])
 def test_an_interrupted_worker_finishes_its_task_as_interrupted_and_starts_no_other(task, outcome):
     """A Ctrl-C held by an archive write still interrupts the run once the write is done; the signal an

@@ -66,40 +66,55 @@ class TaskInterrupted(KeyboardInterrupt):
 # ``solvers.app.runner.deferred_interrupt`` holds both signals during an archive write: it calls these
 # handlers at once (the flag is set) and raises their KeyboardInterrupt once the write is done.
 # A signal to the group and the one the owner forwards because of it can reach a worker in either order
-# (Python runs pending handlers in the order of the signals' numbers: SIGINT 2, SIGUSR1 10, SIGTERM 15),
-# so the first direct signal after a forwarded one is taken for the same interrupt; a second direct one
-# (a second Ctrl-C) interrupts again, which stops a run at once (solvers.interrupts).
+# (Python runs pending handlers in the order of the signals' numbers, SIGINT 2, SIGUSR1 10, SIGTERM 15, and
+# one delivered to another of the worker's threads later), so the first direct signal after a forwarded
+# one is taken for the same interrupt; a second direct one (a second Ctrl-C) interrupts again, which stops
+# a run at once (solvers.interrupts). Once interrupted, a worker's later runs in the same task stop after
+# their first step (``solvers.interrupts.set_stop_pending``): a task may hold several (a PDE, then
+# particles).
 FORWARDED_SIGNAL = signal.SIGUSR1
-_WORKER = {"in_task": False, "interrupted": False, "direct": 0, "forwarded": False}
+_WORKER = {"in_task": False, "interrupted": False, "direct": 0, "forwarded": False, "first": None}
+
+
+def _took(signum: int) -> None:
+    _WORKER["interrupted"] = True
+    if _WORKER["first"] is None:
+        _WORKER["first"] = signum
 
 
 def _on_interrupt(signum, frame) -> None:
     again = _WORKER["direct"] > 0 or not _WORKER["forwarded"]
     _WORKER["direct"] += 1
-    _WORKER["interrupted"] = True
+    _took(signum)
     if again and _WORKER["in_task"]:
         raise KeyboardInterrupt
 
 
 def _on_forwarded(signum, frame) -> None:
     first = not _WORKER["interrupted"]
-    _WORKER["forwarded"] = _WORKER["interrupted"] = True
+    _WORKER["forwarded"] = True
+    _took(signum)
     if first and _WORKER["in_task"]:
         raise KeyboardInterrupt
 
 
 # SIGTERM is a Ctrl-C too: sent to the whole process group (GNU ``timeout``, a batch system's time limit,
 # ``kill -TERM -PGID``), it reaches the workers with their owner, and a running task stops after its step
-# with its state kept, instead of dying with the work since its last snapshot or checkpoint. The same holds
-# for the SIGTERM with which the executor ends its other workers when one of them died (a broken pool): they
-# stop after their step, and the executor's shutdown sentinel then ends them. A worker whose owner died
-# (killed by the group's SIGTERM without a handler of its own, or by kill -9) has nobody to collect its
-# result or end it: :func:`_watch_owner` stops its task after the step and ends the process.
+# with its state kept, instead of dying with the work since its last snapshot or checkpoint. (A SIGTERM to
+# one worker alone stops its task so too; a task queued behind it then reports an interruption to the
+# owner, which interrupts the others, as after a Ctrl-C.) The executor also sends SIGTERM to its other workers when
+# one of them died (a broken pool): their runs stop after their step, and :meth:`LocalPool.close` gives
+# them BROKEN_GRACE seconds to end before it kills them (the executor may wait for them forever: Python
+# >= 3.12 sends them no shutdown sentinel, and a worker killed while it waited for work leaves the task
+# queue's lock held). A worker whose owner died (killed by the group's SIGTERM without a handler of its
+# own, or by kill -9) has nobody to collect its result or end it: :func:`_watch_owner` stops its task after
+# the step and ends the process.
 ORPHAN_POLL = 1.0          # s between a worker's checks that its owner is alive
+BROKEN_GRACE = 20.0        # s a broken pool's other workers have to stop after their step
 
 
-def _init_local_worker(owner: int) -> None:
-    from ..interrupts import add_stop_signal
+def _init_local_worker() -> None:
+    from ..interrupts import add_stop_signal, set_stop_pending
 
     # a forked worker inherits the command's handlers (solvers.app.cli); these replace them
     signal.signal(signal.SIGINT, _on_interrupt)
@@ -107,13 +122,15 @@ def _init_local_worker(owner: int) -> None:
     signal.signal(FORWARDED_SIGNAL, _on_forwarded)
     # the forwarded interrupt stops a run after its current step, as Ctrl-C does (solvers.interrupts)
     add_stop_signal(FORWARDED_SIGNAL, "the pool's owner (interrupted)")
-    threading.Thread(target=_watch_owner, args=(owner,), name="attnpde-owner", daemon=True).start()
+    set_stop_pending(lambda: _WORKER["first"])
+    # the parent now: the owner, or under the forkserver start method the server, which ends with it
+    threading.Thread(target=_watch_owner, args=(os.getppid(),), name="attnpde-owner", daemon=True).start()
 
 
-def _watch_owner(owner: int) -> None:
-    """In a local worker: once the process that started it (``owner``) is gone, interrupt the running task
-    as the owner would (it stops after its step, its state kept), and end the worker once no task runs."""
-    while os.getppid() == owner:
+def _watch_owner(parent: int) -> None:
+    """In a local worker: once its parent process (``parent``) is gone, interrupt the running task as the
+    owner would (it stops after its step, its state kept), and end the worker once no task runs."""
+    while os.getppid() == parent:
         time.sleep(ORPHAN_POLL)
     os.kill(os.getpid(), FORWARDED_SIGNAL)
     while _WORKER["in_task"]:
@@ -203,8 +220,7 @@ class LocalPool(TaskPool):
         if int(workers) < 1:
             raise ValueError(f"workers must be >= 1, got {workers!r}")
         self.workers = int(workers)
-        self._pool = ProcessPoolExecutor(max_workers=self.workers, initializer=_init_local_worker,
-                                         initargs=(os.getpid(),))
+        self._pool = ProcessPoolExecutor(max_workers=self.workers, initializer=_init_local_worker)
         self.description = f"{self.workers} local process(es)"
 
     def submit(self, fn: Callable, *args: Any) -> Future:
@@ -218,8 +234,26 @@ class LocalPool(TaskPool):
         return (BrokenProcessPool,)
 
     def close(self) -> None:
+        if getattr(self._pool, "_broken", False):      # private, set before the futures fail
+            self._end_broken()
         # a KeyboardInterrupt in the caller must not wait for tasks that were never started
         self._pool.shutdown(wait=True, cancel_futures=True)
+
+    def _end_broken(self) -> None:
+        """The pool is broken (a worker died) and has sent SIGTERM to the others: wait up to BROKEN_GRACE
+        seconds for them to stop after their step and end, then kill those still there (see above)."""
+        from multiprocessing.connection import wait
+
+        procs = list((getattr(self._pool, "_processes", None) or {}).values())
+        deadline = time.monotonic() + BROKEN_GRACE
+        while procs and time.monotonic() < deadline:
+            ended = wait([p.sentinel for p in procs], timeout=deadline - time.monotonic())
+            procs = [p for p in procs if p.sentinel not in ended]
+        for p in procs:
+            try:
+                p.kill()
+            except (OSError, ValueError):             # ended meanwhile
+                pass
 
     def interrupt(self) -> None:
         # the owner alone may have been interrupted (kill -INT of its pid): its workers' running tasks stop
