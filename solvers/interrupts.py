@@ -7,9 +7,12 @@ after every accepted step and then returns the stop reason ``"interrupted"``: th
 step's state, which its restart state reproduces exactly (a resume continues from the time reached,
 not from the last snapshot). A second signal raises at once, as it would without this. A handler that
 decides not to interrupt (a local pool worker between tasks, ``solvers.app.executor``) still decides.
+A process that has already taken an interrupt (a pool worker, :func:`set_stop_pending`) starts every
+later block with its request made: the next run of its task stops after its first step.
 
 SIGTERM is handled the same way only where the process already has a Python handler for it (the
-``attnpde`` command installs one); elsewhere it keeps its default action (the process ends at once).
+``attnpde`` command and its local pool workers install one); elsewhere it keeps its default action (the
+process ends at once).
 Nothing here writes output.
 """
 from __future__ import annotations
