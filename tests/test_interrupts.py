@@ -340,6 +340,43 @@ def test_checkpoints_leave_a_finished_archive_as_without_them(tmp_path):
     assert names[0] == names[1] and "pde/restart/a/coeffs" in names[0] and "pde/restart/b" not in names[0]
 
 
+def test_a_stage_settles_its_restart_state_while_a_handle_to_its_attribute_is_open(tmp_path):
+    """A frame that holds h5py's handle of the ``state`` attribute (Dask's worker profiler samples the
+    frames of its tasks every 10 ms) while the writer rewrites it: HDF5 keeps opening a deleted attribute
+    under its name with its old value, so a state rewritten by delete and create read back stale, the
+    settle of a complete stage kept the state in slot b and deleted b (seen once: a sweep member on the
+    cluster, "object 'b' doesn't exist"). Rewritten in place, every handle reads the new value."""
+    import json
+    from types import SimpleNamespace
+
+    from solvers.app.archive import ArchiveWriter
+    path = tmp_path / "a.h5"
+    w = ArchiveWriter(path, "create", model=Model(2, 1.0, "ascent"), flush_interval=0.0)
+    w.particles_begin(np.ones(3) / 3, {}, "uniform")
+
+    def snap(t):
+        x = np.zeros((3, 2))
+        x[:, 0] = 1.0
+        return {"t": t, "x": x, "energy": 0.0,
+                "restart": {"t": t, "x": x, "w": np.ones(3) / 3, "nsteps": 1, "nrejected": 0}}
+    w.particles_snapshot(snap(0.0))
+    w.write_pending()                                              # the state in slot a
+    held = h5py.h5a.open(w.f["particles/restart"].id, b"state")   # as a sampled frame keeps it
+    w.particles_snapshot(snap(0.1))
+    w.write_pending()                                              # the state in slot b
+    assert json.loads(w.f["particles/restart"].attrs["state"])["slot"] == "b"
+    done = SimpleNamespace(stop_reason="t_final", message="", t_stop=0.1, nsteps=1, nrejected=0, wall_time=0.0,
+                           restart=None)
+    w._finish_stage("particles", done)
+    w._finish_restart("particles", done, None)
+    del held
+    w.close()
+    with h5py.File(path, "r") as f:
+        r = f["particles/restart"]
+        assert json.loads(r.attrs["state"])["slot"] == "a" and list(r) == ["a"]
+    assert load(path).particles.restart["t"] == 0.1
+
+
 def test_validate_marks_its_part_archive_interrupted_whichever_step_the_signal_came_in(tmp_path):
     cfg = tmp_path / "v.toml"
     cfg.write_text(COMMAND_CASES["spectral"][0] + _PARTICLES.replace("t_final = 2.0", "t_final = 1.0"))

@@ -686,6 +686,14 @@ def _attr(oid, key: str, value, new: bool = False) -> None:
         except OSError:                     # it existed after all: replaced below (a real failure raises again)
             pass
     if h5py.h5a.exists(oid, k):
+        # rewritten in place when it can be: an attribute deleted while a handle to it is still open (a
+        # frame that holds h5py's, e.g. one Dask's worker profiler sampled) is what HDF5 keeps opening
+        # under that name afterwards, with its old value (the restart slot: a state read back stale)
+        attr = h5py.h5a.open(oid, k)
+        if attr.get_space().get_simple_extent_type() == h5py.h5s.SCALAR and attr.get_type() == tid:
+            attr.write(data, mtype=mtype)
+            return
+        del attr
         h5py.h5a.delete(oid, k)
     h5py.h5a.create(oid, k, tid, _SCALAR).write(data, mtype=mtype)
 
