@@ -129,17 +129,16 @@ activation = "relu"
 seed = 111
 """
 _PARTICLES = '[particles]\nn = 400\nseed = 7\nintegrator = "rk4"\ndt = 0.01\nt_final = 2.0\nsave_every = 0.25\n'
+_NODES = _MODEL.format(beta=6.0, noise=0.0) + "[pde]\ndegree = 256\nt_final = 4.0\nsave_every = 0.5\n"
 COMMAND_CASES = {
     # the spectral phase throughout (noise), stopped by SIGTERM (a batch system's time limit, `kill`)
     "spectral": (_MODEL.format(beta=2.0, noise=0.05)
                  + "[pde]\ndegree = 64\nmax_degree = 512\nt_final = 1.0\nsave_every = 0.25\n", 0.6, signal.SIGTERM),
     # past the handoff (t ~ 0.02), in the node phase
-    "nodes": (_MODEL.format(beta=6.0, noise=0.0) + "[pde]\ndegree = 256\nt_final = 4.0\nsave_every = 0.5\n",
-              2.2, signal.SIGINT),
+    "nodes": (_NODES, 2.2, signal.SIGINT),
     # the same, stopped in the node phase before its first node snapshot (t = 0.5): the handoff is known
     # from the restart state alone
-    "nodes-early": (_MODEL.format(beta=6.0, noise=0.0) + "[pde]\ndegree = 256\nt_final = 4.0\nsave_every = 0.5\n",
-                    0.1, signal.SIGINT),
+    "nodes-early": (_NODES, 0.1, signal.SIGINT),
     "particles": (_MODEL.format(beta=4.0, noise=0.01) + _PARTICLES, 1.05, signal.SIGINT),
 }
 

@@ -139,12 +139,9 @@ def _stopped_after_a_step(part: Path) -> bool:
     """Whether the member's run stopped after a step and kept that step's state (status "interrupted",
     the message of a stop after the step, its restart state at or after its last snapshot), rather than
     being killed or stopped at once (a second interrupt)."""
-    import json
-    with h5py.File(part) as f:
-        g = f["pde"]
-        state = json.loads(g["restart"].attrs["state"])
-        return (f.attrs["status"] == "interrupted" and g.attrs["stop_reason"] == "interrupted"
-                and "its state is kept" in g.attrs["message"] and state["t"] >= g["t"][-1])
+    run = load(part)
+    return (run.status == "interrupted" and run.pde.stop_reason == "interrupted"
+            and "its state is kept" in run.pde.message and run.pde.restart["t"] >= run.pde.t[-1])
 
 
 @pytest.mark.parametrize("who, sig", [("group", signal.SIGINT), ("parent", signal.SIGINT),

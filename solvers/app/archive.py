@@ -1524,12 +1524,13 @@ def _read_nodes(g: h5py.Group, T: int, restart: dict | None) -> tuple[list, dict
     """Per snapshot the node measure (None for Eulerian ones), and the Lagrangian record, of /pde
     (``restart``: its restart state, which holds that record for a run stopped in the node phase before
     its first node snapshot)."""
+    state = restart or {}
+    steps = {k: int(g.attrs.get(k, state.get(k, 0))) for k in ("node_nsteps", "node_nrejected")}
     if "lagrangian" not in g or "t" not in g["lagrangian"]:
-        if restart is None or restart.get("phase") != "lagrangian" or not restart.get("handoff"):
+        if state.get("phase") != "lagrangian" or not state.get("handoff"):
             return [None] * T, None
-        return [None] * T, {"handoff": restart["handoff"], "check": None,
-                            "merges": np.array(restart.get("merges", []), dtype=float).reshape(-1, 3),
-                            **{k: int(restart.get(k, 0)) for k in ("node_nsteps", "node_nrejected")}}
+        return [None] * T, {"handoff": state["handoff"], "check": None,
+                            "merges": np.array(state.get("merges", []), dtype=float).reshape(-1, 3), **steps}
     lg = g["lagrangian"]
     nodes: list = [None] * T
     rows, counts, drift = lg["snapshot"][()], lg["node_count"][()], lg["max_drift"][()]
@@ -1546,9 +1547,7 @@ def _read_nodes(g: h5py.Group, T: int, restart: dict | None) -> tuple[list, dict
         check = {k: c[k][()] for k in ("x", "w", "count")}
         check.update({k: (v.item() if isinstance(v, np.generic) else v) for k, v in c.attrs.items()})
     lag = {"handoff": json.loads(lg.attrs["handoff"]), "merges": lg["merges"][()] if "merges" in lg else np.zeros((0, 3)),
-           "check": check}
-    state = json.loads(g["restart"].attrs["state"]) if "restart" in g else {}
-    lag.update({k: int(g.attrs.get(k, state.get(k, 0))) for k in ("node_nsteps", "node_nrejected")})
+           "check": check, **steps}
     return nodes, lag
 
 

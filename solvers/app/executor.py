@@ -73,11 +73,11 @@ class TaskInterrupted(KeyboardInterrupt):
 # their first step (``solvers.interrupts.set_stop_pending``): a task may hold several (a PDE, then
 # particles).
 FORWARDED_SIGNAL = signal.SIGUSR1
-_WORKER = {"in_task": False, "interrupted": False, "direct": 0, "forwarded": False, "first": None}
+# "first": the first interrupting signal the worker took (None: not interrupted)
+_WORKER = {"in_task": False, "first": None, "direct": 0, "forwarded": False}
 
 
 def _took(signum: int) -> None:
-    _WORKER["interrupted"] = True
     if _WORKER["first"] is None:
         _WORKER["first"] = signum
 
@@ -91,7 +91,7 @@ def _on_interrupt(signum, frame) -> None:
 
 
 def _on_forwarded(signum, frame) -> None:
-    first = not _WORKER["interrupted"]
+    first = _WORKER["first"] is None
     _WORKER["forwarded"] = True
     _took(signum)
     if first and _WORKER["in_task"]:
@@ -140,7 +140,7 @@ def _watch_owner(parent: int) -> None:
 
 def _local_task(fn: Callable, *args: Any) -> Any:
     """A task in a local worker: not started once the worker has been interrupted."""
-    if _WORKER["interrupted"]:
+    if _WORKER["first"] is not None:
         raise TaskInterrupted("not started: interrupted before it began")
     _WORKER["in_task"] = True
     try:
