@@ -22,6 +22,7 @@ their reduction orders), so a task gives the same bits in a local process and on
 """
 from __future__ import annotations
 
+import multiprocessing
 import os
 import signal
 import threading
@@ -73,16 +74,56 @@ class TaskInterrupted(KeyboardInterrupt):
 # their first step (``solvers.interrupts.set_stop_pending``): a task may hold several (a PDE, then
 # particles).
 FORWARDED_SIGNAL = signal.SIGUSR1
-# "first": the first interrupting signal the worker took (None: not interrupted)
-_WORKER = {"in_task": False, "first": None, "direct": 0, "forwarded": False}
+# "first": the first interrupting signal the worker took (None: not interrupted); "board", "slot": where
+# it shows its owner whether it is done (see _Board)
+_WORKER = {"in_task": False, "first": None, "direct": 0, "forwarded": False, "terminated": False, "board": None,
+           "slot": None}
+
+
+class _Board:
+    """What the owner of a broken pool can see of its workers, in shared memory: for each worker its pid and
+    whether it is *done*, interrupted and running no task. A done worker will start none (``_local_task``)
+    and holds no run, so :meth:`LocalPool.close` kills it at once instead of waiting BROKEN_GRACE for an
+    end it may never reach (Python >= 3.12 sends it no shutdown sentinel; a lost idle worker leaves the task
+    queue's lock held)."""
+
+    def __init__(self, ctx, workers: int) -> None:
+        self.pids = ctx.Array("q", workers, lock=False)
+        self.done = ctx.Array("b", workers, lock=False)
+        self.claimed = ctx.Value("i", 0)
+
+    def claim(self) -> int | None:
+        """In a starting worker: its slot (None if every slot is taken: it is then never taken for done)."""
+        with self.claimed.get_lock():
+            i = self.claimed.value
+            if i >= len(self.pids):
+                return None
+            self.claimed.value = i + 1
+        self.pids[i] = os.getpid()
+        return i
+
+    def is_done(self, pid: int) -> bool:
+        return any(p == pid and d for p, d in zip(self.pids[:], self.done[:]))
+
+
+def _show() -> None:
+    """Publish on the board whether this worker is done (interrupted and in no task)."""
+    board, slot = _WORKER["board"], _WORKER["slot"]
+    if board is not None and slot is not None:
+        board.done[slot] = _WORKER["first"] is not None and not _WORKER["in_task"]
 
 
 def _took(signum: int) -> None:
     if _WORKER["first"] is None:
         _WORKER["first"] = signum
+        _show()
 
 
 def _on_interrupt(signum, frame) -> None:
+    if signum == signal.SIGTERM:
+        if _WORKER["terminated"]:
+            return          # the same stop (see SIGTERM below)
+        _WORKER["terminated"] = True
     again = _WORKER["direct"] > 0 or not _WORKER["forwarded"]
     _WORKER["direct"] += 1
     _took(signum)
@@ -103,18 +144,26 @@ def _on_forwarded(signum, frame) -> None:
 # with its state kept, instead of dying with the work since its last snapshot or checkpoint. (A SIGTERM to
 # one worker alone stops its task so too; a task queued behind it then reports an interruption to the
 # owner, which interrupts the others, as after a Ctrl-C.) The executor also sends SIGTERM to its other workers when
-# one of them died (a broken pool): their runs stop after their step, and :meth:`LocalPool.close` gives
-# them BROKEN_GRACE seconds to end before it kills them (the executor may wait for them forever: Python
-# >= 3.12 sends them no shutdown sentinel, and a worker killed while it waited for work leaves the task
-# queue's lock held). A worker whose owner died (killed by the group's SIGTERM without a handler of its
+# one of them died (a broken pool): their runs stop after their step, and :meth:`LocalPool.close` kills
+# each once its board (:class:`_Board`) shows it done, or after BROKEN_GRACE seconds (the executor may wait
+# for them forever: Python >= 3.12 sends them no shutdown sentinel, and a worker killed while it waited for
+# work leaves the task queue's lock held). A worker whose owner died (killed by the group's SIGTERM without a handler of its
 # own, or by kill -9) has nobody to collect its result or end it: :func:`_watch_owner` stops its task after
 # the step and ends the process.
+# A worker takes only its first SIGTERM: the executor of Python >= 3.12 sends a broken pool's workers two
+# in a row (when it breaks, and again when it joins them), which would stop their runs at once, without
+# their step's state, as a second Ctrl-C does; ``timeout`` and batch systems send one, then SIGKILL. A
+# Ctrl-C after a SIGTERM still stops a run at once.
 ORPHAN_POLL = 1.0          # s between a worker's checks that its owner is alive
 BROKEN_GRACE = 20.0        # s a broken pool's other workers have to stop after their step
+BROKEN_POLL = 0.05         # s between the checks of a broken pool's board
 
 
-def _init_local_worker() -> None:
+def _init_local_worker(board: _Board | None = None) -> None:
     from ..interrupts import add_stop_signal, set_stop_pending
+
+    _WORKER["board"] = board
+    _WORKER["slot"] = board.claim() if board is not None else None
 
     # a forked worker inherits the command's handlers (solvers.app.cli); these replace them
     signal.signal(signal.SIGINT, _on_interrupt)
@@ -140,13 +189,16 @@ def _watch_owner(parent: int) -> None:
 
 def _local_task(fn: Callable, *args: Any) -> Any:
     """A task in a local worker: not started once the worker has been interrupted."""
-    if _WORKER["first"] is not None:
-        raise TaskInterrupted("not started: interrupted before it began")
-    _WORKER["in_task"] = True
     try:
+        # in a task before the check, so that the board never shows done a worker that starts a run
+        _WORKER["in_task"] = True
+        _show()
+        if _WORKER["first"] is not None:
+            raise TaskInterrupted("not started: interrupted before it began")
         return run_single_threaded(fn, *args)
     finally:
         _WORKER["in_task"] = False
+        _show()
 
 
 def run_single_threaded(fn: Callable, *args: Any) -> Any:
@@ -220,7 +272,10 @@ class LocalPool(TaskPool):
         if int(workers) < 1:
             raise ValueError(f"workers must be >= 1, got {workers!r}")
         self.workers = int(workers)
-        self._pool = ProcessPoolExecutor(max_workers=self.workers, initializer=_init_local_worker)
+        ctx = multiprocessing.get_context()
+        self._board = _Board(ctx, self.workers)
+        self._pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=ctx, initializer=_init_local_worker,
+                                         initargs=(self._board,))
         self.description = f"{self.workers} local process(es)"
 
     def submit(self, fn: Callable, *args: Any) -> Future:
@@ -240,20 +295,18 @@ class LocalPool(TaskPool):
         self._pool.shutdown(wait=True, cancel_futures=True)
 
     def _end_broken(self) -> None:
-        """The pool is broken (a worker died) and has sent SIGTERM to the others: wait up to BROKEN_GRACE
-        seconds for them to stop after their step and end, then kill those still there (see above)."""
+        """The pool is broken (a worker died) and sends SIGTERM to the others: wait up to BROKEN_GRACE
+        seconds for them to stop after their step, kill each as soon as it is done (interrupted and in no
+        task: :class:`_Board`), and kill those still there at the end (see above)."""
         from multiprocessing.connection import wait
 
         procs = list((getattr(self._pool, "_processes", None) or {}).values())
         deadline = time.monotonic() + BROKEN_GRACE
         while procs and time.monotonic() < deadline:
-            ended = wait([p.sentinel for p in procs], timeout=deadline - time.monotonic())
+            ended = wait([p.sentinel for p in procs], timeout=min(BROKEN_POLL, deadline - time.monotonic()))
             procs = [p for p in procs if p.sentinel not in ended]
-        for p in procs:
-            try:
-                p.kill()
-            except (OSError, ValueError):             # ended meanwhile
-                pass
+            _kill(p for p in procs if self._board.is_done(p.pid))
+        _kill(procs)
 
     def interrupt(self) -> None:
         # the owner alone may have been interrupted (kill -INT of its pid): its workers' running tasks stop
@@ -265,6 +318,14 @@ class LocalPool(TaskPool):
                 os.kill(proc.pid, FORWARDED_SIGNAL)
             except (OSError, AttributeError):           # gone, or not ours any more
                 pass
+
+
+def _kill(procs: Iterable) -> None:
+    for p in procs:
+        try:
+            p.kill()
+        except (OSError, ValueError):             # ended meanwhile
+            pass
 
 
 class DaskPool(TaskPool):
