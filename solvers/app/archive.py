@@ -892,8 +892,8 @@ class ArchiveWriter:
             self.resumed = True
             self.compress = {"none": set(), "density": {"density"}, "all": {"density", "coeffs", "x"}}[
                 str(self.f.attrs.get("compression", "density"))]
-            self.f.attrs["resumed"] = int(self.f.attrs.get("resumed", 0)) + 1
-            self.f.attrs["command"] = command or self.f.attrs.get("command", "")
+            _set_attrs(self.f, {"resumed": int(self.f.attrs.get("resumed", 0)) + 1,
+                                "command": command or str(self.f.attrs.get("command", ""))})
             self.set_status("running")
         else:
             raise ValueError(f"mode must be 'create' or 'resume', got {mode!r}")
@@ -928,6 +928,10 @@ class ArchiveWriter:
     def set_status(self, status: str) -> None:
         _set_attrs(self.f, {"status": status, "updated": _now()})
         self.f.flush()
+
+    def annotate(self, **attrs) -> None:
+        """Attributes of the archive's root (str, numbers, bools; an existing one is rewritten in place)."""
+        _set_attrs(self.f, attrs)
 
     def close(self) -> None:
         """Write what is buffered and close the file (which is closed even when a write fails)."""
@@ -1157,7 +1161,7 @@ class ArchiveWriter:
         snapshots one after another in x, w, count), with the handoff record and the merges. Returns the
         row counts that the restart state remembers (rows written after them are dropped on resume)."""
         lg, lh = self._group("pde/lagrangian")
-        lg.attrs["handoff"] = _json(restart["handoff"])
+        _set_attrs(lg, {"handoff": _json(restart["handoff"])})
         merges = np.array(restart.get("merges", []), dtype=float).reshape(-1, 3)
         new = []
         if _rewrite(lg, "merges", merges, lh):
@@ -1234,8 +1238,7 @@ class ArchiveWriter:
             for k in ("x", "w", "count"):
                 _replace(c, k, np.asarray(check[k]))
             self._label_group(c, "pde/lagrangian/check")
-            for k in ("t", "initial_nodes", "nsteps", "stop_reason", "wall_time"):
-                c.attrs[k] = check[k]
+            _set_attrs(c, {k: check[k] for k in ("t", "initial_nodes", "nsteps", "stop_reason", "wall_time")})
         if result.stop_reason != "interrupted" and _has(g, "t") and g["t"].shape[0]:
             # a resumed result holds only what came after its restart: its atoms come from the whole
             # archived run, read back; a run written from its start has them in memory
@@ -1278,7 +1281,7 @@ class ArchiveWriter:
         snapshots, the state it kept there."""
         g = self._finish_stage("particles", result)
         self._finish_restart("particles", result, lambda r: self._write_particles_restart(g, r))
-        g.attrs["sum_method"] = result.sum_method
+        _set_attrs(g, {"sum_method": result.sum_method})
         if result.stop_reason != "interrupted" and len(result.t):
             scale, rule = result.cluster_rule
             centres, masses = result.clusters(-1, scale=scale, rule=rule)
@@ -1359,19 +1362,15 @@ def write_comparison(writer: ArchiveWriter, cmp, d: int) -> None:
         un = getattr(cmp, f"unmatched_{which}")
         _replace(g, f"unmatched_{which}_positions", np.array([a[0] for a in un]).reshape(-1, d))
         _replace(g, f"unmatched_{which}_masses", np.array([a[1] for a in un], dtype=float))
-    g.attrs["kernel"] = cmp.kernel
-    g.attrs["moments_degree"] = cmp.moments_degree
-    g.attrs["unmatched_pde"] = len(cmp.unmatched_pde)
-    g.attrs["unmatched_particles"] = len(cmp.unmatched_particles)
-    for k, v in cmp.options.items():
-        g.attrs[f"option_{k}"] = v
+    _set_attrs(g, {"kernel": cmp.kernel, "moments_degree": cmp.moments_degree,
+                   "unmatched_pde": len(cmp.unmatched_pde), "unmatched_particles": len(cmp.unmatched_particles),
+                   **{f"option_{k}": v for k, v in cmp.options.items()}})
     for kind, con in cmp.concentration.items():
         cg = g.require_group(f"concentration_{kind}")
         for k in ("t", "mass_near_atoms", "effective_support", "l2", "final_positions", "final_masses"):
             _replace(cg, {"final_positions": "final_atom_positions", "final_masses": "final_atom_masses"}.get(k, k),
                      np.asarray(con[k]))
-        for k in ("radius", "eps", "cells", "statement"):
-            cg.attrs[k] = con[k]
+        _set_attrs(cg, {k: con[k] for k in ("radius", "eps", "cells", "statement")})
         writer._label_group(cg, f"comparison/concentration_{kind}")
     writer._label_group(g, "comparison")
     writer.f.flush()
@@ -1428,12 +1427,8 @@ def write_validation(writer: ArchiveWriter, res, results: list[dict], compare_op
     by = {(r["n"], r["seed"]): r for r in results}
     _replace(g, "wall", np.array([[by[(n, s)]["wall"] for s in res.seeds] for n in res.n]))
     _replace(g, "stop_reason", np.array([[by[(n, s)]["stop_reason"] for s in res.seeds] for n in res.n], dtype="S16"))
-    g.attrs["at"] = res.at
-    g.attrs["slopes"] = json.dumps(res.slopes)
-    g.attrs["compare"] = json.dumps(compare_opts)
-    g.attrs["table"] = res.table
-    g.attrs["pde_stop_reason"] = pde.stop_reason
-    g.attrs["pde_t_stop"] = float(pde.t_stop)
+    _set_attrs(g, {"at": res.at, "slopes": json.dumps(res.slopes), "compare": json.dumps(compare_opts),
+                   "table": res.table, "pde_stop_reason": pde.stop_reason, "pde_t_stop": float(pde.t_stop)})
     writer._label_group(g, "validation")
 
 

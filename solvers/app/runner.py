@@ -257,7 +257,7 @@ def run_config(config: RunConfig, out: str | Path, *, resume: bool = False, forc
     except (ValueError, MemoryError, OSError, RuntimeError) as e:
         # what the checks before the archive could not foresee: the archive says so, and keeps what it holds
         reason = f"{type(e).__name__}: {e}"
-        writer.f.attrs["failure"] = reason
+        writer.annotate(failure=reason)
         writer.set_status("failed")
         raise RunFailed(f"{out}: the run failed ({reason}); the archive keeps what was written, status 'failed'") \
             from e
@@ -272,7 +272,7 @@ def _note_libraries(writer: ArchiveWriter, log) -> None:
     if then is not None and str(then) != here:
         log(f"[resume] the run was started with: {then}\n[resume] it continues with:   {here}\n"
             "[resume] the resumed part agrees with an uninterrupted run to round-off, not bit for bit")
-        writer.f.attrs["libraries_resumed"] = here
+        writer.annotate(libraries_resumed=here)
 
 
 def _complete(writer: ArchiveWriter, stage: str, outcome: RunOutcome, log) -> bool:
