@@ -165,8 +165,28 @@ def _busy(client) -> dict[str, int]:
 def _lose_worker(cluster, name: str) -> None:
     """Kill the worker and its nanny (their process group) with SIGKILL: no goodbye to the scheduler."""
     p = cluster.workers[name]
+    leftovers = _semaphores_of_group(p.pid)
     os.killpg(p.pid, signal.SIGKILL)
     p.wait(timeout=10)
+    for path in leftovers:
+        Path(path).unlink(missing_ok=True)
+
+
+def _semaphores_of_group(pgid: int) -> set[str]:
+    """The named semaphores (/dev/shm/sem.*) that the processes of group ``pgid`` have mapped: the
+    multiprocessing locks of Dask's nanny and worker, which their resource tracker (in the same group)
+    unlinks when they end. Killed together with SIGKILL they would stay in /dev/shm (6 per lost worker,
+    measured), so the test removes them; no process outside the group has them open."""
+    found = set()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if os.getpgid(int(pid)) != pgid:
+                continue
+            with open(f"/proc/{pid}/maps") as maps:
+                found.update(line.split()[-1] for line in maps if " /dev/shm/sem." in line)
+        except (OSError, ValueError):           # ended meanwhile
+            pass
+    return {f for f in found if not f.endswith("(deleted)")}
 
 
 def _assert_same_archive(a: Path, b: Path) -> int:
