@@ -134,7 +134,9 @@ def cluster(tmp_path):
               "--scheduler-file", str(scheduler_file))
         _wait(lambda: scheduler_file.exists() and scheduler_file.stat().st_size > 0, 60, "the scheduler file")
         workers = {f"w{i}": start(f"w{i}", "worker", "--scheduler-file", str(scheduler_file), "--name", f"w{i}",
-                                  "--nthreads", "1", "--nworkers", "1", "--host", "127.0.0.1", "--no-dashboard")
+                                  "--nthreads", "1", "--nworkers", "1", "--host", "127.0.0.1", "--no-dashboard",
+                                  # their scratch space in the test's directory, not the machine's /tmp
+                                  "--local-directory", str(tmp_path / f"w{i}-scratch"))
                    for i in range(2)}
         client = Client(scheduler_file=str(scheduler_file), timeout=30, set_as_default=False)
         client.wait_for_workers(2, timeout=60)
