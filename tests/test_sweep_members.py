@@ -4,6 +4,7 @@ numbers as the uninterrupted sweep (or starts again when it is damaged). The loc
 share this code (solvers.app.executor); tests/test_dask_cluster.py runs it on a real cluster."""
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import subprocess
@@ -15,6 +16,7 @@ import numpy as np
 import pytest
 
 from solvers.app.archive import load
+from solvers.app.executor import FORWARDED_SIGNAL
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -300,8 +302,6 @@ def _ctrl_c_during_a_write():
 
 def _forwarded_after_ctrl_c():
     import time
-
-    from solvers.app.executor import FORWARDED_SIGNAL
     try:
         os.kill(os.getpid(), signal.SIGINT)
         time.sleep(0.2)
@@ -314,8 +314,6 @@ def _forwarded_after_ctrl_c():
 
 def _forwarded_alone():
     import time
-
-    from solvers.app.executor import FORWARDED_SIGNAL
     try:
         os.kill(os.getpid(), FORWARDED_SIGNAL)           # only the owner was interrupted
         time.sleep(0.5)
@@ -334,25 +332,12 @@ def _sigterm():
     return "not interrupted"
 
 
-def _sigterm_after_forwarded():
-    import time
-
-    from solvers.app.executor import FORWARDED_SIGNAL
-    seen = []
-    for sig in (FORWARDED_SIGNAL, signal.SIGTERM, signal.SIGINT):
-        try:
-            os.kill(os.getpid(), sig)
-            time.sleep(0.2)
-            seen.append("-")
-        except KeyboardInterrupt:
-            seen.append(signal.Signals(sig).name)
-    return " ".join(seen)
-
-
-def _sigterm_twice():
+def _in_turn(*signals: int) -> str:
+    """Each of ``signals`` sent to the task's own worker in turn: the name of each that interrupted the
+    task, "-" for each that did not."""
     import time
     seen = []
-    for sig in (signal.SIGTERM, signal.SIGTERM, signal.SIGINT):
+    for sig in signals:
         try:
             os.kill(os.getpid(), sig)
             time.sleep(0.2)
@@ -385,10 +370,10 @@ def _queued():
     (_sigterm, "interrupted"),
     # the owner's forwarded signal may come before the group's own (the same interrupt); a Ctrl-C after both
     # is a second interrupt
-    (_sigterm_after_forwarded, "SIGUSR1 - SIGINT"),
+    (functools.partial(_in_turn, FORWARDED_SIGNAL, signal.SIGTERM, signal.SIGINT), "SIGUSR1 - SIGINT"),
     # a second SIGTERM is the same stop (Python >= 3.12's executor sends two to a broken pool's workers), a
     # Ctrl-C after it a second interrupt
-    (_sigterm_twice, "SIGTERM - SIGINT"),
+    (functools.partial(_in_turn, signal.SIGTERM, signal.SIGTERM, signal.SIGINT), "SIGTERM - SIGINT"),
     # an interrupted task's next run stops after its first step (it starts asked to)
     (_two_runs, "interrupted by SIGTERM; then interrupted by SIGTERM"),
 ])
