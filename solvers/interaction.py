@@ -29,13 +29,13 @@ Both are dimensionless (the kernel is <= 1; G is a tangent vector at x). Three w
   coefficients' l1 norm). There is one plan per chunk of NUFFT_CHUNK points, made on first need (once
   per run of a fixed point count); each evaluation sets a chunk's points once: the type-2 pass at the
   sources reuses them, and the angles, the weights' complex copy and the assembly of G are made per chunk
-  in the threads (10^6 points, two threads: 84 -> 69 ms, measured). Reproducibility: every plan runs on
-  one thread with the upsampling factor 2. FINUFFT would otherwise choose the factor by itself, and
-  its multithreaded type-1 spreading adds sub-grids in a run-dependent order (measured: 10^6 points,
-  two threads, eight runs of the same transform differ by up to 6e-11 absolute, ~1e-16 relative:
-  enough to break a bit-for-bit resume). Parallelism comes instead from
-  chunks of NUFFT_CHUNK points transformed concurrently and added in chunk order: the same bits for
-  any number of threads.
+  in the threads (10^6 points, two threads: 84 -> 69 ms, measured); the points are not sorted (the
+  fine grid stays in cache). Reproducibility: every plan runs on one thread with the upsampling factor
+  2. FINUFFT would otherwise choose the factor by itself, and its multithreaded type-1 spreading adds
+  sub-grids in a run-dependent order (measured: 10^6 points, two threads, eight runs of the same
+  transform differ by up to 6e-11 absolute, ~1e-16 relative: enough to break a bit-for-bit resume).
+  Parallelism comes instead from chunks of NUFFT_CHUNK points transformed concurrently and added in
+  chunk order: the same bits for any number of threads.
 
 ``fast`` on S^2 (d = 3) — the addition theorem for the orthonormal real harmonics,
     exp(beta(<x,y> - 1)) = 4 pi sum_l lambda_l sum_{m>=0} eps_m Re[Pbar_lm(x) e^{im phi_x} Pbar_lm(y) e^{-im phi_y}],
@@ -133,11 +133,12 @@ class _ChunkPlans:
     order, computed ``threads`` at a time (:func:`solvers._chunks.map_chunks`); ``sum(fn, n)`` adds them in
     chunk order (the only order: the same bits for any ``threads``). A chunk has its own plan
     so that the points set on it for the type-1 pass stay set: the type-2 pass at the same points (the
-    self-interaction, what the particle solver asks) reuses the type-1 pass's sorting instead of setting
-    the points again (one setpts per chunk and evaluation, measured 0.75 ms per 2^17 points on S^1).
-    Plans are made on first need, so once per run of a fixed point count (``make()`` builds one). Each
-    plan is single-threaded, so the chunks and the order of ``sum`` fix the bits whatever ``threads``. An evaluation (a type-1 pass and the type-2 pass that relies on its points)
-    holds ``lock``: two threads sharing one sums object take turns.
+    self-interaction, what the particle solver asks) reuses the type-1 pass's points instead of setting
+    them again (one setpts per chunk and evaluation: 0.75 ms per 2^17 points on S^1 with FINUFFT's
+    sorting, 0.15 ms without; measured). Plans are made on first need, so once per run of a fixed point
+    count (``make()`` builds one). Each plan is single-threaded, so the chunks and the order of ``sum``
+    fix the bits whatever ``threads``. An evaluation (a type-1 pass and the type-2 pass that relies on
+    its points) holds ``lock``: two threads sharing one sums object take turns.
     """
 
     def __init__(self, make, chunk: int, threads: int, name: str) -> None:
@@ -353,8 +354,13 @@ class CircleNufftSums:
         lam = zonal_multipliers(self.beta, 2, K)[np.abs(k)]
         g = potential_multipliers(self.beta, 2, K)[np.abs(k)]
         self._mult = lam - k * g          # Psi + i G_theta = sum_k (lambda_|k| - k g_|k|) c_k e^{ik theta}
+        # spread_sort=0, a fixed choice (FINUFFT's heuristic sorts a 1-D type 1): the fine grid, 2(2K + 1)
+        # complex values (6 KiB at beta = 100), stays in cache whatever the order of the points, so sorting
+        # them into bins buys nothing and took 0.6 of setpts' 0.75 ms per chunk of 2^17 points. Measured
+        # (velocity of 10^6 points, two threads, paired medians of 25): 0.92x at beta = 25, 0.88x at 100
         self._plans = _ChunkPlans(lambda: finufft.Plan(1, (2 * K + 1,), n_trans=1, eps=self.eps, isign=-1,
-                                                       dtype="complex128", nthreads=1, upsampfac=2.0, modeord=0),
+                                                       dtype="complex128", nthreads=1, upsampfac=2.0, modeord=0,
+                                                       spread_sort=0),
                                   NUFFT_CHUNK, self.threads, "attnpde-nufft")
 
     @staticmethod
