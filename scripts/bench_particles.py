@@ -111,6 +111,41 @@ def peak_memory_sphere(N: int = 10 ** 6, beta: float = 4.0) -> float:
     return peak_memory(3, N, beta, "nufft")
 
 
+def looser_tolerance(d: int = 2, beta: float = 25.0, N: int = 10 ** 6, tol: float = 1e-12, reps: int = 9,
+                     n_check: int = 2000) -> dict:
+    """What a looser ``sum_tol`` buys: one velocity evaluation with the NUFFT sums at the default
+    tolerance and at ``tol`` (which also sets FINUFFT's precision), alternating, ``reps`` pairs; and each
+    one's largest error in Psi and G at ``n_check`` of the points against the direct sums, relative to max Psi.
+
+    Returns {seconds_default, seconds_loose (best of reps), paired_ratio (median of loose / default),
+    error_default, error_loose, K_default, K_loose, eps_default, eps_loose}.
+    """
+    from solvers.interaction import direct_fields
+    model = Model(d, beta, "ascent", perceptron=Perceptron.random(d, d, "relu", 1.0, seed=111))
+    x = _points(N, d, seed=N)
+    w = np.full(N, 1.0 / N)
+    sums = {"default": InteractionSums(d, beta, "nufft"), "loose": InteractionSums(d, beta, "nufft", tol=tol)}
+    times = {k: [] for k in sums}
+    for i in range(reps + 1):
+        for k in (("default", "loose") if i % 2 == 0 else ("loose", "default")):
+            f = _velocity_fn(model, sums, k, x, w)
+            t0 = time.perf_counter()
+            f()
+            if i:                                    # the first pair makes the FINUFFT plans
+                times[k].append(time.perf_counter() - t0)
+    psi_d, G_d = direct_fields(x[:n_check], x, w, beta)
+    scale = float(np.abs(psi_d).max())
+    out = {"paired_ratio": float(np.median(np.array(times["loose"]) / np.array(times["default"])))}
+    for k, s in sums.items():
+        psi, G = s.fields(x, w, x[:n_check])
+        out[f"seconds_{k}"] = min(times[k])
+        out[f"error_{k}"] = max(float(np.abs(psi - psi_d).max()), float(np.abs(G - G_d).max())) / scale
+        nu = s.nufft
+        out[f"K_{k}"] = nu.K if d == 2 else nu.L
+        out[f"eps_{k}"] = nu.eps
+    return out
+
+
 PLAN = ((2, 25.0, (10 ** 3, 10 ** 4, 2 * 10 ** 4, 10 ** 5, 10 ** 6)), (2, 100.0, (10 ** 5, 10 ** 6)),
         (3, 4.0, (10 ** 3, 10 ** 4, 10 ** 5, 10 ** 6)))
 

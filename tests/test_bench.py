@@ -42,6 +42,9 @@ def test_quick_bench_writes_records_of_the_common_form(tmp_path, capsys):
     for word in ("circle PDE RHS", "sphere PDE RHS", "whole PDE run S^1", "whole PDE run S^2",
                  "S^1 particle velocity", "S^2 particle velocity", "peak memory", "archive overhead"):
         assert word in cases, word
+    # the looser sum_tol's record: its sums within the 1e-10 of the direct ones, and so the default's
+    loose = next(r for r in records if "sum_tol=" in r["case"])
+    assert loose["error_default"] <= loose["error_loose"] <= 1e-10
     mem = next(r for r in records if "peak memory" in r["case"])
     assert mem["peak_gib"] > 0
     # the printed table has one line per record (plus notes)
