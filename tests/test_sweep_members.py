@@ -112,7 +112,12 @@ def test_finished_part_is_kept_not_recomputed(tmp_path, uninterrupted):
     assert (out / "m_beta2.h5").read_bytes() == done and not (out / "m_beta2.h5.part").exists()
 
 
-LONG = CFG.replace("t_final = 0.6", "t_final = 200.0").replace("save_every = 0.05", "save_every = 1.0")
+# Members still in their spectral steps seconds after they start, on any machine: the noise keeps the run
+# Eulerian (no handoff to the quick node steps, no error-estimate rerun before t_final) and dt_max bounds
+# it below by 1e6 steps (some 40 us each). With t_final alone a fast machine (AMD EPYC family 26) ended
+# the main run within the 1 s wait below, and the interrupt met the error-estimate rerun instead of a step.
+LONG = (CFG.replace("t_final = 0.6", "t_final = 200.0").replace("save_every = 0.05", "save_every = 1.0")
+        .replace('flow = "ascent"', 'flow = "ascent"\nnoise = 0.05').replace("[pde]", "[pde]\ndt_max = 2e-4"))
 
 
 def _start_long_sweep(tmp_path: Path):
