@@ -292,7 +292,7 @@ def test_a_kill_inside_a_restart_write_leaves_the_previous_state_whole(tmp_path,
     resume is the uninterrupted run."""
     text, _, _ = COMMAND_CASES[case]
     cfg = tmp_path / "c.toml"
-    cfg.write_text("[run]\ncheckpoint_interval = 0.002\n" + text)
+    cfg.write_text("[run]\ncheckpoint_interval = 1e-9\n" + text)
     full, cut = tmp_path / "full.h5", tmp_path / "cut.h5"
     assert _command("run", cfg, "--out", full, "--quiet").returncode == 0
     env = dict(os.environ, PYTHONPATH=str(ROOT))
@@ -318,13 +318,13 @@ def test_checkpoints_leave_a_finished_archive_as_without_them(tmp_path):
     and its restart state is the last snapshot's, however many checkpoints came."""
     text = COMMAND_CASES["spectral"][0] + "max_steps = 120\n"
     runs = {}
-    for interval in (60.0, 0.002):
+    for interval in (60.0, 1e-9):
         cfg = tmp_path / f"c{interval}.toml"
         cfg.write_text(f"[run]\ncheckpoint_interval = {interval}\n" + text)
         out = tmp_path / f"a{interval}.h5"
         assert _command("run", cfg, "--out", out, "--quiet").returncode == 0
         runs[interval] = load(out).pde
-    a, b = runs[60.0], runs[0.002]
+    a, b = runs[60.0], runs[1e-9]
     assert a.stop_reason == b.stop_reason == "max_steps" and a.nsteps == 120
     assert len(a.steps["t"]) == a.nsteps + a.nrejected
     for k in ("t", "dt", "error", "accepted"):
@@ -333,7 +333,7 @@ def test_checkpoints_leave_a_finished_archive_as_without_them(tmp_path):
     assert np.array_equal(a.restart["coeffs"], b.restart["coeffs"])
     # the same objects in both files: the restart state of a complete stage is in slot a only
     names = []
-    for interval in (60.0, 0.002):
+    for interval in (60.0, 1e-9):
         with h5py.File(tmp_path / f"a{interval}.h5", "r") as f:
             seen = []
             f.visit(seen.append)
