@@ -52,6 +52,10 @@ For particles (weighted points), two clustering rules at a geodesic radius r (Th
 """
 from __future__ import annotations
 
+import weakref
+from functools import lru_cache
+from typing import NamedTuple
+
 import numpy as np
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
@@ -93,10 +97,53 @@ class Atoms:
         return f"Atoms({len(self)}: {rows})"
 
 
+@lru_cache(maxsize=8)
 def circle_neighbours(n: int) -> np.ndarray:
-    """Edges (i, i+1 mod n) of the periodic 1-D grid, shape (n, 2)."""
+    """Edges (i, i+1 mod n) of the periodic 1-D grid, shape (n, 2) (read-only: one array per n, kept and
+    shared by every caller)."""
     i = np.arange(n)
-    return np.stack([i, (i + 1) % n], axis=1)
+    edges = np.stack([i, (i + 1) % n], axis=1)
+    edges.setflags(write=False)
+    return edges
+
+
+class _Adjacency(NamedTuple):
+    """A graph's edges in both directions, grouped by source node (what the steepest ascent scans)."""
+    sources: np.ndarray     # (g,) the source node of each group, increasing
+    targets: np.ndarray     # (2e,) the targets, group after group (within a group in the order of the edges)
+    starts: np.ndarray      # (g,) where each group begins in ``targets``
+    group: np.ndarray       # (2e,) the group of each entry of ``targets``
+
+
+#: the adjacency of each edge array that cannot change (read-only and owning its data: the shared
+#: graphs of circle_neighbours and spectral.sphere.grid_neighbours), by the array's id; an entry goes
+#: when its array is freed. Building it is most of a steepest ascent's work and memory: its sort, and
+#: ~10 arrays of 2e entries whose first touch costs ~10 us per 4 KiB page on a KVM guest. The atoms
+#: of the last snapshot of an L = 127 run, in the archive bench: 57-85 ms built each time, 13-27 ms
+#: with the adjacency kept (the first call of a process still builds it).
+_ADJACENCIES: dict[int, tuple[weakref.ref, _Adjacency]] = {}
+
+
+def _adjacency(edges: np.ndarray) -> _Adjacency:
+    """The grouped adjacency of ``edges`` (kept for an array that cannot change; see _ADJACENCIES)."""
+    key = id(edges)
+    kept = _ADJACENCIES.get(key)
+    if kept is not None and kept[0]() is edges:
+        return kept[1]
+    src = np.concatenate([edges[:, 0], edges[:, 1]])
+    dst = np.concatenate([edges[:, 1], edges[:, 0]])
+    # a stable sort by source (linear after the integer sort; the lexicographic sort of (rho, index)
+    # took 60 ms of a 70 ms atoms call on the 96 x 192 sphere grid, measured)
+    order = np.argsort(src, kind="stable")
+    s = src[order]
+    starts = np.flatnonzero(np.r_[True, s[1:] != s[:-1]])
+    # 32-bit node indices where they fit: half the memory to gather through (s[-1]: the largest node)
+    index = np.int32 if s.size < 2 ** 31 and (s.size == 0 or s[-1] < 2 ** 31) else np.int64
+    group = np.repeat(np.arange(starts.size, dtype=index), np.diff(np.r_[starts, s.size]))
+    adj = _Adjacency(s[starts], dst[order].astype(index), starts, group)
+    if not edges.flags.writeable and edges.base is None:
+        _ADJACENCIES[key] = (weakref.ref(edges, lambda _, key=key: _ADJACENCIES.pop(key, None)), adj)
+    return adj
 
 
 def _resolved(rho: np.ndarray) -> np.ndarray:
@@ -121,22 +168,19 @@ def _steepest_ascent_roots(rho: np.ndarray, edges: np.ndarray) -> np.ndarray:
     """The local maximum each node reaches by climbing to its highest neighbour (ties of rho broken by
     the node index, so that a plateau climbs to one node)."""
     n = rho.size
-    src = np.concatenate([edges[:, 0], edges[:, 1]])
-    dst = np.concatenate([edges[:, 1], edges[:, 0]])
     if np.all(np.isfinite(rho)):
-        # per source, the neighbour with the largest (rho, index): a stable sort by source and two
-        # segmented maxima (linear after the integer sort; the lexicographic sort of the general branch
-        # took 60 ms of a 70 ms atoms call on the 96 x 192 sphere grid, measured)
-        order = np.argsort(src, kind="stable")
-        s, t = src[order], dst[order]
-        starts = np.flatnonzero(np.r_[True, s[1:] != s[:-1]])
-        vals = rho[t]
-        vmax = np.maximum.reduceat(vals, starts)
-        top = vals == np.repeat(vmax, np.diff(np.r_[starts, s.size]))
-        s_best, d_best = s[starts], np.maximum.reduceat(np.where(top, t, -1), starts)
+        # per source, the neighbour with the largest (rho, index): two segmented maxima over the
+        # adjacency grouped by source
+        adj = _adjacency(edges)
+        vals = rho[adj.targets]
+        vmax = np.maximum.reduceat(vals, adj.starts)
+        top = vals == vmax[adj.group]
+        s_best, d_best = adj.sources, np.maximum.reduceat(np.where(top, adj.targets, -1), adj.starts)
     else:
         # grouped by source, highest target last (NaN sorts last, as the ordering of the finite branch
         # cannot express)
+        src = np.concatenate([edges[:, 0], edges[:, 1]])
+        dst = np.concatenate([edges[:, 1], edges[:, 0]])
         order = np.lexsort((dst, rho[dst], src))
         last = np.r_[src[order][1:] != src[order][:-1], True]
         s_best, d_best = src[order][last], dst[order][last]
