@@ -99,12 +99,12 @@ class Atoms:
 
 @lru_cache(maxsize=8)
 def circle_neighbours(n: int) -> np.ndarray:
-    """Edges (i, i+1 mod n) of the periodic 1-D grid, shape (n, 2) (read-only: one array per n, kept and
-    shared by every caller)."""
+    """Edges (i, i+1 mod n) of the periodic 1-D grid, shape (n, 2) (one array per n, kept and shared by
+    every caller: a read-only view of a read-only array, which no flag can make writeable again)."""
     i = np.arange(n)
     edges = np.stack([i, (i + 1) % n], axis=1)
     edges.setflags(write=False)
-    return edges
+    return shared_graph(edges[:])
 
 
 class _Adjacency(NamedTuple):
@@ -115,20 +115,38 @@ class _Adjacency(NamedTuple):
     group: np.ndarray       # (2e,) the group of each entry of ``targets``
 
 
-#: the adjacency of each edge array that cannot change (read-only and owning its data: the shared
-#: graphs of circle_neighbours and spectral.sphere.grid_neighbours), by the array's id; an entry goes
-#: when its array is freed. Building it is most of a steepest ascent's work and memory: its sort, and
-#: ~10 arrays of 2e entries whose first touch costs ~10 us per 4 KiB page on a KVM guest. The atoms
-#: of the last snapshot of an L = 127 run, in the archive bench: 57-85 ms built each time, 13-27 ms
-#: with the adjacency kept (the first call of a process still builds it).
-_ADJACENCIES: dict[int, tuple[weakref.ref, _Adjacency]] = {}
+#: the grids' shared graphs (see shared_graph) by the array's id: a weak reference to it and its
+#: adjacency once built; an entry goes when its array is freed. Building the adjacency is most of a
+#: steepest ascent's work and memory: its sort, and ~10 arrays of 2e entries whose first touch costs
+#: ~10 us per 4 KiB page on a KVM guest. The atoms of the last snapshot of an L = 127 run, in the
+#: archive bench: 57-85 ms built each time, 13-27 ms with the adjacency kept (the first call of a
+#: process still builds it).
+_ADJACENCIES: dict[int, list] = {}
+
+#: larger graphs are not kept: 2^23 directed edges (the L ~ 360 sphere grid) keep ~70 MiB; the
+#: 768 x 1536 grid of L = 511 would keep 90 MiB for atoms that are a small part of its run's time
+KEPT_EDGES = 2 ** 23
+
+
+def shared_graph(edges: np.ndarray) -> np.ndarray:
+    """Mark ``edges`` as a graph of this package that never changes and is used again (the arrays that
+    circle_neighbours and, through the solvers, spectral.sphere.grid_neighbours keep per grid: read-only
+    views of read-only arrays), so that the steepest ascent keeps its adjacency; returns it. Package
+    internal: any other edge array, read-only or not, is grouped again at every call, since numpy
+    cannot tell that nobody will write into it."""
+    key = id(edges)
+    kept = _ADJACENCIES.get(key)
+    if (kept is None or kept[0]() is not edges) and 2 * len(edges) <= KEPT_EDGES:
+        _ADJACENCIES[key] = [weakref.ref(edges, lambda _, key=key: _ADJACENCIES.pop(key, None)), None]
+    return edges
 
 
 def _adjacency(edges: np.ndarray) -> _Adjacency:
-    """The grouped adjacency of ``edges`` (kept for an array that cannot change; see _ADJACENCIES)."""
-    key = id(edges)
-    kept = _ADJACENCIES.get(key)
-    if kept is not None and kept[0]() is edges:
+    """The grouped adjacency of ``edges`` (kept for a shared graph, see shared_graph)."""
+    kept = _ADJACENCIES.get(id(edges))
+    if kept is not None and kept[0]() is not edges:
+        kept = None
+    if kept is not None and kept[1] is not None:
         return kept[1]
     src = np.concatenate([edges[:, 0], edges[:, 1]])
     dst = np.concatenate([edges[:, 1], edges[:, 0]])
@@ -137,12 +155,12 @@ def _adjacency(edges: np.ndarray) -> _Adjacency:
     order = np.argsort(src, kind="stable")
     s = src[order]
     starts = np.flatnonzero(np.r_[True, s[1:] != s[:-1]])
-    # 32-bit node indices where they fit: half the memory to gather through (s[-1]: the largest node)
+    # 32-bit node and entry indices where they fit: half the memory to keep and to gather through
     index = np.int32 if s.size < 2 ** 31 and (s.size == 0 or s[-1] < 2 ** 31) else np.int64
     group = np.repeat(np.arange(starts.size, dtype=index), np.diff(np.r_[starts, s.size]))
-    adj = _Adjacency(s[starts], dst[order].astype(index), starts, group)
-    if not edges.flags.writeable and edges.base is None:
-        _ADJACENCIES[key] = (weakref.ref(edges, lambda _, key=key: _ADJACENCIES.pop(key, None)), adj)
+    adj = _Adjacency(s[starts].astype(index), dst[order].astype(index), starts.astype(index), group)
+    if kept is not None:
+        kept[1] = adj
     return adj
 
 

@@ -27,7 +27,7 @@ import numpy as np
 from spectral import sphere
 from spectral.multipliers import kernel_bandwidth
 from spectral.sphere import SphereBasis
-from .atoms import DEFAULT_PROMINENCE, Atoms, atoms_from_graph
+from .atoms import DEFAULT_PROMINENCE, Atoms, atoms_from_graph, shared_graph
 from .model import Model, density_values
 from .pde import MIN_DEGREE
 
@@ -140,9 +140,9 @@ class SphereSpace:
             else float(smoothing or 0.0)
         shape = values(SphereSpace.heat_smooth(c, h)) if h > 0 else None
         w = np.concatenate([b.weights.ravel(), np.zeros(2)])
-        return atoms_from_graph(pts, vals, w, sphere.grid_neighbours(b.nlat, b.nphi, pole_nodes=True),
-                                threshold=threshold, method=method, min_mass=min_mass, shape=shape,
-                                prominence=prominence)
+        edges = shared_graph(sphere.grid_neighbours(b.nlat, b.nphi, pole_nodes=True))
+        return atoms_from_graph(pts, vals, w, edges, threshold=threshold, method=method, min_mass=min_mass,
+                                shape=shape, prominence=prominence)
 
     @staticmethod
     def smoothing_scale(degree: int) -> float:

@@ -421,10 +421,11 @@ def equiangular_grid(n: int) -> np.ndarray:
     return unit_vectors(th[:, None], ph[None, :])
 
 
-@lru_cache(maxsize=4)
+@lru_cache(maxsize=2)
 def grid_neighbours(nlat: int, nphi: int, pole_nodes: bool = False) -> np.ndarray:
-    """Edges (e, 2) of the latitude–longitude grid graph, nodes numbered i * nphi + j (read-only: one
-    array per grid, kept and shared by every caller).
+    """Edges (e, 2) of the latitude–longitude grid graph, nodes numbered i * nphi + j (one immutable
+    array per grid, kept and shared by every caller: a read-only view of a read-only array, which no
+    flag can make writeable again).
 
     Eight neighbours per node: along phi (periodic), along theta and diagonally (rings i +- 1,
     longitudes j - 1, j, j + 1), and across each pole: a node of the first (last) ring is joined to
@@ -449,7 +450,7 @@ def grid_neighbours(nlat: int, nphi: int, pole_nodes: bool = False) -> np.ndarra
         parts += [np.stack([np.full(nphi, n), idx[0]], axis=1), np.stack([np.full(nphi, n + 1), idx[-1]], axis=1)]
     edges = np.concatenate(parts)
     edges.setflags(write=False)
-    return edges
+    return edges[:]
 
 
 # --- operations on canonical coefficients (no transform needed) -----------------------------------

@@ -1,8 +1,9 @@
 """The steepest ascent of the basin rule (``solvers.atoms``) against a plain reference: each node climbs,
 one step at a time, to its highest neighbour (ties of rho by the larger node index) until no neighbour is
-higher, on the grid graphs the solvers use (the sphere's with its pole nodes, the circle's), with ties
-and plateaus. The graphs are shared read-only arrays whose grouped adjacency is kept between calls: the
-kept one gives what a fresh one (a writable copy) gives, and it goes when its graph is freed."""
+higher, on the grid graphs the solvers use (the sphere's with its pole nodes, the circle's) and on a
+general graph (isolated nodes, repeated edges, 32-bit indices), with ties and plateaus. The solvers' grid
+graphs are shared immutable arrays whose grouped adjacency is kept between calls: the kept one gives
+what a fresh one gives, it is kept for those arrays only, and it goes when its graph is freed."""
 import gc
 
 import numpy as np
@@ -35,17 +36,24 @@ def _climb(rho: np.ndarray, edges: np.ndarray) -> np.ndarray:
     return roots
 
 
-def _graphs():
+def _general_graph(rng) -> tuple[np.ndarray, int]:
+    """60 nodes, the last five without edges, some edges repeated, 32-bit indices."""
+    e = rng.integers(0, 55, (90, 2))
+    e = e[e[:, 0] != e[:, 1]]
+    return np.concatenate([e, e[:10]]).astype(np.int32), 60
+
+
+def _graphs(rng):
     yield "sphere 8 x 16 with poles", sphere.grid_neighbours(8, 16, pole_nodes=True), 8 * 16 + 2
     yield "sphere 6 x 12", sphere.grid_neighbours(6, 12), 6 * 12
     yield "circle 64", A.circle_neighbours(64), 64
+    yield ("general", *_general_graph(rng))
 
 
 @pytest.mark.parametrize("kind", ["random", "ties", "plateau"])
 def test_steepest_ascent_is_the_step_by_step_climb(kind):
     rng = np.random.default_rng(7)
-    for name, edges, n in _graphs():
-        assert not edges.flags.writeable            # shared: nobody may change it
+    for name, edges, n in _graphs(rng):
         for _ in range(3):
             if kind == "random":
                 rho = rng.standard_normal(n)
@@ -55,19 +63,37 @@ def test_steepest_ascent_is_the_step_by_step_climb(kind):
                 rho = np.ones(n)
                 rho[rng.integers(0, n, 3)] = 2.0
             ref = _climb(rho, edges)
-            kept = A._steepest_ascent_roots(rho, edges)         # the kept adjacency (second time round)
-            fresh = A._steepest_ascent_roots(rho, edges.copy())   # writable: built for this call only
-            assert np.array_equal(kept, ref) and np.array_equal(fresh, ref), name
+            shared = A._steepest_ascent_roots(rho, A.shared_graph(edges) if name != "general" else edges)
+            fresh = A._steepest_ascent_roots(rho, np.array(edges))   # a writable copy: built for this call
+            assert np.array_equal(shared, ref) and np.array_equal(fresh, ref), name
 
 
-def test_a_kept_adjacency_goes_with_its_graph():
-    edges = np.stack([np.arange(10), (np.arange(10) + 1) % 10], axis=1)
-    edges.setflags(write=False)
-    before = len(A._ADJACENCIES)
-    A._steepest_ascent_roots(np.arange(10.0), edges)
-    assert len(A._ADJACENCIES) == before + 1
-    A._steepest_ascent_roots(np.arange(10.0), edges.copy())       # a writable graph is not kept
-    assert len(A._ADJACENCIES) == before + 1
-    del edges
+def test_the_adjacency_is_kept_for_the_shared_grid_graphs_only_and_goes_with_them():
+    rho = np.arange(10.0)
+    shared = A.shared_graph(sphere.grid_neighbours(6, 12))      # as the sphere's atoms pass it
+    with pytest.raises(ValueError):                  # no flag makes it writeable again
+        shared.setflags(write=True)
+    A._steepest_ascent_roots(np.zeros(72), shared)
+    assert A._ADJACENCIES[id(shared)][1] is not None
+
+    ring = np.stack([np.arange(10), (np.arange(10) + 1) % 10], axis=1)
+    readonly = ring.copy()                           # read-only, but its flag can be set back
+    readonly.setflags(write=False)
+    for edges in (ring, readonly, readonly[:]):      # anything not marked shared: built at every call
+        A._steepest_ascent_roots(rho, edges)
+        assert id(edges) not in A._ADJACENCIES
+
+    # two shared graphs of the same shape, different edges: each its own adjacency
+    other = np.stack([np.arange(10), (np.arange(10) + 3) % 10], axis=1)
+    for g in (ring, other):
+        g.setflags(write=False)
+    a, b = A.shared_graph(ring[:]), A.shared_graph(other[:])
+    down = rho[::-1].copy()
+    ra, rb = A._steepest_ascent_roots(down, a), A._steepest_ascent_roots(down, b)
+    assert np.array_equal(ra, _climb(down, ring)) and np.array_equal(rb, _climb(down, other))
+    assert np.array_equal(A._steepest_ascent_roots(down, a), ra)                   # kept, still right
+    key = id(a)
+    assert A._ADJACENCIES[key][1] is not None and A._ADJACENCIES[id(b)][1] is not None
+    del a, ra
     gc.collect()
-    assert len(A._ADJACENCIES) == before
+    assert key not in A._ADJACENCIES                 # gone with its graph

@@ -285,24 +285,29 @@ def test_sigterm_waits_for_an_archive_write_as_ctrl_c_does():
         signal.signal(signal.SIGTERM, old)
 
 
-@pytest.mark.parametrize("case", ["spectral", "particles"])
-def test_a_kill_inside_a_restart_write_leaves_the_previous_state_whole(tmp_path, case):
+@pytest.mark.parametrize("case, write", [("spectral", "12"), ("particles", "12"), ("spectral", "batch:2"),
+                                         ("particles", "batch:2")])
+def test_a_kill_inside_a_restart_write_leaves_the_previous_state_whole(tmp_path, case, write):
     """kill -9 after a restart state's arrays reached the file and before its attribute: the archive still
     holds the previous state whole (the arrays go to the slot the current state does not use), and the
-    resume is the uninterrupted run."""
+    resume is the uninterrupted run. The 12th write is a checkpoint's (a state after every step, early in
+    the run); the write of the second batch of snapshots (t = 0.25) comes with that snapshot's rows."""
     text, _, _ = COMMAND_CASES[case]
     cfg = tmp_path / "c.toml"
     cfg.write_text("[run]\ncheckpoint_interval = 1e-9\n" + text)
     full, cut = tmp_path / "full.h5", tmp_path / "cut.h5"
     assert _command("run", cfg, "--out", full, "--quiet").returncode == 0
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    proc = subprocess.run([sys.executable, str(ROOT / "tests" / "kill_in_restart_write.py"), "12", "run", str(cfg),
+    proc = subprocess.run([sys.executable, str(ROOT / "tests" / "kill_in_restart_write.py"), write, "run", str(cfg),
                            "--out", str(cut), "--quiet"], cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=600)
     assert proc.returncode == -signal.SIGKILL, proc.stderr
+    stage = "particles" if case == "particles" else "pde"
+    if write.startswith("batch"):         # the state kept is the checkpoint of the step before t = 0.25
+        kept = getattr(load(cut), stage).restart
+        assert kept["last_snapshot_t"] == 0.0 and 0.2 < kept["t"] < 0.25, kept["t"]
     r = _command("run", cfg, "--out", cut, "--resume", "--quiet")
     assert r.returncode == 0, r.stderr
-    stage = "particles" if case == "particles" else "pde"
     a, b = getattr(load(cut), stage), getattr(load(full), stage)
     assert np.array_equal(a.t, b.t) and a.nsteps == b.nsteps
     if stage == "particles":
