@@ -123,8 +123,9 @@ class _Adjacency(NamedTuple):
 #: process still builds it).
 _ADJACENCIES: dict[int, list] = {}
 
-#: larger graphs are not kept: 2^23 directed edges (the L ~ 360 sphere grid) keep ~70 MiB; the
-#: 768 x 1536 grid of L = 511 would keep 90 MiB for atoms that are a small part of its run's time
+#: larger graphs are not kept: 2^23 directed edges (about 10^6 nodes of a sphere grid, L ~ 480) keep
+#: ~72 MiB; the 768 x 1536 grid of L = 511 (9.4e6) would keep 81 MiB, for atoms that are a small part of
+#: its run's time
 KEPT_EDGES = 2 ** 23
 
 
