@@ -116,7 +116,8 @@ class _Adjacency(NamedTuple):
 
 
 #: the grids' shared graphs (see shared_graph) by the array's id: a weak reference to it and its
-#: adjacency once built; an entry goes when its array is freed. Building the adjacency is most of a
+#: adjacency once built. The reference's callback drops the entry while the array is freed, before its
+#: id can be reused, so an entry found by id is always that array's. Building the adjacency is most of a
 #: steepest ascent's work and memory: its sort, and ~10 arrays of 2e entries whose first touch costs
 #: ~10 us per 4 KiB page on a KVM guest. The atoms of the last snapshot of an L = 127 run, in the
 #: archive bench: 57-85 ms built each time, 13-27 ms with the adjacency kept (the first call of a
@@ -136,8 +137,7 @@ def shared_graph(edges: np.ndarray) -> np.ndarray:
     internal: any other edge array, read-only or not, is grouped again at every call, since numpy
     cannot tell that nobody will write into it."""
     key = id(edges)
-    kept = _ADJACENCIES.get(key)
-    if (kept is None or kept[0]() is not edges) and 2 * len(edges) <= KEPT_EDGES:
+    if key not in _ADJACENCIES and 2 * len(edges) <= KEPT_EDGES:
         _ADJACENCIES[key] = [weakref.ref(edges, lambda _, key=key: _ADJACENCIES.pop(key, None)), None]
     return edges
 
@@ -145,8 +145,6 @@ def shared_graph(edges: np.ndarray) -> np.ndarray:
 def _adjacency(edges: np.ndarray) -> _Adjacency:
     """The grouped adjacency of ``edges`` (kept for a shared graph, see shared_graph)."""
     kept = _ADJACENCIES.get(id(edges))
-    if kept is not None and kept[0]() is not edges:
-        kept = None
     if kept is not None and kept[1] is not None:
         return kept[1]
     src = np.concatenate([edges[:, 0], edges[:, 1]])
