@@ -126,7 +126,9 @@ _ADJACENCIES: dict[int, list] = {}
 
 #: larger graphs are not kept: 2^23 directed edges (about 10^6 nodes of a sphere grid, L ~ 480) keep
 #: ~72 MiB; the 768 x 1536 grid of L = 511 (9.4e6) would keep 81 MiB, for atoms that are a small part of
-#: its run's time
+#: its run's time. A process keeps the graphs of grid_neighbours' last two sphere grids and
+#: circle_neighbours' last eight circles (their edges cached there in any case), so the adjacencies a
+#: long-lived one (a sweep worker) keeps stay under 2 x 72 MiB plus the circles' 24 bytes per node
 KEPT_EDGES = 2 ** 23
 
 

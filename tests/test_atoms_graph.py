@@ -5,6 +5,7 @@ general graph (isolated nodes, repeated edges, 32-bit indices), with ties and pl
 graphs are shared immutable arrays whose grouped adjacency is kept between calls: the kept one gives
 what a fresh one gives, it is kept for those arrays only, and it goes when its graph is freed."""
 import gc
+import weakref
 
 import numpy as np
 import pytest
@@ -97,3 +98,28 @@ def test_the_adjacency_is_kept_for_the_shared_grid_graphs_only_and_goes_with_the
     del a, ra
     gc.collect()
     assert key not in A._ADJACENCIES                 # gone with its graph
+
+
+def test_a_long_lived_process_keeps_the_adjacencies_of_two_sphere_grids_at_most():
+    """A sweep worker runs member after member in one process: the sphere's kept grid graphs (and with
+    them their adjacencies) are those of the last two grids only."""
+    from solvers.pde_sphere import SphereSpace, _basis
+
+    peaks = np.array([[0.0, 0.0, 1.0], [1.0, 0.0, 0.0], [0.0, -0.6, -0.8]])
+
+    def density(x):                                   # peaks of height ~100: atoms found by the ascent
+        return 100.0 * np.exp(10.0 * (x @ peaks.T - 1.0)).sum(axis=-1)
+
+    graphs = []
+    for L in (7, 11, 15, 19):
+        atoms = SphereSpace.atoms(SphereSpace.project(density, L))
+        assert len(atoms.masses) >= 1, L
+        b = _basis(L)
+        edges = sphere.grid_neighbours(b.nlat, b.nphi, pole_nodes=True)     # the one the atoms used
+        assert A._ADJACENCIES[id(edges)][1] is not None, L
+        graphs.append(weakref.ref(edges))
+        del edges
+    gc.collect()
+    assert [g() is None for g in graphs] == [True, True, False, False]
+    # the entries of the freed graphs went with them
+    assert all(ref() is not None for ref, _ in A._ADJACENCIES.values())
