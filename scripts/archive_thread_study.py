@@ -18,7 +18,8 @@ with this writer:
 - the run's snapshot callback copies each snapshot, and hands the thread a batch every ``--batch``
   snapshots;
 - the thread appends the batch's rows, and compresses the density's whole chunks itself (HDF5's
-  shuffle + deflate at level 1, written with ``H5Dwrite_chunk``; zlib releases the GIL too);
+  shuffle + deflate, ``solvers.app.archive._deflate``, written with ``H5Dwrite_chunk``; zlib releases
+  the GIL too);
 - after the run, the last rows, the step log, the restart coefficients, the stage's attributes, the
   flush and the close, while the run's thread waits.
 
@@ -48,7 +49,6 @@ import sys
 import tempfile
 import threading
 import time
-import zlib
 from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "2")
@@ -60,6 +60,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_runs  # noqa: E402
 
 from solvers import solve_pde  # noqa: E402
+from solvers.app import archive  # noqa: E402  (the real writer's chunk compression and names)
 
 
 def _loaded(name: str) -> str:
@@ -131,7 +132,7 @@ COMPLEX = Tcreate(H5T_COMPOUND, 16)       # h5py's complex128: fields r, i
 Tinsert(COMPLEX, b"r", 0, F64)
 Tinsert(COMPLEX, b"i", 8, F64)
 SCALAR = Screate(H5S_SCALAR)
-PURE_DIM = b"This is a netCDF dimension but not a netCDF variable.%10d" % 0
+PURE_DIM = archive._PURE_DIM + b"%10d" % 0     # as the real writer names a pure dimension
 
 
 def _dims(t) -> ctypes.Array:
@@ -178,7 +179,7 @@ class Writer:
             Pset_chunk(dcpl, len(chunks), _dims(chunks))
             if deflate:
                 Pset_shuffle(dcpl)
-                Pset_deflate(dcpl, 1)
+                Pset_deflate(dcpl, archive._GZIP_LEVEL)
         Pset_obj_track_times(dcpl, False)
         d = self._keep(Dclose, _ok(Dcreate(loc, name.encode(), ftype, space, 0, dcpl, 0), name))
         Pclose(dcpl)
@@ -289,8 +290,8 @@ class Writer:
         while len(self.density_rows) >= 32 or (last and self.density_rows):
             block = np.stack(self.density_rows[:32])
             del self.density_rows[:32]
-            if block.shape[0] == 32:           # byte k of every element, k = 0..7, then zlib at level 1
-                z = zlib.compress(np.ascontiguousarray(block.view(np.uint8).reshape(-1, 8).T), 1)
+            if block.shape[0] == 32:           # shuffled and deflated as the real writer's worker does
+                z = archive._deflate(block)
                 _ok(Dwrite_chunk(self.density, 0, 0, _dims((self.density_done, 0)), len(z), z), "chunk")
             else:
                 self.append(self.density, self.density_done, block, NATIVE_D)
