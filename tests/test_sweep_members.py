@@ -152,23 +152,29 @@ def _stopped_after_a_step(part: Path) -> bool:
 
 
 @pytest.mark.parametrize("who, sig", [("group", signal.SIGINT), ("parent", signal.SIGINT),
-                                      ("group", signal.SIGTERM)])
+                                      ("group", signal.SIGTERM), ("parent, then group", signal.SIGTERM)])
 def test_interrupted_sweep_stops_its_members_and_starts_no_other(tmp_path, who, sig):
     """Ctrl-C on a sweep of four long members on two workers, at a terminal (SIGINT to the whole process
-    group) or to the sweep's process alone, or SIGTERM to the group (GNU timeout, a batch system's time
-    limit): the two running members stop after their step with resumable archives marked "interrupted",
-    the two queued ones never start (no archive, no .part), and the sweep exits 130 (143) at once. Before,
-    a queued member was run to its end first, an idle worker interrupted in the executor's loop could
-    leave the sweep waiting for it forever, and SIGTERM killed the workers (their runs lost what they had
-    done since their last snapshot)."""
+    group) or to the sweep's process alone, or SIGTERM to the group (a batch system's time limit), or to
+    the sweep's process and then at once to its group (what GNU timeout does): the two running members stop
+    after their step with resumable archives marked "interrupted", the two queued ones never start (no
+    archive, no .part), and the sweep exits 130 (143) at once. Before, a queued member was run to its end
+    first, an idle worker interrupted in the executor's loop could leave the sweep waiting for it forever,
+    SIGTERM killed the workers (their runs lost what they had done since their last snapshot), and
+    timeout's two SIGTERMs left the sweep waiting at exit for its idle workers (the second, taken for a
+    second Ctrl-C, broke off the pool's shutdown)."""
     import time
 
     proc, started, out = _start_long_sweep(tmp_path)
     t0 = time.monotonic()
     if who == "group":
         os.killpg(proc.pid, sig)
+    elif who == "parent":
+        os.kill(proc.pid, sig)
     else:
         os.kill(proc.pid, sig)
+        time.sleep(0.002)       # timeout's two kill() calls, far enough apart to be taken as two signals
+        os.killpg(proc.pid, sig)
     try:
         _, err = proc.communicate(timeout=60)
     finally:

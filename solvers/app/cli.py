@@ -13,7 +13,8 @@ Exit status: 0 done, 1 the run failed after its archive was created (status "fai
 2 bad input (configuration, arguments, archive), 130 interrupted (Ctrl-C), 143 stopped by SIGTERM (``kill``,
 a batch system's time limit: handled as Ctrl-C is), 141 the output's reader closed it early (``| head``: no
 traceback). A run stops after its current step at the first Ctrl-C or SIGTERM and keeps its state there
-(``--resume`` continues from it); a second one stops it at once (``solvers.interrupts``).
+(``--resume`` continues from it); a second Ctrl-C, or a Ctrl-C after a SIGTERM, stops it at once
+(``solvers.interrupts``). Only the first SIGTERM counts (:func:`_interrupt`).
 """
 from __future__ import annotations
 
@@ -331,7 +332,16 @@ _SIGNALS: list[int] = []
 
 def _interrupt(signum, frame) -> None:
     """Python's own Ctrl-C handler (raise KeyboardInterrupt), remembering which signal came: SIGTERM
-    is taken for a Ctrl-C (a run stops cleanly, its archive resumable) and exits with 143."""
+    is taken for a Ctrl-C (a run stops cleanly, its archive resumable) and exits with 143.
+
+    Only the first SIGTERM counts. GNU ``timeout`` (and a batch system's time limit) sends it to the command
+    and then to its whole process group, so the command gets it twice for one stop; taken for a second
+    Ctrl-C, the second would raise inside the pool's shutdown after the first (``attnpde sweep``,
+    ``validate``) and leave the owner waiting at exit for workers never told to end. A Ctrl-C after a
+    SIGTERM still raises, as a second Ctrl-C does (the workers take signals by the same rule:
+    ``solvers.app.executor``)."""
+    if signum == signal.SIGTERM and signal.SIGTERM in _SIGNALS:
+        return
     _SIGNALS.append(signum)
     raise KeyboardInterrupt
 
