@@ -35,12 +35,16 @@ coefficients, times and density exactly, with their named dimensions.
     .venv/bin/python scripts/archive_thread_study.py [--repeats 15] [--batch 25]
 
 Linux only: the libraries are the libhdf5 and libhdf5_hl that h5py has loaded, found in
-/proc/self/maps. Only this thread calls HDF5 while it writes; the HDF5 of an h5py wheel is not
-thread-safe. The results on the machine of PERFORMANCE.md's twelfth session are there.
+/proc/self/maps. The HDF5 of an h5py wheel is not thread-safe: h5py serialises its own calls with one
+process-wide lock (``h5py._objects.phil``). The thread holds that lock through each burst (``--no-lock``
+measures without it), so an h5py call made meanwhile by any other thread waits for the burst to end
+instead of entering HDF5 beside it; the script checks that such a call does wait, and returns. The
+results on the machines of PERFORMANCE.md's twelfth and thirteenth sessions are there.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
 import os
 import queue
@@ -313,15 +317,42 @@ class Writer:
         Fclose(self.f)
 
 
-def _thread(w: Writer, q: queue.SimpleQueue) -> None:
-    w.structure()
+def _thread(w: Writer, q: queue.SimpleQueue, lock) -> None:
+    with lock:
+        w.structure()
     while True:
         rows, end = q.get()
-        if rows:
-            w.batch(rows, last=end is not None)
-        if end is not None:
-            w.finish(*end)
-            return
+        with lock:                  # held through the burst, released while the thread waits for the next
+            if rows:
+                w.batch(rows, last=end is not None)
+            if end is not None:
+                w.finish(*end)
+                return
+
+
+def _h5py_waits(tmp: str) -> tuple[bool, float]:
+    """Whether an h5py call made by the main thread while the writer thread is inside its first burst
+    (holding ``phil``) returns only after that burst, and how long the call took (ms)."""
+    inside, order = threading.Event(), []
+    w = Writer(f"{tmp}/excl.h5")
+
+    def burst() -> None:
+        with h5py._objects.phil:
+            inside.set()
+            w.structure()
+            w.finish({n: np.zeros(1) for n in ("accepted", "dt", "error", "t")}, np.zeros(1, complex))
+            order.append("burst")
+
+    th = threading.Thread(target=burst)
+    th.start()
+    inside.wait()
+    t0 = time.perf_counter()
+    with h5py.File(f"{tmp}/other.h5", "w") as f:
+        f.attrs["x"] = 1
+    order.append("h5py")
+    took = time.perf_counter() - t0
+    th.join()
+    return order == ["burst", "h5py"], 1e3 * took
 
 
 SERIES = ("degree", "energy", "mass", "min_density", "tail", "dissipation")
@@ -331,7 +362,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=15)
     ap.add_argument("--batch", type=int, default=25, help="snapshots per batch handed to the thread")
+    ap.add_argument("--no-lock", action="store_true", help="write without holding h5py's lock (phil)")
     args = ap.parse_args()
+    lock = contextlib.nullcontext() if args.no_lock else h5py._objects.phil
     model = bench_runs._model(2)
     run = dict(t_final=10.0, degree=1024, max_degree=1024, save_every=0.1)
 
@@ -343,7 +376,7 @@ def main() -> int:
     def archived(path: str) -> tuple[float, float, list]:
         w, q, buf, kept = Writer(path), queue.SimpleQueue(), [], []
         t0 = time.perf_counter()
-        th = threading.Thread(target=_thread, args=(w, q))
+        th = threading.Thread(target=_thread, args=(w, q, lock))
         th.start()
 
         def snapshot(row: dict) -> None:
@@ -377,7 +410,8 @@ def main() -> int:
                     t, tw, kept = archived(f"{tmp}/a{i}.h5")
                     a.append(t)
                     wait.append(tw)
-        print(f"batches of {args.batch}: plain {min(p) * 1e3:.1f} ms, archived {min(a) * 1e3:.1f} ms; min / min "
+        print(f"batches of {args.batch}, {'without' if args.no_lock else 'holding'} h5py's lock: "
+              f"plain {min(p) * 1e3:.1f} ms, archived {min(a) * 1e3:.1f} ms; min / min "
               f"{min(a) / min(p):.3f}, median of paired ratios {statistics.median(x / y for x, y in zip(a, p)):.3f}, "
               f"extra {statistics.median(x - y for x, y in zip(a, p)) * 1e3:+.1f} ms (paired median); the run's "
               f"thread waits {statistics.median(wait) * 1e3:.1f} ms after the integration")
@@ -391,6 +425,9 @@ def main() -> int:
             names = [dim[0].name for dim in f["pde/density"].dims]
             print(f"read back: {len(objects)} objects; coefficients, density and times equal to the snapshots: "
                   f"{same}; density's dimensions {names}")
+        waited, took = _h5py_waits(tmp)
+        print(f"an h5py call from the main thread during a burst waited for it and returned: {waited} "
+              f"({took:.1f} ms)")
     return 0
 
 
