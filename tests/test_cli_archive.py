@@ -391,6 +391,32 @@ def test_resume_refuses_other_configuration_and_bad_files(tmp_path):
             load(bad)
 
 
+def test_run_resume_and_info_tell_a_run_from_a_sweep_member_and_a_validate_study(tmp_path):
+    """An unfinished archive says which command wrote it (its ``command`` attribute). `attnpde info` gives the
+    resume that applies, and `run --resume` refuses a validate study (it does not resume; resumed as a run it
+    became a plain run archive without its study) and a sweep's member (its sweep resumes it), leaving the
+    file as it was."""
+    cfg = write(tmp_path, LONG_PDE_CFG)
+    out = tmp_path / "a.h5"
+    assert _run_until_signalled(cfg, out, signal.SIGINT).returncode == 130
+    r = cli("info", out)
+    assert r.returncode == 0 and f"`attnpde run CONFIG --out {out} --resume` continues it" in r.stdout, r.stdout
+    for command, advice, refusal in (
+            ("attnpde validate c.toml --n 10,100", "`attnpde validate` does not resume", "which does not resume"),
+            ("attnpde sweep (member beta = 1)", "the sweep's own command with --resume",
+             "resume it with the sweep's own command")):
+        other = tmp_path / f"{command.split()[1]}.h5.part"
+        other.write_bytes(out.read_bytes())
+        with h5py.File(other, "r+") as f:
+            f.attrs["command"] = command
+        before = other.read_bytes()
+        r = cli("info", other)
+        assert r.returncode == 0 and advice in r.stdout and "attnpde run CONFIG" not in r.stdout, r.stdout
+        r = cli("run", cfg, "--out", other, "--resume")
+        assert r.returncode == 2 and refusal in r.stderr and "Traceback" not in r.stderr, r.stderr
+        assert other.read_bytes() == before
+
+
 def test_sweep_writes_one_archive_per_beta(tmp_path):
     cfg = write(tmp_path, PDE_CFG.format(t_final=0.5, save_every=0.25, max_degree=256), "sw.toml")
     r = cli("sweep", cfg, "--beta", "0.5,2", "--workers", "2", "--out", tmp_path / "sw")

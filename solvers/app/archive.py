@@ -72,7 +72,8 @@ from .._chunks import shared_pool
 from ..model import Model
 from ..perceptron import Perceptron
 
-__all__ = ["ArchiveError", "ArchiveWriter", "RunArchive", "load", "open_archive", "write_comparison", "read_comparison",
+__all__ = ["ArchiveError", "ArchiveWriter", "RunArchive", "load", "made_by", "open_archive", "write_comparison",
+           "read_comparison",
            "write_validation", "read_validation",
            "FORMAT", "FORMAT_VERSION"]
 
@@ -1567,6 +1568,17 @@ def _read_particles(g: h5py.Group, model: Model):
         wall_time=float(a.get("wall_time", 0.0)), steps=None, restart=restart)
 
 
+def made_by(command: str) -> str:
+    """Which command wrote an archive, from its ``command`` attribute: "sweep" (a member of ``attnpde sweep``,
+    which resumes it with ``sweep --resume``), "validate" (a study that does not resume), or "run"
+    (``attnpde run``, or ``run_config`` from Python, resumed by ``run --resume``)."""
+    if command.startswith("attnpde sweep"):
+        return "sweep"
+    if command.startswith("attnpde validate"):
+        return "validate"
+    return "run"
+
+
 @dataclass
 class RunArchive:
     """A run read back from its archive: model, results of each solver, comparison, provenance."""
@@ -1587,6 +1599,11 @@ class RunArchive:
     @property
     def status(self) -> str:
         return str(self.attrs.get("status", ""))
+
+    @property
+    def made_by(self) -> str:
+        """"run", "sweep" or "validate": :func:`made_by` of the archive's command."""
+        return made_by(str(self.attrs.get("command", "")))
 
 
 def load(path: str | Path) -> RunArchive:

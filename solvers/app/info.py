@@ -122,8 +122,16 @@ def describe(path: str | Path) -> str:
     if run.status != "finished":
         why = {"running": "killed, or still being written", "interrupted": "interrupted",
                "failed": f"failed: {a.get('failure', 'no reason recorded')}"}.get(run.status, run.status)
-        out.append(f"  not finished ({why}): `attnpde run CONFIG --out {run.path} --resume` continues it from "
-                   + _resume_points(run))
+        if run.made_by == "validate":
+            out.append(f"  not finished ({why}): `attnpde validate` does not resume; the same command again "
+                       "starts the study over, its PDE included")
+        elif run.made_by == "sweep":
+            out.append(f"  not finished ({why}): a member of `attnpde sweep`; the sweep's own command with "
+                       "--resume (its configuration, --beta list and --out folder) continues it from "
+                       + _resume_points(run))
+        else:
+            out.append(f"  not finished ({why}): `attnpde run CONFIG --out {run.path} --resume` continues it from "
+                       + _resume_points(run))
     if a.get("libraries"):
         out.append(f"  libraries: {a['libraries']}")
     if a.get("libraries_resumed"):

@@ -20,7 +20,7 @@ from typing import Callable
 
 import numpy as np
 
-from .archive import ArchiveError, ArchiveWriter, libraries, open_archive
+from .archive import ArchiveError, ArchiveWriter, libraries, made_by, open_archive
 from .config import ConfigError, RunConfig, parse_config
 from .executor import FORWARDED_SIGNAL as _FORWARDED_SIGNAL
 from .streams import say
@@ -157,14 +157,24 @@ def _differences(a: dict, b: dict, path: str = "") -> list[str]:
     return out
 
 
-def check_resumable(path: Path, config: RunConfig) -> None:
-    """Refuse (RunRefused/ArchiveError) unless ``path`` is an unfinished run of the same configuration."""
+def check_resumable(path: Path, config: RunConfig, command: str = "") -> None:
+    """Refuse (RunRefused/ArchiveError) unless ``path`` is an unfinished run of the same configuration,
+    written by the same kind of command as ``command`` (:func:`~solvers.app.archive.made_by`): a study of
+    ``attnpde validate`` does not resume (resumed as a run, it became a plain run archive without its
+    study), and a sweep's member resumes with its sweep."""
     with open_archive(path) as f:
         status = str(f.attrs.get("status", ""))
         text = str(f.attrs.get("config", ""))
+        origin = made_by(str(f.attrs.get("command", "")))
         pde = f.get("pde")
         resumes_pde = pde is not None and "restart" in pde and not bool(pde.attrs.get("complete", False))
         grids = pde["grids"][()] if resumes_pde and "grids" in pde else None
+    if origin == "validate":
+        raise RunRefused(f"{path}: written by `attnpde validate`, which does not resume; the same validate "
+                         "command again starts the study over (with --force where its archive exists)")
+    if origin == "sweep" and made_by(command) != "sweep":
+        raise RunRefused(f"{path}: a member of `attnpde sweep`; resume it with the sweep's own command and "
+                         "--resume (its configuration, --beta list and --out folder)")
     if status == "finished":
         raise RunRefused(f"{path}: the run is already finished; nothing to resume "
                          "(use --force to start it again from scratch)")
@@ -231,7 +241,7 @@ def run_config(config: RunConfig, out: str | Path, *, resume: bool = False, forc
     if resume:
         if not out.exists():
             raise RunRefused(f"{out}: no archive to resume (run without --resume to start)")
-        check_resumable(out, config)
+        check_resumable(out, config, command)
         writer = ArchiveWriter(out, "resume", command=command,
                                flush_interval=config.raw.get("run", {}).get("flush_interval", 1.0))
         _note_libraries(writer, log)

@@ -28,6 +28,10 @@ import numpy as np
 
 from .config import ConfigError, RunConfig, dump_toml, parse_config
 
+#: the command recorded in a member's archive (its ``command`` attribute, followed by the member's beta):
+#: how ``run --resume`` and ``attnpde info`` tell a sweep's member from a run (``archive.made_by``)
+MEMBER_COMMAND = "attnpde sweep"
+
 __all__ = ["parse_list", "sweep", "member_config", "partial_path"]
 
 
@@ -77,7 +81,7 @@ def _resumable(part: Path, cfg: RunConfig, log: Callable[[str], None]) -> bool:
     from .runner import RunRefused, check_resumable
 
     try:
-        check_resumable(part, cfg)
+        check_resumable(part, cfg, MEMBER_COMMAND)
     except (RunRefused, ArchiveError, OSError) as e:
         log(f"{part}: cannot be continued ({e}); starting the member again")
         return False
@@ -130,7 +134,7 @@ def _member(text: str, source: str, out: str, resume: bool) -> dict:
     # force=True on the .part only: whether the final archive may be replaced was decided by the sweep
     # before any member started; a .part is ours to overwrite (a killed attempt of this very task)
     outcome = run_config(cfg, part, resume=resume_this, force=True, progress=False, log=log,
-                         command=f"attnpde sweep (member beta = {cfg.model.beta:g})")
+                         command=f"{MEMBER_COMMAND} (member beta = {cfg.model.beta:g})")
     if outcome.status != "finished":
         return {"beta": cfg.model.beta, "archive": str(part), "status": outcome.status}
     os.replace(part, path)
@@ -170,7 +174,7 @@ def _check_members(members: list[RunConfig], paths: list[Path], resume: bool) ->
                                      f"{m.source}; use --force to run it again")
                 finished.append(True)
                 continue
-            check_resumable(p, m)
+            check_resumable(p, m, MEMBER_COMMAND)
         else:
             # as the run prepares them (and refuses) before creating its archive
             if m.pde is not None:

@@ -124,8 +124,12 @@ def validate(config: RunConfig, ns: list[int], seeds: int, out: str | Path, *, w
     # connected (or refused) before the PDE runs
     pool = open_pool(workers, scheduler) if (workers > 1 or scheduler is not None) else None
     part = out.with_name(out.name + ".part")
+    if part.exists():
+        log(f"{part}: the unfinished archive of an earlier attempt; validate does not resume, so it is "
+            "replaced and the study starts over")
     try:
-        writer = new_archive(config, part, force=True, command=command)
+        # "attnpde validate" marks the archive as a study, which `run --resume` and `info` tell apart
+        writer = new_archive(config, part, force=True, command=command or "attnpde validate")
     except BaseException:
         if pool is not None:
             pool.close()
