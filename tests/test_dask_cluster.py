@@ -320,3 +320,11 @@ def test_scheduler_flag_refusals(tmp_path):
     assert not (tmp_path / "sw").exists()
     r = _cli("sweep", cfg, "--beta", "1", "--scheduler", "tcp://127.0.0.1:9", "--workers", "2", cwd=tmp_path)
     assert r.returncode == 2 and "give one of the two" in r.stderr
+    # malformed: refused before a client starts (a half-made client printed a traceback and took 60 s to go)
+    import time
+    for bad, what in (("bogus", "not a scheduler address"), ("tcp://host", "not a scheduler address"),
+                      (str(tmp_path / "missing" / "sched.json"), "no such scheduler file")):
+        t0 = time.monotonic()
+        r = _cli("validate", cfg, "--n", "10,20", "--scheduler", bad, "--out", tmp_path / "v.h5", cwd=tmp_path)
+        assert r.returncode == 2 and what in r.stderr and "Traceback" not in r.stderr, r.stderr
+        assert time.monotonic() - t0 < 30 and not (tmp_path / "v.h5").exists()

@@ -340,7 +340,7 @@ class DaskPool(TaskPool):
         except ImportError:
             raise SchedulerError("--scheduler needs dask.distributed, which is not installed; install the "
                                  "cluster extra: pip install -e '.[cluster]' (scripts/setup does)") from None
-        where = {"scheduler_file": address} if Path(address).is_file() else {"address": address}
+        where = {"scheduler_file": address} if Path(address).is_file() else {"address": _checked_address(address)}
         if timeout is not None:
             where["timeout"] = timeout
         try:
@@ -369,6 +369,26 @@ class DaskPool(TaskPool):
 
     def close(self) -> None:
         self.client.close()
+
+
+def _checked_address(address: str) -> str:
+    """``address`` if it is a scheduler address Dask can parse; else SchedulerError at once. A malformed one
+    (no port, a scheduler file that does not exist) given to ``Client`` failed only after the client had
+    started, and the half-made client then waited 60 s to close and printed a traceback at exit."""
+    from distributed.comm.addressing import parse_address, parse_host_port
+
+    looks_like_file = ("://" not in address and any(sep in address for sep in ("/", "\\"))) or address.endswith(".json")
+    if looks_like_file:
+        raise SchedulerError(f"--scheduler {address}: no such scheduler file (nor a scheduler address: "
+                             "tcp://HOST:PORT)")
+    try:
+        scheme, location = parse_address(address)
+        if scheme in ("tcp", "tls", "ws", "wss"):
+            parse_host_port(location)
+    except ValueError as e:
+        raise SchedulerError(f"--scheduler {address}: not a scheduler address ({e}); give tcp://HOST:PORT or the "
+                             "file written by `dask scheduler --scheduler-file`") from None
+    return address
 
 
 def open_pool(workers: int = 2, scheduler: str | None = None) -> TaskPool:
