@@ -50,13 +50,11 @@ def density_values(density, x: np.ndarray, name: str = "density") -> np.ndarray:
 
 
 def _number(name: str, value) -> float:
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"Model: {name} must be a number, got {value!r}") from None
-    if isinstance(value, bool):
+    # a real number, as the configuration's check wants it (validators.is_number): no bool, and no string,
+    # which float() would have turned into a number here while the configuration refused it
+    if not check.is_number(value):
         raise ValueError(f"Model: {name} must be a number, got {value!r}")
-    return v
+    return float(value)
 
 
 @dataclass(frozen=True)

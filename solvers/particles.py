@@ -32,6 +32,7 @@ condition that no cluster spans more than ``spread_factor`` radii; :mod:`solvers
 """
 from __future__ import annotations
 
+import inspect
 import math
 import time
 from dataclasses import dataclass, fields
@@ -211,11 +212,10 @@ class ParticleOptions:
         check.flag("option record_clusters", self.record_clusters)
 
     @classmethod
-    def from_kwargs(cls, options: dict) -> "ParticleOptions":
-        names = {f.name for f in fields(cls)}
-        unknown = sorted(set(options) - names)
-        if unknown:
-            raise TypeError(f"simulate_particles: unknown option(s) {unknown}; allowed: {sorted(names)}")
+    def from_kwargs(cls, options: dict, arguments: tuple = ()) -> "ParticleOptions":
+        """The options ``options``; TypeError for an unknown one (``arguments``: simulate_particles's named parameters,
+        listed in the message)."""
+        check.known_options("simulate_particles", options, [f.name for f in fields(cls)], arguments)
         return cls(**options)
 
     def to_dict(self) -> dict:
@@ -585,7 +585,7 @@ def prepare_particles(model: Model, n: int | None = None, x0: np.ndarray | None 
     """
     if not isinstance(model, Model):
         raise TypeError(f"model must be a solvers.Model, got {type(model).__name__}")
-    opts = ParticleOptions.from_kwargs(options)
+    opts = ParticleOptions.from_kwargs(options, tuple(inspect.signature(simulate_particles).parameters)[:-1])
     if integrator not in INTEGRATORS:
         raise ValueError(f"integrator must be one of {INTEGRATORS}, got {integrator!r}")
     if init not in INITS:

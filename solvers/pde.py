@@ -13,6 +13,7 @@ The discretisation (circle or sphere) is chosen by ``model.d`` and lives in ``pd
 """
 from __future__ import annotations
 
+import inspect
 import math
 import time
 from dataclasses import dataclass, field, fields
@@ -177,11 +178,10 @@ class PDEOptions:
             self.filter = self._filter.describe()
 
     @classmethod
-    def from_kwargs(cls, options: dict) -> "PDEOptions":
-        names = {f.name for f in fields(cls)}
-        unknown = sorted(set(options) - names)
-        if unknown:
-            raise TypeError(f"solve_pde: unknown option(s) {unknown}; allowed: {sorted(names)}")
+    def from_kwargs(cls, options: dict, arguments: tuple = ()) -> "PDEOptions":
+        """The options ``options``; TypeError for an unknown one (``arguments``: solve_pde's named parameters,
+        listed in the message)."""
+        check.known_options("solve_pde", options, [f.name for f in fields(cls)], arguments)
         return cls(**options)
 
     def to_dict(self) -> dict:
@@ -514,7 +514,7 @@ def prepare_pde(model: Model, t_final: float, degree: int, initial="uniform", sa
     if not isinstance(model, Model):
         raise TypeError(f"model must be a solvers.Model, got {type(model).__name__}")
     Disc, space = space_for(model.d)
-    opts = PDEOptions.from_kwargs(options)
+    opts = PDEOptions.from_kwargs(options, tuple(inspect.signature(solve_pde).parameters)[:-1])
     check.number("t_final", t_final, gt=0)
     check.number("save_every", save_every, gt=0, allow_none=True)
     max_degree = opts.max_degree or space.default_max_degree

@@ -67,3 +67,18 @@ def choice(name: str, v: Any, options: tuple) -> Any:
     if isinstance(v, (bool, np.bool_)) or v not in options:
         raise ValueError(f"{name} must be one of {options}, got {v!r}")
     return v
+
+
+def known_options(where: str, given: dict, options, arguments=()) -> None:
+    """TypeError unless every key of ``given`` is one of ``options`` (the options dataclass's fields of the
+    function ``where``); the message lists its ``arguments`` too (the named parameters, which a misspelt
+    keyword was probably meant for: ``save_evry``) and the closest name."""
+    import difflib
+
+    unknown = sorted(set(given) - set(options))
+    if unknown:
+        names = sorted(set(options) | set(arguments))
+        close = {u: difflib.get_close_matches(u, names, n=1) for u in unknown}
+        hint = "; ".join(f"{u!r}: did you mean {c[0]!r}?" for u, c in close.items() if c)
+        raise TypeError(f"{where}: unknown option(s) {unknown}" + (f" ({hint})" if hint else "")
+                        + f"; its arguments: {sorted(arguments)}; its options: {sorted(options)}")

@@ -22,6 +22,8 @@ def unit(n, d, seed=0):
     (dict(d=2, beta=float("inf"), flow="ascent"), "beta must be finite and >= 0"),
     (dict(d=2, beta=float("nan"), flow="ascent"), "beta must be finite and >= 0"),
     (dict(d=2, beta="x", flow="ascent"), "beta must be a number"),
+    (dict(d=2, beta="1", flow="ascent"), "beta must be a number"),        # as the configuration refuses it
+    (dict(d=2, beta=1.0, flow="ascent", noise="0.1"), "noise must be a number"),
     (dict(d=2, beta=1.0, flow="up"), "flow must be one of .*ascent.*descent"),
     (dict(d=2, beta=1.0, flow="ascent", attention="softmax"), "attention must be one of .*unnormalized.*normalized.*none"),
     (dict(d=2, beta=1.0, flow="ascent", strength=0.0), "strength must be finite and > 0"),

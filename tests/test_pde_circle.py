@@ -400,5 +400,8 @@ def test_bad_input_is_refused(call, match):
 def test_unknown_option_and_dimension():
     with pytest.raises(TypeError, match="unknown option"):
         solve_pde(Model(2, 1.0, "ascent"), 1.0, 32, rtool=1e-3)
+    # a misspelt argument (not an option) is named with its closest match
+    with pytest.raises(TypeError, match="'save_evry': did you mean 'save_every'"):
+        solve_pde(Model(2, 1.0, "ascent"), 1.0, 32, save_evry=0.5)
     with pytest.raises(ValueError, match="circle .d = 2. and the sphere .d = 3."):
         solve_pde(Model(4, 1.0, "ascent"), 1.0, 32)

@@ -91,9 +91,14 @@ REFUSALS = [
      r"compare\.mmd_beta: 1e\+08 makes the MMD kernel .* above 511, .*: set mmd_beta <= 3550$"),
     ("mmd-beta-not-representable", "config", VALIDATE + "[compare]\nmmd_beta = 1e300\n",
      r"compare\.mmd_beta: 1e\+300 .* above 65535, .*: set mmd_beta <= 5\.82e\+07$"),
-    ("degree-beyond-default-max-degree", "config", BASE3 + "[pde]\ndegree = 600\nt_final = 1.0\n",
+    ("degree-beyond-default-max-degree", "config",
+     BASE3 + "[pde]\ndegree = 600\nt_final = 1.0\ncontinuation = \"none\"\n",
      r"pde\.degree: must be <= pde\.max_degree \(default 511 on S\^2\), got 600: lower degree, or set "
      r"max_degree >= 600"),
+    # without noise the continuation's cap comes first (raising max_degree alone would meet it next)
+    ("degree-beyond-default-handoff-degree", "config", BASE3 + "[pde]\ndegree = 600\nt_final = 1.0\n",
+     r"pde\.degree: must be <= pde\.handoff_degree \(default 127 on S\^2: .*\), got 600: lower degree, raise "
+     r"handoff_degree, or set continuation = \"none\"$"),
     ("max-degree-below-degree", "config", BASE + "[pde]\ndegree = 64\nt_final = 1.0\nmax_degree = 32\n",
      r"pde\.max_degree: must be >= pde\.degree = 64, got 32"),
     ("quadrature-n-on-sphere", "config", BASE3 + '[particles]\nn = 100\nt_final = 1.0\ninit = "quadrature"\n',
@@ -109,8 +114,11 @@ REFUSALS = [
     ("run-mmd-beta-force-keeps-archive", "cli",
      (["run", "c.toml", "--force"], F18 + "[compare]\nmmd_beta = 1e8\n", archive("c.h5", "finished")),
      r"^attnpde: error: c\.toml: compare\.mmd_beta: 1e\+08 .*set mmd_beta <= 3550$"),
-    ("run-degree-beyond-default-max-degree", "cli", (["run", "c.toml"], BASE3 + "[pde]\ndegree = 600\nt_final = 1.0\n"),
+    ("run-degree-beyond-default-max-degree", "cli",
+     (["run", "c.toml"], BASE3 + "[pde]\ndegree = 600\nt_final = 1.0\ncontinuation = \"none\"\n"),
      r"^attnpde: error: c\.toml: pde\.degree: must be <= pde\.max_degree \(default 511 on S\^2\)"),
+    ("run-degree-beyond-default-handoff-degree", "cli", (["run", "c.toml"], BASE3 + "[pde]\ndegree = 4096\nt_final = 1.0\n"),
+     r"^attnpde: error: c\.toml: pde\.degree: must be <= pde\.handoff_degree \(default 127 on S\^2"),
     ("run-out-is-the-configuration", "cli", (["run", "c.toml", "--out", "c.toml", "--force"], SMALL),
      r"^attnpde: error: --out c\.toml: is the configuration itself; give the archive another path \(e\.g\. c\.h5\)$"),
     ("run-out-is-the-configuration-resume", "cli", (["run", "c.toml", "--out", "./c.toml", "--resume"], SMALL),
