@@ -470,7 +470,16 @@ class Progress:
 
     def _draw(self, t: float, info: dict) -> None:
         self._undrawn = None
-        self.bar.n = min(t, self.t_final) if math.isfinite(self.t_final) else info.get("nsteps", 0)
+        if math.isfinite(self.t_final):
+            # a phase that ends before t_final (the PDE's error-estimate rerun, ``t_end``) gets a bar of its
+            # own: its total and its elapsed time and rate, not those of the whole run (its remaining time
+            # was taken from the whole run's rate against t_final: "<31:53>" for a phase of a second)
+            total = min(float(info.get("t_end", self.t_final)), self.t_final)
+            if total != self.bar.total:
+                self.bar.reset(total=total)
+            self.bar.n = min(t, total)
+        else:
+            self.bar.n = info.get("nsteps", 0)
         self.bar.set_postfix_str(" ".join(f"{k}={v:.2e}" if isinstance(v, float) else f"{k}={v}"
                                            for k, v in info.items()), refresh=False)
         self.bar.refresh()

@@ -234,6 +234,26 @@ def test_progress_bar_is_redrawn_when_a_phase_starts_earlier(bar_output):
     p.close()
 
 
+def test_progress_bar_of_a_phase_that_ends_before_t_final_counts_to_its_own_end(bar_output):
+    """The error-estimate rerun ends at ``t_end`` (where the run stopped), before t_final: its bar counts to
+    t_end from its own start, not to t_final with the whole run's clock (which showed t=3.7/1000 and half
+    an hour remaining for a phase of a second)."""
+    import time
+
+    from solvers.stepping import Progress
+    buf = bar_output
+    p = Progress(True, 1000.0)
+    p(40.0, {})
+    time.sleep(0.11)
+    p(3.5, {"check": "2x nodes", "t_end": 42.7})
+    last = buf.getvalue().rsplit("\r", 1)[-1]
+    assert "t=3.5/42.7" in last and "check=2x nodes" in last, last
+    time.sleep(0.11)
+    p(42.7, {"check": "2x nodes", "t_end": 42.7})
+    assert "t=42.7/42.7" in buf.getvalue().rsplit("\r", 1)[-1]
+    p.close()
+
+
 def test_a_progress_callable_with_an_interval_still_sees_each_phase_start_and_end():
     """A callable that asks for at most one call a day (``interval``) gets the first step, the first step
     after the time went back (the error-estimate rerun starting at its handoff), the step that ends each

@@ -109,7 +109,11 @@ def validate(config: RunConfig, ns: list[int], seeds: int, out: str | Path, *, w
     log = log or say
     if config.pde is None or config.particles is None:
         raise ValueError("validate needs a configuration with both [pde] and [particles]")
-    ns = sorted({int(v) for v in ns})
+    given = [int(v) for v in ns]
+    ns = sorted(set(given))
+    if len(ns) < len(given):
+        log(f"[validate] --n: {sorted({v for v in given if given.count(v) > 1})} given more than once; "
+            "each count runs once")
     if not ns or ns[0] < 1:
         raise ValueError("--n: give particle counts >= 1")
     if seeds < 1:
@@ -284,5 +288,7 @@ def _assemble(results: list[dict], ns: list[int], seeds: list[int], at: float | 
     for a, n in enumerate(ns):
         lines.append(f"{n:9d} " + " ".join(f"{dist[c][a, :, i].mean():12.4e}" for c in cols))
     lines.append(f"{'slope':>9s} " + " ".join(f"{slopes[c]:12.3f}" for c in cols))
+    if len(ns) < 2:
+        lines.append("(no slope: it is fitted across particle counts, and --n gave one; give two or more)")
     return ValidationResult(n=np.array(ns), seeds=np.array(seeds), t=t, distances=dist, at=float(t[i]),
                             slopes=slopes, table="\n".join(lines))
