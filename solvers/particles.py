@@ -32,7 +32,6 @@ condition that no cluster spans more than ``spread_factor`` radii; :mod:`solvers
 """
 from __future__ import annotations
 
-import inspect
 import math
 import time
 from dataclasses import dataclass, fields
@@ -213,8 +212,8 @@ class ParticleOptions:
 
     @classmethod
     def from_kwargs(cls, options: dict, arguments: tuple = ()) -> "ParticleOptions":
-        """The options ``options``; TypeError for an unknown one (``arguments``: simulate_particles's named parameters,
-        listed in the message)."""
+        """The options ``options``; TypeError for an unknown one (``arguments``: the named parameters of
+        simulate_particles, listed in the message)."""
         check.known_options("simulate_particles", options, [f.name for f in fields(cls)], arguments)
         return cls(**options)
 
@@ -585,7 +584,7 @@ def prepare_particles(model: Model, n: int | None = None, x0: np.ndarray | None 
     """
     if not isinstance(model, Model):
         raise TypeError(f"model must be a solvers.Model, got {type(model).__name__}")
-    opts = ParticleOptions.from_kwargs(options, tuple(inspect.signature(simulate_particles).parameters)[:-1])
+    opts = ParticleOptions.from_kwargs(options, check.named_parameters(simulate_particles))
     if integrator not in INTEGRATORS:
         raise ValueError(f"integrator must be one of {INTEGRATORS}, got {integrator!r}")
     if init not in INITS:

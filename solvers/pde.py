@@ -13,7 +13,6 @@ The discretisation (circle or sphere) is chosen by ``model.d`` and lives in ``pd
 """
 from __future__ import annotations
 
-import inspect
 import math
 import time
 from dataclasses import dataclass, field, fields
@@ -179,8 +178,8 @@ class PDEOptions:
 
     @classmethod
     def from_kwargs(cls, options: dict, arguments: tuple = ()) -> "PDEOptions":
-        """The options ``options``; TypeError for an unknown one (``arguments``: solve_pde's named parameters,
-        listed in the message)."""
+        """The options ``options``; TypeError for an unknown one (``arguments``: the named parameters of
+        solve_pde, listed in the message)."""
         check.known_options("solve_pde", options, [f.name for f in fields(cls)], arguments)
         return cls(**options)
 
@@ -514,7 +513,7 @@ def prepare_pde(model: Model, t_final: float, degree: int, initial="uniform", sa
     if not isinstance(model, Model):
         raise TypeError(f"model must be a solvers.Model, got {type(model).__name__}")
     Disc, space = space_for(model.d)
-    opts = PDEOptions.from_kwargs(options, tuple(inspect.signature(solve_pde).parameters)[:-1])
+    opts = PDEOptions.from_kwargs(options, check.named_parameters(solve_pde))
     check.number("t_final", t_final, gt=0)
     check.number("save_every", save_every, gt=0, allow_none=True)
     max_degree = opts.max_degree or space.default_max_degree

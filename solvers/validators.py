@@ -82,3 +82,10 @@ def known_options(where: str, given: dict, options, arguments=()) -> None:
         hint = "; ".join(f"{u!r}: did you mean {c[0]!r}?" for u, c in close.items() if c)
         raise TypeError(f"{where}: unknown option(s) {unknown}" + (f" ({hint})" if hint else "")
                         + f"; its arguments: {sorted(arguments)}; its options: {sorted(options)}")
+
+
+def named_parameters(function) -> tuple:
+    """The names of ``function``'s parameters but its ``**options`` (for :func:`known_options`)."""
+    import inspect
+
+    return tuple(n for n, p in inspect.signature(function).parameters.items() if p.kind is not p.VAR_KEYWORD)
