@@ -439,6 +439,7 @@ class Progress:
                 self.bar = tqdm(total=max_steps, initial=0, unit="step")
         self.t_final = t_final
         self._drawn = self._called = -math.inf
+        self._phase, self._bar_t = None, -math.inf      # the drawn phase's t_end (None: the run's) and last t
         self._last_t = -math.inf
         self._undrawn = None
 
@@ -471,12 +472,17 @@ class Progress:
     def _draw(self, t: float, info: dict) -> None:
         self._undrawn = None
         if math.isfinite(self.t_final):
-            # a phase that ends before t_final (the PDE's error-estimate rerun, ``t_end``) gets a bar of its
-            # own: its total and its elapsed time and rate, not those of the whole run (its remaining time
-            # was taken from the whole run's rate against t_final: "<31:53>" for a phase of a second)
-            total = min(float(info.get("t_end", self.t_final)), self.t_final)
-            if total != self.bar.total:
+            # a phase of its own (one that names its end, ``t_end``: the PDE's error-estimate rerun; or one
+            # that went back in time) gets a bar of its own: its total, and its clock and rate counted from
+            # its first drawn time, not the whole run's (which gave "t=3.7/1000 <31:53>" for a phase of a
+            # second, and a negative rate on a resumed run, whose bar starts at the time resumed from)
+            phase = info.get("t_end")
+            total = min(float(phase if phase is not None else self.t_final), self.t_final)
+            if phase != self._phase or t < self._bar_t:
                 self.bar.reset(total=total)
+                self.bar.initial = min(t, total)
+                self._phase = phase
+            self._bar_t = t
             self.bar.n = min(t, total)
         else:
             self.bar.n = info.get("nsteps", 0)

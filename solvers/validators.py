@@ -78,8 +78,12 @@ def known_options(where: str, given: dict, options, arguments=()) -> None:
     unknown = sorted(set(given) - set(options))
     if unknown:
         names = sorted(set(options) | set(arguments))
-        close = {u: difflib.get_close_matches(u, names, n=1) for u in unknown}
-        hint = "; ".join(f"{u!r}: did you mean {c[0]!r}?" for u, c in close.items() if c)
+        # an argument of ``where`` itself given to the function that checks its options for it (``progress``
+        # to prepare_pde, which solve_pde takes and prepare_pde does not) is named as such
+        hints = [f"{u!r} is an argument of {where} only" if u in arguments else
+                 next((f"{u!r}: did you mean {c!r}?" for c in difflib.get_close_matches(u, names, n=1)), "")
+                 for u in unknown]
+        hint = "; ".join(h for h in hints if h)
         raise TypeError(f"{where}: unknown option(s) {unknown}" + (f" ({hint})" if hint else "")
                         + f"; its arguments: {sorted(arguments)}; its options: {sorted(options)}")
 

@@ -417,6 +417,18 @@ def test_run_resume_and_info_tell_a_run_from_a_sweep_member_and_a_validate_study
         assert other.read_bytes() == before
 
 
+def test_the_archive_records_the_arguments_given_to_main(tmp_path):
+    """``cli.main(argv)`` called from a script records its own ``argv`` as the command (which
+    ``archive.made_by`` reads), not the calling process's (it recorded "attnpde " and the script's)."""
+    from solvers.app.cli import main
+
+    cfg = write(tmp_path, PDE_CFG.format(t_final=0.1, save_every=0.05, max_degree=64))
+    out = tmp_path / "m.h5"
+    assert main(["run", str(cfg), "--out", str(out), "--quiet"]) == 0
+    with h5py.File(out) as f:
+        assert f.attrs["command"] == f"attnpde run {cfg} --out {out} --quiet", f.attrs["command"]
+
+
 def test_sweep_writes_one_archive_per_beta(tmp_path):
     cfg = write(tmp_path, PDE_CFG.format(t_final=0.5, save_every=0.25, max_degree=256), "sw.toml")
     r = cli("sweep", cfg, "--beta", "0.5,2", "--workers", "2", "--out", tmp_path / "sw")

@@ -119,6 +119,11 @@ REFUSALS = [
      r"^attnpde: error: c\.toml: pde\.degree: must be <= pde\.max_degree \(default 511 on S\^2\)"),
     ("run-degree-beyond-default-handoff-degree", "cli", (["run", "c.toml"], BASE3 + "[pde]\ndegree = 4096\nt_final = 1.0\n"),
      r"^attnpde: error: c\.toml: pde\.degree: must be <= pde\.handoff_degree \(default 127 on S\^2"),
+    # with noise the continuation's own refusal, not its cap (raising handoff_degree would not help)
+    ("run-noisy-lagrangian-beyond-handoff-degree", "cli",
+     (["run", "c.toml"], BASE3.replace('flow = "ascent"', 'flow = "ascent"\nnoise = 0.3')
+      + '[pde]\ndegree = 200\nt_final = 1.0\ncontinuation = "lagrangian"\n'),
+     r"^attnpde: error: .*continuation='lagrangian' carries the density .* use continuation='none'"),
     ("run-out-is-the-configuration", "cli", (["run", "c.toml", "--out", "c.toml", "--force"], SMALL),
      r"^attnpde: error: --out c\.toml: is the configuration itself; give the archive another path \(e\.g\. c\.h5\)$"),
     ("run-out-is-the-configuration-resume", "cli", (["run", "c.toml", "--out", "./c.toml", "--resume"], SMALL),

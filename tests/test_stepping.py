@@ -229,7 +229,8 @@ def test_progress_bar_is_redrawn_when_a_phase_starts_earlier(bar_output):
         time.sleep(0.11)
         p(t, {"check": "2x nodes"} if draws and t < 10.0 else {})
         draws.append(buf.getvalue().count("\r"))
-    assert draws[2:] == [draws[1] + 1, draws[1] + 2, draws[1] + 3], draws
+    # every call of the new phase draws (its first draws twice: the reset of the phase's bar, then its time)
+    assert all(b > a for a, b in zip(draws[1:], draws[2:])), draws
     assert "t=2/10" in buf.getvalue().rsplit("\r", 1)[-1] and "check=2x nodes" in buf.getvalue().rsplit("\r", 1)[-1]
     p.close()
 
@@ -242,16 +243,18 @@ def test_progress_bar_of_a_phase_that_ends_before_t_final_counts_to_its_own_end(
 
     from solvers.stepping import Progress
     buf = bar_output
-    p = Progress(True, 1000.0)
-    p(40.0, {})
-    time.sleep(0.11)
-    p(3.5, {"check": "2x nodes", "t_end": 42.7})
-    last = buf.getvalue().rsplit("\r", 1)[-1]
-    assert "t=3.5/42.7" in last and "check=2x nodes" in last, last
-    time.sleep(0.11)
-    p(42.7, {"check": "2x nodes", "t_end": 42.7})
-    assert "t=42.7/42.7" in buf.getvalue().rsplit("\r", 1)[-1]
-    p.close()
+    for t_final, t0 in ((1000.0, 0.0), (42.7, 0.0), (1000.0, 20.0)):     # also t_end = t_final; a resumed run
+        p = Progress(True, t_final, t0)
+        p(42.7, {})
+        time.sleep(0.11)
+        p(3.5, {"check": "2x nodes", "t_end": 42.7})
+        time.sleep(0.11)
+        p(10.0, {"check": "2x nodes", "t_end": 42.7})
+        last = buf.getvalue().rsplit("\r", 1)[-1]
+        assert "t=10/42.7" in last and "check=2x nodes" in last, last
+        d = p.bar.format_dict
+        assert d["initial"] == 3.5 and d["elapsed"] < 0.5, d        # the phase's own clock and rate
+        p.close()
 
 
 def test_a_progress_callable_with_an_interval_still_sees_each_phase_start_and_end():

@@ -33,9 +33,14 @@ def _err(msg: str) -> int:
     return EXIT_BAD_INPUT
 
 
+#: the arguments of the command being run (``main``'s ``argv``, or the process's own)
+_ARGV: list[str] = []
+
+
 def _command(subcommand: str) -> str:
-    """The command line as typed (recorded in the archive)."""
-    return "attnpde " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv else f"attnpde {subcommand}"
+    """The command line as typed (recorded in the archive; ``archive.made_by`` reads its subcommand): the
+    arguments given to ``main``, which are the process's own only when ``main`` is called without any."""
+    return "attnpde " + " ".join(shlex.quote(a) for a in _ARGV) if _ARGV else f"attnpde {subcommand}"
 
 
 def _config_and_list(path: str, text: str, flag: str):
@@ -371,7 +376,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(argv: list[str] | None) -> int:
     try:
-        args = build_parser().parse_args(_attach_list_values(sys.argv[1:] if argv is None else list(argv)))
+        _ARGV[:] = sys.argv[1:] if argv is None else list(argv)
+        args = build_parser().parse_args(_attach_list_values(_ARGV))
         return args.func(args)
     except (KeyboardInterrupt, ImportError) as e:
         if isinstance(e, ImportError) and not _SIGNALS:

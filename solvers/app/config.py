@@ -427,17 +427,20 @@ def parse_config(text: str, source: str = "<string>") -> RunConfig:
         if "max_degree" in pde and pde["max_degree"] < pde["degree"]:
             raise ConfigError("pde.max_degree", f"must be >= pde.degree = {pde['degree']}, got {pde['max_degree']}")
         top = _largest_resolution(pde, d)
-        continues = pde.get("continuation", "lagrangian" if model.noise == 0 else "none") == "lagrangian"
+        # with noise the continuation cannot run (the solver refuses it, saying so): no cap of its own then
+        continues = model.noise == 0 and pde.get("continuation", "lagrangian") == "lagrangian"
         if continues:
             from ..pde import space_for
             handoff = pde.get("handoff_degree") or space_for(d)[1].default_handoff_degree
             if pde["degree"] > handoff:
                 # the Lagrangian continuation (on by default without noise) caps the Eulerian resolution below
                 # max_degree's default: said first, or raising max_degree alone would meet this refusal next
-                raise ConfigError("pde.degree", f"must be <= pde.handoff_degree (default {handoff} on S^{d - 1}: "
+                which = "" if "handoff_degree" in pde else "default "
+                raise ConfigError("pde.degree", f"must be <= pde.handoff_degree ({which}{handoff} on S^{d - 1}: "
                                                 "the largest Eulerian resolution of the Lagrangian continuation, "
                                                 f"on by default without noise), got {pde['degree']}: lower degree, "
-                                                "raise handoff_degree, or set continuation = \"none\"")
+                                                "raise handoff_degree" + ("" if "handoff_degree" in pde else
+                                                                          ", or set continuation = \"none\""))
         if "max_degree" not in pde and pde["degree"] > top:
             # the solver would refuse it only once the run is under way
             raise ConfigError("pde.degree", f"must be <= pde.max_degree (default {top} on S^{d - 1}), got "
