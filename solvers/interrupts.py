@@ -42,11 +42,14 @@ def add_stop_signal(signum: int, name: str) -> None:
     _NAMES[signum] = name
 
 
-def set_stop_pending(pending) -> None:
+def set_stop_pending(pending):
     """``pending()``: the signal of an interrupt this process already took (None: none). A block of
     :func:`graceful_stop` entered after it starts with its request made, so that the next run of an
-    interrupted task (a pool worker's, whose task may hold several runs) stops after its first step."""
-    _PENDING[0] = pending
+    interrupted task (a pool worker's, whose task may hold several runs) stops after its first step, and a
+    command whose Ctrl-C was swallowed before its run began (see ``solvers.app.cli``) stops it after its
+    first step. Returns the previous ``pending``."""
+    previous, _PENDING[0] = _PENDING[0], pending
+    return previous
 
 
 class StopRequest:

@@ -417,6 +417,31 @@ def test_run_resume_and_info_tell_a_run_from_a_sweep_member_and_a_validate_study
         assert other.read_bytes() == before
 
 
+def test_a_ctrl_c_swallowed_before_the_run_still_stops_it(tmp_path, monkeypatch):
+    """A Ctrl-C whose KeyboardInterrupt a library swallows (raised in a compiled module's initialisation, as
+    the ImportError of an optional import) was lost: the run went to its end and the command exited 0 (a
+    fresh clone under load, test_ctrl_c_while_the_command_starts_ends_it_in_one_line). The command's
+    handler has recorded it: the run stops after its first step, resumable, and the command exits 130."""
+    from solvers.app import cli, runner
+
+    real = runner.run_config
+
+    def swallowing(*a, **k):
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.1)                       # the handler runs here, and its KeyboardInterrupt is caught
+        except KeyboardInterrupt:
+            pass
+        return real(*a, **k)
+
+    monkeypatch.setattr(runner, "run_config", swallowing)
+    cfg = write(tmp_path, LONG_PDE_CFG)
+    out = tmp_path / "m.h5"
+    assert cli.main(["run", str(cfg), "--out", str(out), "--quiet"]) == 130
+    run = load(out)
+    assert run.status == "interrupted" and run.pde.stop_reason == "interrupted" and run.pde.nsteps <= 2
+
+
 def test_the_archive_records_the_arguments_given_to_main(tmp_path):
     """``cli.main(argv)`` called from a script records its own ``argv`` as the command (which
     ``archive.made_by`` reads), not the calling process's (it recorded "attnpde " and the script's)."""

@@ -362,14 +362,24 @@ def main(argv: list[str] | None = None) -> int:
     # interpreter reaches this line before any heavy import). A Ctrl-C inside a compiled module's
     # initialisation surfaces as that import's ImportError ("initialization failed"): the handler records
     # the signal so that it is told apart from a real import error. SIGTERM is handled as Ctrl-C is.
+    #
+    # A Ctrl-C can also be swallowed: raised inside the initialisation of a compiled module whose import a
+    # library wraps in ``try: ... except ImportError`` (an optional dependency), it never reaches _main, and
+    # the command went on to run to its end and exit 0 (seen once, in a fresh clone under load). The
+    # handler has recorded it all the same: a run started after it stops after its first step
+    # (``set_stop_pending``), as after a Ctrl-C in that step, and the command exits as interrupted.
+    from ..interrupts import set_stop_pending
+
     _SIGNALS.clear()
     saved = {}
     for sig, default in ((signal.SIGINT, signal.default_int_handler), (signal.SIGTERM, signal.SIG_DFL)):
         if signal.getsignal(sig) == default:
             saved[sig] = signal.signal(sig, _interrupt)
+    pending = set_stop_pending(lambda: _SIGNALS[0] if _SIGNALS else None)
     try:
         return _main(argv)
     finally:
+        set_stop_pending(pending)
         for sig, previous in saved.items():        # as they were for a caller in the same process
             signal.signal(sig, previous)
 
