@@ -1568,13 +1568,18 @@ def _read_particles(g: h5py.Group, model: Model):
         wall_time=float(a.get("wall_time", 0.0)), steps=None, restart=restart)
 
 
+#: how the ``command`` attribute of a sweep's member and of a validate study begins (the command line as
+#: typed, or these alone when called from Python): what :func:`made_by` reads
+SWEEP_COMMAND, VALIDATE_COMMAND = "attnpde sweep", "attnpde validate"
+
+
 def made_by(command: str) -> str:
     """Which command wrote an archive, from its ``command`` attribute: "sweep" (a member of ``attnpde sweep``,
     which resumes it with ``sweep --resume``), "validate" (a study that does not resume), or "run"
     (``attnpde run``, or ``run_config`` from Python, resumed by ``run --resume``)."""
-    if command.startswith("attnpde sweep"):
+    if command.startswith(SWEEP_COMMAND):
         return "sweep"
-    if command.startswith("attnpde validate"):
+    if command.startswith(VALIDATE_COMMAND):
         return "validate"
     return "run"
 

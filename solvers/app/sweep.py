@@ -28,10 +28,6 @@ import numpy as np
 
 from .config import ConfigError, RunConfig, dump_toml, parse_config
 
-#: the command recorded in a member's archive (its ``command`` attribute, followed by the member's beta):
-#: how ``run --resume`` and ``attnpde info`` tell a sweep's member from a run (``archive.made_by``)
-MEMBER_COMMAND = "attnpde sweep"
-
 __all__ = ["parse_list", "sweep", "member_config", "partial_path"]
 
 
@@ -77,11 +73,11 @@ def partial_path(path: Path) -> Path:
 def _resumable(part: Path, cfg: RunConfig, log: Callable[[str], None]) -> bool:
     """Whether the unfinished member archive ``part`` can be continued; if not (damaged by a kill in the
     middle of a write, or from another configuration) it is only a temporary file, and is started again."""
-    from .archive import ArchiveError
+    from .archive import SWEEP_COMMAND, ArchiveError
     from .runner import RunRefused, check_resumable
 
     try:
-        check_resumable(part, cfg, MEMBER_COMMAND)
+        check_resumable(part, cfg, SWEEP_COMMAND)
     except (RunRefused, ArchiveError, OSError) as e:
         log(f"{part}: cannot be continued ({e}); starting the member again")
         return False
@@ -115,6 +111,7 @@ def _finished(part: Path, cfg: RunConfig) -> bool:
 
 def _member(text: str, source: str, out: str, resume: bool) -> dict:
     """Run one member into ``out`` through its ``.part`` file (module docstring); returns its summary row."""
+    from .archive import SWEEP_COMMAND
     from .runner import run_config
 
     cfg = parse_config(text, source)
@@ -134,7 +131,7 @@ def _member(text: str, source: str, out: str, resume: bool) -> dict:
     # force=True on the .part only: whether the final archive may be replaced was decided by the sweep
     # before any member started; a .part is ours to overwrite (a killed attempt of this very task)
     outcome = run_config(cfg, part, resume=resume_this, force=True, progress=False, log=log,
-                         command=f"{MEMBER_COMMAND} (member beta = {cfg.model.beta:g})")
+                         command=f"{SWEEP_COMMAND} (member beta = {cfg.model.beta:g})")
     if outcome.status != "finished":
         return {"beta": cfg.model.beta, "archive": str(part), "status": outcome.status}
     os.replace(part, path)
@@ -162,6 +159,7 @@ def _check_members(members: list[RunConfig], paths: list[Path], resume: bool) ->
     """Refuse (RunRefused, ArchiveError) before any member starts what one member would refuse once the
     others run: a configuration the new beta makes invalid, an archive that cannot be resumed. Returns,
     per member, whether its archive is already finished (with --resume: skipped, not refused)."""
+    from .archive import SWEEP_COMMAND
     from .runner import RunRefused, _prepare_particles, _prepare_pde, check_resumable
 
     finished = []
@@ -174,7 +172,7 @@ def _check_members(members: list[RunConfig], paths: list[Path], resume: bool) ->
                                      f"{m.source}; use --force to run it again")
                 finished.append(True)
                 continue
-            check_resumable(p, m, MEMBER_COMMAND)
+            check_resumable(p, m, SWEEP_COMMAND)
         else:
             # as the run prepares them (and refuses) before creating its archive
             if m.pde is not None:

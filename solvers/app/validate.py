@@ -101,7 +101,7 @@ def validate(config: RunConfig, ns: list[int], seeds: int, out: str | Path, *, w
     that cannot be reached (all before the PDE runs and the archive is created: see
     :func:`check_fit_time` and :func:`check_particle_counts`).
     """
-    from .archive import write_validation
+    from .archive import VALIDATE_COMMAND, write_validation
     from .executor import open_pool
     from .runner import RunRefused, _prepare_pde, _run_pde, deferred_interrupt, new_archive
     from .streams import say
@@ -132,8 +132,8 @@ def validate(config: RunConfig, ns: list[int], seeds: int, out: str | Path, *, w
         log(f"{part}: the unfinished archive of an earlier attempt; validate does not resume, so it is "
             "replaced and the study starts over")
     try:
-        # "attnpde validate" marks the archive as a study, which `run --resume` and `info` tell apart
-        writer = new_archive(config, part, force=True, command=command or "attnpde validate")
+        # the command marks the archive as a study, which `run --resume` and `info` tell apart (made_by)
+        writer = new_archive(config, part, force=True, command=command or VALIDATE_COMMAND)
     except BaseException:
         if pool is not None:
             pool.close()
