@@ -39,13 +39,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
 from spectral.multipliers import kernel_bandwidth, zonal_multipliers
 
-__all__ = ["terminal_atoms", "Comparison", "compare", "circle_w1", "circle_w1_points", "concentration",
-           "concentration_statement", "common_atoms", "measure_atoms", "smoothed"]
+__all__ = ["terminal_atoms", "Comparison", "ValidationResult", "METRICS", "compare", "circle_w1", "circle_w1_points",
+           "concentration", "concentration_statement", "common_atoms", "measure_atoms", "smoothed"]
 
 
 @dataclass
@@ -106,6 +107,27 @@ class Comparison:
             if kind in self.concentration:
                 lines.append(f"{kind}: {self.concentration[kind]['statement']}")
         return "\n".join(lines)
+
+
+#: the distances of a :class:`Comparison` that a convergence study (``attnpde validate``) follows in N
+METRICS = ("w1", "mmd", "moment_gap", "energy_gap")
+
+
+@dataclass
+class ValidationResult:
+    """A convergence study of the particles to the PDE (:func:`solvers.app.validate.validate`): the
+    distances ``distances[metric]`` of shape (nN, nS, T) for the particle counts ``n``, the seeds ``seeds``
+    and the common times ``t``; the time ``at`` of the fit, the fitted slopes of log mean distance against
+    log N (metric -> slope), the text table, and the archive it was read from (or None)."""
+
+    n: np.ndarray
+    seeds: np.ndarray
+    t: np.ndarray
+    distances: dict
+    at: float
+    slopes: dict
+    table: str
+    path: Path | None = None
 
 
 def _common_times(tp: np.ndarray, tq: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

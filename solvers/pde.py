@@ -36,8 +36,6 @@ __all__ = ["solve_pde", "prepare_pde", "PDERun", "PDEResult", "PDEOptions", "STO
 STOP_REASONS = ("t_final", "stationary", "resolution", "positivity", "non-finite", "max_steps", "interrupted")
 CONTINUATIONS = ("lagrangian", "none")
 METHODS = ("DP54", "BS32")
-#: the smallest resolution of either space (modes on S^1, degree on S^2)
-MIN_DEGREE = 4
 #: smallest tail_tol, tail_max, positivity_tol accepted (see PDEOptions)
 _ROUND_OFF_FLOOR = 1e-14
 

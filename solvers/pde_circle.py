@@ -18,7 +18,7 @@ from spectral.fourier import FourierBasis
 from spectral.multipliers import kernel_bandwidth
 from .atoms import DEFAULT_PROMINENCE, Atoms, atoms_from_graph, circle_neighbours
 from .model import Model, density_values
-from .pde import MIN_DEGREE
+from .spaces import MIN_DEGREE
 
 __all__ = ["CircleDiscretization", "CircleSpace"]
 

@@ -29,7 +29,7 @@ from spectral.multipliers import kernel_bandwidth
 from spectral.sphere import SphereBasis
 from .atoms import DEFAULT_PROMINENCE, Atoms, atoms_from_graph, shared_graph
 from .model import Model, density_values
-from .pde import MIN_DEGREE
+from .spaces import MIN_DEGREE
 
 __all__ = ["SphereDiscretization", "SphereSpace"]
 

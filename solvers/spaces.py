@@ -26,7 +26,10 @@ import numpy as np
 
 from .atoms import Atoms
 
-__all__ = ["Space"]
+__all__ = ["Space", "MIN_DEGREE"]
+
+#: the smallest resolution of either space (modes on S^1, degree on S^2)
+MIN_DEGREE = 4
 
 
 @runtime_checkable

@@ -1434,8 +1434,8 @@ def write_validation(writer: ArchiveWriter, res, results: list[dict], compare_op
 
 
 def read_validation(g: h5py.Group, path: Path | None = None):
-    """The :class:`~solvers.app.validate.ValidationResult` that :func:`write_validation` wrote to ``g``."""
-    from .validate import METRICS, ValidationResult
+    """The :class:`~solvers.comparison.ValidationResult` that :func:`write_validation` wrote to ``g``."""
+    from ..comparison import METRICS, ValidationResult
 
     dist = {k: g[k][()] for k in METRICS if k in g}
     return ValidationResult(n=g["n"][()], seeds=g["seed"][()], t=g["t"][()], distances=dist,
@@ -1595,7 +1595,7 @@ class RunArchive:
     particles: Any
     comparison: Any          # a solvers.comparison.Comparison, or None
     atoms: dict
-    validation: Any = None   # a solvers.app.validate.ValidationResult, or None
+    validation: Any = None   # a solvers.comparison.ValidationResult, or None
 
     @property
     def config_text(self) -> str:

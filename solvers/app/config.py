@@ -38,7 +38,8 @@ from ..model import ATTENTIONS, FLOWS, Model
 from ..atoms import CLUSTER_RULES
 from ..particles import INITS, INTEGRATORS, STOP_WINDOW_MIN
 from ..interaction import SUM_METHODS
-from ..pde import CONTINUATIONS, METHODS, MIN_DEGREE
+from ..pde import CONTINUATIONS, METHODS
+from ..spaces import MIN_DEGREE
 from ..validators import is_integer, is_number
 from ..perceptron import ACTIVATIONS, Perceptron
 

@@ -26,32 +26,15 @@ from __future__ import annotations
 import math
 import os
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
+from ..comparison import METRICS, ValidationResult
 from .config import RunConfig
 
 __all__ = ["validate", "ValidationResult", "fit_slope", "METRICS", "check_fit_time", "check_particle_counts"]
-
-METRICS = ("w1", "mmd", "moment_gap", "energy_gap")
-
-
-@dataclass
-class ValidationResult:
-    """Distances (nN, nS, T) per metric at times t, the fit time and the fitted slopes."""
-
-    n: np.ndarray
-    seeds: np.ndarray
-    t: np.ndarray
-    distances: dict
-    at: float
-    slopes: dict
-    table: str
-    path: Path | None = None
-
 
 def fit_slope(n: np.ndarray, values: np.ndarray) -> float:
     """Least-squares slope of log(values) against log(n) (NaN if fewer than two positive values)."""
