@@ -214,7 +214,9 @@ class PDEResult:
     lagrangian : None (no handoff), or a dict: "handoff" (t, reason, message, degree, nodes, clipped_mass,
         description, smoothing, atom_radius), "merges" (M, 3: t, nodes before, nodes after),
         "node_nsteps", "node_nrejected", "check" (the error-estimate run at twice the nodes: "t",
-        "initial_nodes", "x", "w", "count", "nsteps", "stop_reason", "wall_time"; None if not run)
+        "initial_nodes", "x", "w", "count", "nsteps", "stop_reason", "wall_time"; None if not run),
+        "check_interrupted" (a Ctrl-C cut that run: the solution reached its end and its atoms hold,
+        without error bars; a resume runs the rerun again)
 
     Past a handoff (``lagrangian`` not None) the snapshots are those of the node measure: ``coeffs`` its
     exact coefficients up to the handoff degree, ``density`` their heat-smoothed series on the output grid
@@ -1078,7 +1080,10 @@ class PDERun(Integration):
         lag = None
         if self.lag is not None:
             lag = {"handoff": dict(self.handoff), "merges": np.array(self.lag.merges, dtype=float).reshape(-1, 3),
-                   "node_nsteps": self.lag.nsteps, "node_nrejected": self.lag.nrejected, "check": self.check}
+                   "node_nsteps": self.lag.nsteps, "node_nrejected": self.lag.nrejected, "check": self.check,
+                   # the solution reached its end and only the error-estimate rerun was cut: its atoms hold,
+                   # without error bars
+                   "check_interrupted": bool(self.checking)}
         return PDEResult(
             model=self.model, t=a["t"], coeffs=a["coeffs"], degree=a["degree"], grid=self.grid,
             density=a["density"], energy=a["energy"], mass=a["mass"], min_density=a["min_density"],

@@ -616,6 +616,35 @@ def test_continuation_resumes_to_the_same_numbers(tmp_path, sig, after):
     assert done.atoms["pde:attrs"]["diffuse"] == ref.atoms["pde:attrs"]["diffuse"]
 
 
+def test_an_interrupt_in_the_error_estimate_rerun_keeps_the_atoms_without_error_bars(tmp_path):
+    """Ctrl-C in the error-estimate rerun: the solution had reached t_final, so the archive keeps its atoms
+    (those of the uninterrupted run, bit for bit) without error bars, and info says why they are missing;
+    a resume runs the rerun again and adds them."""
+    from solvers.app.info import describe
+    from solvers.app.runner import run_config
+
+    config = parse_config(CONTINUATION_CFG)
+    full, cut = tmp_path / "full.h5", tmp_path / "cut.h5"
+    run_config(config, full, log=lambda s: None, progress=False)
+
+    def log(line):
+        if "error estimate:" in line:        # said at the first step of the rerun
+            raise KeyboardInterrupt
+    assert run_config(config, cut, log=log, progress=False).status == "interrupted"
+    part, ref = load(cut), load(full)
+    assert part.pde.stop_reason == "interrupted" and part.pde.t[-1] == 6.0
+    for u, v in zip(part.atoms["pde"], ref.atoms["pde"]):                   # positions, masses
+        assert np.array_equal(u, v)
+    assert len(ref.atoms["pde"][1]) >= 1 and "pde:mass_errors" in ref.atoms
+    assert "pde:mass_errors" not in part.atoms
+    assert part.atoms["pde:attrs"]["error_estimate"] == "interrupted"
+    assert "no error estimate yet (its rerun was interrupted: a resume runs it)" in describe(cut)
+    assert run_config(config, cut, resume=True, log=lambda s: None, progress=False).status == "finished"
+    done = load(cut)
+    assert np.array_equal(done.atoms["pde:mass_errors"], ref.atoms["pde:mass_errors"])
+    assert "error_estimate" not in done.atoms["pde:attrs"]
+
+
 def test_progress_lines_time_the_error_estimate_rerun_as_its_own_phase():
     """A run resumed at t = 10 has only the error-estimate rerun left, which starts again at the handoff
     (t = 0.02): its lines estimate the time left from that phase's own steps (no "eta nans")."""
@@ -626,7 +655,8 @@ def test_progress_lines_time_the_error_estimate_rerun_as_its_own_phase():
     p = Progress("pde", 10.0, 10.0, stream=s, every=0.0)
     for t in (0.02, 1.0, 5.0):
         p({"t": t, "check": "2x nodes"})
-    lines = s.getvalue().splitlines()
+    said, *lines = s.getvalue().splitlines()
+    assert said == "[pde] error estimate: the continuation again from its handoff, with 2x nodes, to t = 10"
     assert len(lines) == 3 and "nan" not in s.getvalue() and lines[0].endswith("eta ?")
     assert all(float(line.rsplit("eta ", 1)[1].rstrip("s")) >= 0 for line in lines[1:])
 
@@ -641,7 +671,8 @@ def test_progress_lines_of_a_rerun_that_ends_before_t_final_reach_100_percent():
     p = Progress("pde", 10.0, stream=s, every=1e9)
     for t in (0.02, 1.0, 4.0):
         p({"t": t, "check": "2x nodes", "t_end": 4.0})
-    lines = s.getvalue().splitlines()
+    said, *lines = s.getvalue().splitlines()
+    assert said.endswith("to t = 4")
     # the first call prints (nothing printed yet), the middle one is not due, the end of the phase prints
     assert len(lines) == 2 and lines[-1].startswith("[pde] t=4/4 (100.0%)"), lines
 

@@ -1240,11 +1240,13 @@ class ArchiveWriter:
                 _replace(c, k, np.asarray(check[k]))
             self._label_group(c, "pde/lagrangian/check")
             _set_attrs(c, {k: check[k] for k in ("t", "initial_nodes", "nsteps", "stop_reason", "wall_time")})
-        if result.stop_reason != "interrupted" and _has(g, "t") and g["t"].shape[0]:
+        cut_check = bool((result.lagrangian or {}).get("check_interrupted"))
+        if (result.stop_reason != "interrupted" or cut_check) and _has(g, "t") and g["t"].shape[0]:
             # a resumed result holds only what came after its restart: its atoms come from the whole
             # archived run, read back; a run written from its start has them in memory
             whole = result if not self.resumed and len(result.t) == g["t"].shape[0] else _read_pde(g, read_model(self.f))
-            self.write_atoms("pde", whole.atoms())
+            # the rerun cut: the solution's atoms, without error bars until a resume runs the rerun again
+            self.write_atoms("pde", whole.atoms(), **({"error_estimate": "interrupted"} if cut_check else {}))
         self.f.flush()
 
     # --- particles ----------------------------------------------------------------------------------

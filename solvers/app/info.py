@@ -59,6 +59,8 @@ def _pde_atoms_lines(pos, mass, attrs: dict, errs) -> list[str]:
     if attrs.get("kind") != "node groups":
         return [f"  atoms: {len(mass)} (mass >= 0.01: {heavy}), total mass {np.sum(mass):.4f}"] + _atoms_lines(pos, mass)
     est = (f", error estimate from the rerun with {int(attrs['check_nodes'])} nodes" if errs is not None
+           else ", no error estimate yet (its rerun was interrupted: a resume runs it)"
+           if attrs.get("error_estimate") == "interrupted"
            else ", no error estimate (error_estimate = false, or the run did not end)")
     return ([f"  atoms: {len(mass)} node groups within {attrs['radius']:.2g} rad holding >= 2 initial "
              f"nodes (mass >= 0.01: {heavy}), total mass {np.sum(mass):.4f}; diffuse mass "

@@ -71,6 +71,9 @@ class Progress:
         # the time left is that of the phase, timed from its first step
         phase = info.get("check")
         if phase != self.phase or t < self.t_start:
+            if phase is not None and phase != self.phase:
+                self.emit(f"[{self.stage}] error estimate: the continuation again from its handoff, with {phase}, "
+                          f"to t = {float(info.get('t_end', self.t_final)):g}")
             self.phase, self.phase_start, self.t_start = phase, now, t
         # the phase ends at t_final, or where the info says (the rerun of a run that stopped earlier)
         end = float(info.get("t_end", self.t_final))
@@ -363,7 +366,10 @@ def _run_pde(config: RunConfig, writer: ArchiveWriter, resume: bool, progress, l
                          f"[initial] {_initial_text(config.initial)}")
         log(f"[pde] S^{config.model.d - 1}, degree {degree}, t_final {t_final}, "
             + (f"save_every {save_every}" if save_every else "snapshots at t = 0 and t_final (no save_every)")
-            + f"; the state is kept every {_checkpoint_interval(config):g} s (checkpoint_interval)")
+            + f"; the state is kept every {_checkpoint_interval(config):g} s (checkpoint_interval)"
+            + ("; past a handoff to the node continuation, the continuation runs a second time with twice the "
+               "nodes for the atoms' error bars (error_estimate = false skips it)"
+               if config.model.noise == 0 and opts.continuation != "none" and opts.error_estimate else ""))
     else:
         log(f"[pde] resuming from {_resume_point(restart)} (degree {restart['degree']})")
     bar = progress_for("pde", t_final, float(restart["t"]) if restart else 0.0, progress, log)
