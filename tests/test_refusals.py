@@ -107,8 +107,18 @@ REFUSALS = [
      r"particles\.stop\.rule: must be one of"),
     ("compare-needs-both-solvers", "config", BASE + PDE + "[compare]\nmoments = 4\n",
      r"compare: needs both a \[pde\] and a \[particles\] table"),
+    # the comparison is made at the common snapshot times: it would measure the initial data alone
+    ("compare-at-t0-only", "config", ONLY_T0 + "[compare]\n",
+     r"compare: the PDE \(no save_every: t = 0 and t_final = 1\) and the particles \(save_every = 0\.5, "
+     r"t_final = 0\.7\) share no snapshot time after t = 0, .*: give both the same save_every \(and t_final\)$"),
+    ("compare-at-t0-only-stop-rule", "config", BASE + PDE + "[particles]\nn = 100\nt_final = 2.0\ndt = 0.03\n"
+     "[particles.stop]\nwindow = 3\n[compare]\n",
+     r"particles \(save_every = 0\.3 \(the default with a stop rule\), t_final = 2\) share no snapshot time"),
 
     # --- attnpde run --------------------------------------------------------------------------------------
+    ("run-compare-at-t0-only", "cli", (["run", "c.toml"], BASE + "[pde]\ndegree = 16\nt_final = 1.0\nsave_every = 0.5\n"
+                                       "[particles]\nn = 10\nt_final = 2.0\nsave_every = 0.3\n[compare]\n"),
+     r"^attnpde: error: c\.toml: compare: the PDE \(save_every = 0\.5, t_final = 1\) and the particles"),
     ("run-moments-beyond-resolution", "cli", (["run", "c.toml"], F18 + "[compare]\nmoments = 100000\n"),
      r"^attnpde: error: c\.toml: compare\.moments: must be <= 511"),
     ("run-mmd-beta-force-keeps-archive", "cli",
@@ -374,3 +384,15 @@ def test_sweep_resume_skips_finished_members(tmp_path):
     assert "[beta=2] c/c_beta2.h5 is finished: skipped" in r.stderr
     assert (tmp_path / "c" / "summary.json").exists()
     assert {p: p.read_bytes() for p in before} == before
+
+
+@pytest.mark.parametrize("particles", [
+    "[particles]\nn = 10\nt_final = 2.0\nsave_every = 0.5\n",          # the same times, to a later end
+    "[particles]\nn = 10\nt_final = 1.0\nsave_every = 0.25\n",         # every second one in common
+    "[particles]\nn = 10\nt_final = 1.0\n",                             # t_final in common
+    "[particles]\nn = 10\nt_final = 3.0\ndt = 0.05\n[particles.stop]\nwindow = 3\n",   # 0.5 = 10 dt, the default
+])
+def test_a_comparison_with_common_times_after_t0_is_accepted(particles):
+    """The refusal above only where no snapshot time after t = 0 is shared (1e-9 relative, as compare)."""
+    cfg = parse_config(BASE + PDE + particles + "[compare]\n")
+    assert cfg.compare == {}

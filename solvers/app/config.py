@@ -384,6 +384,42 @@ def _check_compare(compare: dict, pde: dict, d: int) -> None:
                                               f"mmd_beta <= {limit:g}")
 
 
+def _snapshot_times(table: dict, default_every: float | None) -> np.ndarray | None:
+    """The snapshot times a solver's table asks for: k save_every below t_final, and t_final (None: more
+    than 10^6 of them, not checked)."""
+    t_final, every = float(table["t_final"]), table.get("save_every", default_every)
+    if every is None:
+        return np.array([0.0, t_final])
+    n = math.ceil(t_final / every - 1e-9)
+    return None if n > 10 ** 6 else np.unique(np.minimum(np.arange(n + 1) * float(every), t_final))
+
+
+def _check_common_times(pde: dict, particles: dict) -> None:
+    """Refuse a [compare] whose solvers share no snapshot time after t = 0: the comparison is made at the
+    common times only (1e-9 relative, as ``comparison.compare`` matches them) and would measure the
+    initial data alone."""
+    from ..particles import DEFAULT_DT
+
+    stop = particles.get("stop")
+    every = 10.0 * particles.get("dt", DEFAULT_DT) if stop else None   # the particle solver's default with a stop rule
+    tp, tq = _snapshot_times(pde, None), _snapshot_times(particles, every)
+    if tp is None or tq is None:
+        return
+    tp = tp[(tp > 0) & (tp <= tq[-1] * (1 + 1e-9))]
+    j = np.clip(np.searchsorted(tq, tp), 1, len(tq) - 1)
+    near = np.minimum(np.abs(tq[j] - tp), np.abs(tq[j - 1] - tp))
+    if not np.any(near <= 1e-9 * np.maximum(1.0, tp)):
+        def schedule(table: dict, default: float | None) -> str:
+            if "save_every" in table or default is not None:
+                return (f"save_every = {table.get('save_every', default):g}"
+                        + ("" if "save_every" in table else " (the default with a stop rule)")
+                        + f", t_final = {table['t_final']:g}")
+            return f"no save_every: t = 0 and t_final = {table['t_final']:g}"
+        raise ConfigError("compare", f"the PDE ({schedule(pde, None)}) and the particles ({schedule(particles, every)}) "
+                                     "share no snapshot time after t = 0, and the comparison is made at common "
+                                     "times: give both the same save_every (and t_final)")
+
+
 def quadrature_count_problem(d: int, n: int) -> str | None:
     """Why init = "quadrature" cannot place ``n`` particles on S^{d-1} (None if it can): on S^2 it takes
     a Gauss grid of 2 nlat^2 nodes. The message is the particle solver's own."""
@@ -481,6 +517,7 @@ def parse_config(text: str, source: str = "<string>") -> RunConfig:
         raise ConfigError("compare", "needs both a [pde] and a [particles] table")
     if compare is not None:
         _check_compare(compare, pde, d)
+        _check_common_times(pde, particles)
 
     run = cfg.get("run", {})
     return RunConfig(text=text, raw=raw, model=model, initial=initial, pde=pde, particles=particles,
