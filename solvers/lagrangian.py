@@ -36,9 +36,14 @@ show up as nodes that coincide.
   number of nodes, hence the cost of a step, falls as atoms form.
 - Stop "stationary": max_j |v(x_j)| <= ``drift_tol`` over the nodes (all carry mass); else "t_final".
 - Atoms of a node measure (:func:`node_atoms`): groups of nodes within ``atom_radius`` of each other
-  (single linkage) that hold at least two initial nodes; the rest is the *diffuse part* (mass that has not
-  collapsed: in descent with a ReLU perceptron, the dead zone, where every unit is off, keeps a share of
-  the mass that spreads slowly and never collapses). ``atom_radius`` defaults to a tenth of the initial
+  (single linkage) that hold at least two initial nodes and have a node within ``atom_radius`` of their
+  centre (the normalised weighted mean, which is the atom's position); the rest is the *diffuse part*
+  (mass that has not collapsed: in descent with a ReLU perceptron, the dead zone, where every unit is
+  off, keeps a share of the mass that spreads slowly and never collapses). The centre condition leaves
+  out a ring of nodes closing in on a point (data symmetric about an axis on S^2): its mean is the
+  ring's axis, where it has no mass. An atom's ``extent`` is the largest distance of its nodes from its
+  centre: a group still contracting along a curve (a chain of linked nodes, common on S^1 at t_final)
+  is an atom whose extent says how far it is from a point. ``atom_radius`` defaults to a tenth of the initial
   node spacing (``space.node_spacing``: 2 pi / N on S^1, sqrt(4 pi / N) on S^2): nodes that never
   compressed stay farther apart.
 - Error estimate (:func:`estimate_atoms`): the same continuation from the same handoff state with twice
@@ -96,14 +101,16 @@ def handoff_nodes(space, c: np.ndarray, degree: int, n: int) -> tuple[Nodes, flo
 # ----------------------------------------------------------------------------------------------
 class NodeAtoms(Atoms):
     """Atoms of a node measure: ``positions``, ``masses`` (heaviest first), ``counts`` (initial nodes in each
-    atom), ``diffuse`` (the mass outside atoms), ``radius`` (the grouping radius). After
-    :func:`estimate_atoms` also ``mass_errors``, ``position_errors`` (radians), ``diffuse_error`` and
-    ``check_nodes`` (the node count of the finer run); otherwise these are None."""
+    atom), ``extents`` (radians: the largest distance of an atom's nodes from its position), ``diffuse``
+    (the mass outside atoms), ``radius`` (the grouping radius). After :func:`estimate_atoms` also
+    ``mass_errors``, ``position_errors`` (radians), ``diffuse_error`` and ``check_nodes`` (the node count
+    of the finer run); otherwise these are None."""
 
-    def __init__(self, positions, masses, counts, diffuse: float, radius: float) -> None:
+    def __init__(self, positions, masses, counts, diffuse: float, radius: float, extents=None) -> None:
         order = np.argsort(-np.asarray(masses), kind="stable")
         super().__init__(positions, masses)
         self.counts = np.asarray(counts, dtype=np.int64)[order]
+        self.extents = (np.full(len(order), np.nan) if extents is None else np.asarray(extents, dtype=float))[order]
         self.diffuse = float(diffuse)
         self.radius = float(radius)
         self.mass_errors = self.position_errors = None
@@ -113,7 +120,7 @@ class NodeAtoms(Atoms):
     def heavy(self, min_mass: float) -> "NodeAtoms":
         keep = self.masses >= min_mass
         out = NodeAtoms(self.positions[keep], self.masses[keep], self.counts[keep],
-                        self.diffuse + float(self.masses[~keep].sum()), self.radius)
+                        self.diffuse + float(self.masses[~keep].sum()), self.radius, self.extents[keep])
         if self.mass_errors is not None:
             out.mass_errors, out.position_errors = self.mass_errors[keep], self.position_errors[keep]
             out.diffuse_error, out.check_nodes = self.diffuse_error, self.check_nodes
@@ -127,15 +134,22 @@ class NodeAtoms(Atoms):
 
 
 def node_atoms(nodes: Nodes, radius: float) -> NodeAtoms:
-    """Atoms of a node measure: single-linkage groups at geodesic ``radius`` holding >= 2 initial nodes."""
+    """Atoms of a node measure: single-linkage groups at geodesic ``radius`` holding >= 2 initial nodes,
+    with a node within ``radius`` of their centre (module docstring)."""
     x, w, count = nodes.x, nodes.w, nodes.count
     d = x.shape[1]
     if len(w) == 0:
         return NodeAtoms(np.zeros((0, d)), np.zeros(0), np.zeros(0), 0.0, radius)
     centres, masses, labels = single_linkage_clusters(x, w, radius)
-    counts = np.bincount(labels, weights=count, minlength=len(masses)).astype(np.int64)
-    atom = counts >= 2
-    return NodeAtoms(centres[atom], masses[atom], counts[atom], float(masses[~atom].sum()), radius)
+    k = len(masses)
+    counts = np.bincount(labels, weights=count, minlength=k).astype(np.int64)
+    # geodesic distance of each node from its group's centre, from the chord (accurate for small angles)
+    gap = 2.0 * np.arcsin(np.minimum(np.linalg.norm(x - centres[labels], axis=1) / 2.0, 1.0))
+    extents, nearest = np.zeros(k), np.full(k, np.inf)
+    np.maximum.at(extents, labels, gap)
+    np.minimum.at(nearest, labels, gap)
+    atom = (counts >= 2) & (nearest <= radius)
+    return NodeAtoms(centres[atom], masses[atom], counts[atom], float(masses[~atom].sum()), radius, extents[atom])
 
 
 def estimate_atoms(atoms: NodeAtoms, check: NodeAtoms, check_nodes: int, floor: float = 0.0,
@@ -147,7 +161,7 @@ def estimate_atoms(atoms: NodeAtoms, check: NodeAtoms, check_nodes: int, floor: 
     ``floor``, the largest initial node weight: an atom's basin boundary lies somewhere within one node
     spacing, so its mass is not known more finely (two runs can agree exactly when both grids put the
     boundary between the same mass coordinates)."""
-    out = NodeAtoms(atoms.positions, atoms.masses, atoms.counts, atoms.diffuse, atoms.radius)
+    out = NodeAtoms(atoms.positions, atoms.masses, atoms.counts, atoms.diffuse, atoms.radius, atoms.extents)
     n = len(out)
     merr = out.masses.copy()
     perr = np.full(n, np.nan)

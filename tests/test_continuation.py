@@ -133,6 +133,48 @@ def test_atoms_of_a_node_measure():
     at = node_atoms(Nodes(x, w, count), radius=1e-3)
     assert len(at) == 2 and np.allclose(at.masses, [0.4, 0.4]) and list(at.counts) == [40, 5]
     assert at.diffuse == pytest.approx(0.2)
+    positions, masses = at                                   # the pair it unpacks and indexes to
+    assert at[0] is positions and at[1] is masses and np.allclose(masses, [0.4, 0.4])
+
+
+def test_a_ring_of_nodes_is_not_an_atom_and_a_chain_has_its_extent():
+    """S^2: a collapsed atom at the north pole, a ring of 128 nodes 0.01 rad around it (linked to each
+    other, not to the atom) and a ring around the south pole: only the first is an atom, the rings' mass
+    is diffuse (their mean direction, the pole, is where they have no mass). S^1: a chain of nodes 0.5 r
+    apart over 100 r is one atom at its middle, whose extent is its half-length."""
+    r = 1e-3
+    phi = np.linspace(0.0, 2.0 * np.pi, 128, endpoint=False)
+
+    def ring(z_sign, colat):
+        return np.stack([np.sin(colat) * np.cos(phi), np.sin(colat) * np.sin(phi),
+                         z_sign * np.cos(colat) * np.ones_like(phi)], axis=1)
+    x = np.concatenate([[[0.0, 0.0, 1.0]], ring(1, 0.01), ring(-1, 0.005)])
+    w = np.r_[0.9, np.full(128, 0.05 / 128), np.full(128, 0.05 / 128)]
+    count = np.r_[400, np.ones(256, int)]
+    at = node_atoms(Nodes(x, w, count), radius=r)
+    assert len(at) == 1 and at.masses[0] == pytest.approx(0.9) and np.allclose(at.positions[0], [0, 0, 1])
+    assert at.diffuse == pytest.approx(0.1) and at.extents[0] == 0.0
+    # the S^1 chain: 201 equal nodes at angles -50 r .. 50 r
+    theta = np.linspace(-50 * r, 50 * r, 201)
+    x = np.stack([np.cos(theta), np.sin(theta)], axis=1)
+    at = node_atoms(Nodes(x, np.full(201, 1 / 201), np.ones(201, int)), radius=r)
+    assert len(at) == 1 and at.diffuse == 0.0 and np.allclose(at.positions[0], [1, 0], atol=1e-12)
+    assert at.extents[0] == pytest.approx(50 * r, rel=1e-9)
+
+
+def test_data_symmetric_about_an_axis_collapses_onto_the_axis_only():
+    """Attention alone (ascent, beta = 3) from a von Mises density about the north pole on S^2: the model
+    and the data are invariant under rotations about that axis, so an atom off the axis would come with
+    its whole orbit, a ring, which is no point mass. Every atom is at a pole, one at most per pole (rings
+    of nodes closing in on the pole were reported as atoms there: four atoms, three at the north pole)."""
+    m = Model(3, 3.0, "ascent")
+    r = solve_pde(m, 20.0, 32, initial=lambda x: np.exp(3.0 * (x[..., 2] - 1.0)), save_every=5.0,
+                  error_estimate=False)
+    at = r.atoms()
+    assert r.stop_reason == "t_final" and r.lagrangian is not None
+    assert np.all(np.abs(np.abs(at.positions[:, 2]) - 1.0) <= 1e-9), at
+    assert len(set(np.sign(at.positions[:, 2]))) == len(at), at
+    assert at.masses[0] >= 0.95 and at.positions[0, 2] > 0, at
 
 
 # --- noise: no continuation ------------------------------------------------------------------------------

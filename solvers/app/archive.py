@@ -23,7 +23,8 @@ Layout (format ``attnpde-run``, version 2: version 1 plus named dimensions; both
                            state, step counts, stopping-rule window, settings); attrs: options (JSON: the
                            simulate_particles arguments), initial, stop_reason, message, t_stop,
                            nsteps, nrejected, sum_method, wall_time, complete
-    /atoms/pde, /atoms/particles     positions (k, d), masses (k)
+    /atoms/pde, /atoms/particles     positions (k, d), masses (k); node groups (past a handoff) also
+                           counts, extents, mass_errors, position_errors; attrs: kind, diffuse, radius, ...
     /comparison            distances against time (filled by the comparison layer)
 
 Per-snapshot datasets are chunked (several snapshots per ~256 KiB chunk). Every axis of every dataset
@@ -556,6 +557,7 @@ _CF = {
     "positions": dict(long_name="atom positions (unit vectors)", units="1"),
     "masses": dict(long_name="atom masses", units="1"),
     "counts": dict(long_name="nodes in each atom", units="1"),
+    "extents": dict(long_name="largest distance of an atom's nodes from its position", units="radian"),
     "mass_errors": dict(long_name="error estimate of the atom masses (rerun at twice the nodes)", units="1"),
     "position_errors": dict(long_name="error estimate of the atom positions (rerun at twice the nodes)",
                             units="radian"),
@@ -1307,6 +1309,7 @@ class ArchiveWriter:
         if isinstance(atoms, NodeAtoms):
             attrs.update(kind="node groups", diffuse=atoms.diffuse, radius=atoms.radius)
             _put(g, "counts", atoms.counts)
+            _put(g, "extents", atoms.extents)
             if atoms.mass_errors is not None:
                 _put(g, "mass_errors", atoms.mass_errors)
                 _put(g, "position_errors", atoms.position_errors)
@@ -1629,7 +1632,7 @@ def load(path: str | Path) -> RunArchive:
                 for k, g in f["atoms"].items():
                     atoms[k] = (g["positions"][()], g["masses"][()])
                     # what a node-group record adds (counts, error estimates, attrs: diffuse mass, radius)
-                    for extra in ("counts", "mass_errors", "position_errors"):
+                    for extra in ("counts", "extents", "mass_errors", "position_errors"):
                         if extra in g:
                             atoms[f"{k}:{extra}"] = g[extra][()]
                     if len(g.attrs):

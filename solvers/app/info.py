@@ -19,11 +19,14 @@ def _vec(v) -> str:
     return "(" + ", ".join(f"{x:+.4f}" for x in np.asarray(v).ravel()) + ")"
 
 
-def _atoms_lines(positions, masses, limit: int = 8, errors=None) -> list[str]:
+def _atoms_lines(positions, masses, limit: int = 8, errors=None, position_errors=None, extents=None) -> list[str]:
     lines = []
     for k, (p, m) in enumerate(list(zip(positions, masses))[:limit]):
         err = "" if errors is None else f" ± {errors[k]:.1e}"
-        lines.append(f"      mass {m:.4f}{err} at {_vec(p)}")
+        where = ("" if position_errors is None else f" ± {position_errors[k]:.1e} rad"
+                 if np.isfinite(position_errors[k]) else " (no partner in the rerun)")
+        size = "" if extents is None or not np.isfinite(extents[k]) else f", nodes within {extents[k]:.1e} rad of it"
+        lines.append(f"      mass {m:.4f}{err} at {_vec(p)}{where}{size}")
     if len(masses) > limit:
         lines.append(f"      ... {len(masses) - limit} more (total mass {np.sum(masses):.4f})")
     return lines
@@ -54,7 +57,7 @@ def _continuation_lines(r) -> list[str]:
             f"max |v| over the nodes at the end {last['max_drift']:.3g}" if last else "    no node snapshot"]
 
 
-def _pde_atoms_lines(pos, mass, attrs: dict, errs) -> list[str]:
+def _pde_atoms_lines(pos, mass, attrs: dict, errs, position_errors=None, extents=None) -> list[str]:
     heavy = int(np.sum(mass >= 0.01))
     if attrs.get("kind") != "node groups":
         return [f"  atoms: {len(mass)} (mass >= 0.01: {heavy}), total mass {np.sum(mass):.4f}"] + _atoms_lines(pos, mass)
@@ -62,10 +65,11 @@ def _pde_atoms_lines(pos, mass, attrs: dict, errs) -> list[str]:
            else ", no error estimate yet (its rerun was interrupted: a resume runs it)"
            if attrs.get("error_estimate") == "interrupted"
            else ", no error estimate (error_estimate = false, or the run did not end)")
-    return ([f"  atoms: {len(mass)} node groups within {attrs['radius']:.2g} rad holding >= 2 initial "
-             f"nodes (mass >= 0.01: {heavy}), total mass {np.sum(mass):.4f}; diffuse mass "
+    return ([f"  atoms: {len(mass)} node groups (nodes linked within {attrs['radius']:.2g} rad, >= 2 initial "
+             f"nodes, one within {attrs['radius']:.2g} rad of the centre; mass >= 0.01: {heavy}), total mass "
+             f"{np.sum(mass):.4f}; diffuse mass "
              f"{attrs['diffuse']:.4f}" + (f" ± {attrs['diffuse_error']:.1e}" if errs is not None else "") + est]
-            + _atoms_lines(pos, mass, errors=errs))
+            + _atoms_lines(pos, mass, errors=errs, position_errors=position_errors, extents=extents))
 
 
 def describe_pde(r, atoms: dict) -> list[str]:
@@ -81,7 +85,8 @@ def describe_pde(r, atoms: dict) -> list[str]:
     if r.lagrangian is not None:
         out += _continuation_lines(r)
     if "pde" in atoms:
-        out += _pde_atoms_lines(*atoms["pde"], atoms.get("pde:attrs", {}), atoms.get("pde:mass_errors"))
+        out += _pde_atoms_lines(*atoms["pde"], atoms.get("pde:attrs", {}), atoms.get("pde:mass_errors"),
+                                atoms.get("pde:position_errors"), atoms.get("pde:extents"))
     return out
 
 
