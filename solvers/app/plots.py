@@ -269,10 +269,14 @@ def _sphere_figures(run, out: Path) -> list[Path]:
             order = np.argsort(lon[0])
             mesh = ax.pcolormesh(lon[:, order], lat[:, order], dens[:, order], shading="auto", cmap="magma",
                                  norm=norm)
+        title = f"t = {t:.4g}"
         if part is not None:
             k = _nearest(part.t, t)
             plon, plat = _lonlat(part.x[k])
             ax.scatter(plon, plat, s=2, c="cyan", alpha=0.5, lw=0)
+            if abs(part.t[k] - t) > 1e-9 * max(1.0, abs(t)):
+                # the particles have no snapshot at t (other save_every, or they stopped earlier): say which
+                title += f", particles at t = {part.t[k]:.4g}"
         if i == idx[-1]:
             marks = []
             if pde is not None and "pde" in run.atoms:
@@ -283,13 +287,16 @@ def _sphere_figures(run, out: Path) -> list[Path]:
                 alon, alat = _lonlat(apos)
                 ax.scatter(alon, alat, marker=mk, s=30 + 300 * amass, c=col, edgecolors="k")
         nodes = pde is not None and pde.node_measure(i) is not None
-        ax.set_title(f"t = {t:.4g}" + (" (nodes)" if nodes else ""), fontsize=9)
+        ax.set_title(title + (" (nodes)" if nodes else ""), fontsize=9)
         ax.grid(True, alpha=0.3)
         ax.set_xticklabels([])
     if mesh is not None:
         fig.colorbar(mesh, cax=fig.add_subplot(grid[0, -1]), label="rho (uniform = 1)")
-    fig.suptitle(_title(run) + "\ndensity (Mollweide, log scale), particles (cyan), PDE atoms (lime) and particle atoms (white)",
-                 fontsize=9)
+    layers = (["PDE density (Mollweide, log scale)"] if pde is not None else []) + \
+             (["particles (cyan)"] if part is not None else []) + \
+             (["PDE atoms (lime)"] if pde is not None and "pde" in run.atoms else []) + \
+             (["particle atoms (white)"] if part is not None else [])
+    fig.suptitle(_title(run) + "\n" + ", ".join(layers), fontsize=9)
     return [_save(fig, out / "maps.png")]
 
 
