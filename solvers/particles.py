@@ -47,7 +47,7 @@ from ._memory import refuse_if_too_big
 from .atoms import CLUSTER_RULES, clusters, spread_within
 from .interaction import DEFAULT_BLOCK_BYTES, DEFAULT_TOL, SUM_METHODS, InteractionSums
 from .interrupts import at_once, graceful_stop
-from .model import Model, density_values
+from .model import Model, VonMisesFisher, density_values
 from .stepping import TABLEAUS, Integration, Progress, StepController
 
 __all__ = ["simulate_particles", "ParticleResult", "ParticleOptions", "StopRule", "initial_particles",
@@ -332,8 +332,9 @@ def initial_particles(d: int, n: int, init: str = "random", density: Callable | 
     n : int
         Number of particles.
     init : {"random", "quasi-uniform", "quadrature"}
-        "random": i.i.d. samples of density * sigma (uniform without a density; rejection sampling
-        against sigma otherwise), equal weights. "quasi-uniform" (uniform only): equispaced on S^1,
+        "random": i.i.d. samples of density * sigma (uniform without a density; Wood's exact sampler for
+        a :class:`~solvers.model.VonMisesFisher`; rejection sampling against sigma otherwise), equal
+        weights. "quasi-uniform" (uniform only): equispaced on S^1,
         Fibonacci lattice on S^2, equal weights. "quadrature" (The model §3.6; d = 2, 3): on S^1 the
         inverse-CDF image of the midpoint grid, equal weights; on S^2 the Gauss grid (n = 2 nlat^2),
         weights proportional to density x Gauss weight.
@@ -352,6 +353,11 @@ def initial_particles(d: int, n: int, init: str = "random", density: Callable | 
         rng = np.random.default_rng(seed)
         if density is None:
             return _uniform_sphere(rng, n, d), np.full(n, 1.0 / n), "random (uniform, i.i.d.)"
+        if isinstance(density, VonMisesFisher):
+            if density.d != d:
+                raise ValueError(f"the von Mises–Fisher density has d = {density.d} (mu), the particles d = {d}")
+            return (density.sample(rng, n), np.full(n, 1.0 / n),
+                    f"random (i.i.d. von Mises–Fisher samples, kappa {density.kappa:g}, by Wood's algorithm)")
         x, bound = _rejection_sample(rng, n, d, density)
         return x, np.full(n, 1.0 / n), f"random (i.i.d. samples of the density by rejection, bound {bound:.6g})"
     if init == "quasi-uniform":

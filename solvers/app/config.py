@@ -34,7 +34,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-from ..model import ATTENTIONS, FLOWS, Model
+from ..model import ATTENTIONS, FLOWS, Model, VonMisesFisher
 from ..atoms import CLUSTER_RULES
 from ..particles import INITS, INTEGRATORS, STOP_WINDOW_MIN
 from ..interaction import SUM_METHODS
@@ -283,13 +283,8 @@ def initial_density(spec: dict, d: int) -> Callable | str:
     if kind == "uniform":
         return "uniform"
     if kind == "von_mises":
-        mu = np.asarray(spec["mu"], dtype=float)
-        mu = mu / np.linalg.norm(mu)
-        kappa = float(spec["kappa"])
-
-        def von_mises(x: np.ndarray) -> np.ndarray:
-            return np.exp(kappa * (np.asarray(x) @ mu - 1.0))
-        return von_mises
+        # a density with an exact sampler: i.i.d. particles of a concentrated one without rejection
+        return VonMisesFisher(spec["mu"], float(spec["kappa"]))
     axis = np.asarray(spec.get("axis", np.eye(d)[-1 if d > 2 else 0]), dtype=float)
     axis = axis / np.linalg.norm(axis)
     degree, amplitude = int(spec["degree"]), float(spec["amplitude"])
