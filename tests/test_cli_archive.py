@@ -193,7 +193,19 @@ def test_a_run_whose_message_reader_is_gone_runs_to_its_end(tmp_path):
     # in one line
     assert "not finished" not in cli("info", cfg.with_suffix(".h5")).stdout
     d = cli("info", tmp_path)
-    assert d.returncode == 2 and d.stderr.strip().endswith("a directory, not an archive"), d.stderr
+    assert d.returncode == 2 and d.stderr.strip().endswith(
+        f"a directory, not an archive (it holds 1 archive(s), e.g. {cfg.with_suffix('.h5')})"), d.stderr
+    # a sweep's folder: its summary and its members named
+    (tmp_path / "sw").mkdir()
+    (tmp_path / "sw" / "summary.json").write_text("[]")
+    (tmp_path / "sw" / "sw_beta1.h5").write_bytes(cfg.with_suffix(".h5").read_bytes())
+    d = cli("info", tmp_path / "sw")
+    assert d.returncode == 2 and d.stderr.strip().endswith(
+        "(a sweep's folder: its summary.json has the table; each member is an archive, e.g. "
+        f"{tmp_path / 'sw' / 'sw_beta1.h5'})"), d.stderr
+    assert cli("info", tmp_path / "empty").returncode == 2
+    (tmp_path / "empty").mkdir()
+    assert cli("info", tmp_path / "empty").stderr.strip().endswith("a directory, not an archive")
     bad = cli("plot", cfg.with_suffix(".h5"), "--out", cfg)            # a file where the directory should be
     assert bad.returncode == 2 and "Traceback" not in bad.stderr and "--out" in bad.stderr, bad.stderr
 
@@ -400,7 +412,8 @@ def test_run_resume_and_info_tell_a_run_from_a_sweep_member_and_a_validate_study
     out = tmp_path / "a.h5"
     assert _run_until_signalled(cfg, out, signal.SIGINT).returncode == 130
     r = cli("info", out)
-    assert r.returncode == 0 and f"`attnpde run CONFIG --out {out} --resume` continues it" in r.stdout, r.stdout
+    # the archive's own command, made a resume
+    assert r.returncode == 0 and f"`attnpde run {cfg} --out {out} --quiet --resume` continues it" in r.stdout, r.stdout
     for command, advice, refusal in (
             ("attnpde validate c.toml --n 10,100", "`attnpde validate` does not resume", "which does not resume"),
             ("attnpde sweep (member beta = 1)", "the sweep's own command with --resume",
@@ -415,6 +428,14 @@ def test_run_resume_and_info_tell_a_run_from_a_sweep_member_and_a_validate_study
         r = cli("run", cfg, "--out", other, "--resume")
         assert r.returncode == 2 and refusal in r.stderr and "Traceback" not in r.stderr, r.stderr
         assert other.read_bytes() == before
+    # a run started with --force resumes without it; an archive without its command gets a placeholder
+    for command, hint in (("attnpde run 'my c.toml' --force --out b.h5", "`attnpde run 'my c.toml' --out b.h5 --resume`"),
+                          ("", f"`attnpde run CONFIG --out {tmp_path / 'b.h5'} --resume`")):
+        other = tmp_path / "b.h5"
+        other.write_bytes(out.read_bytes())
+        with h5py.File(other, "r+") as f:
+            f.attrs["command"] = command
+        assert hint in cli("info", other).stdout
 
 
 def test_a_ctrl_c_swallowed_before_the_run_still_stops_it(tmp_path, monkeypatch):

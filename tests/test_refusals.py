@@ -105,6 +105,8 @@ REFUSALS = [
      r"particles\.n: init='quadrature' on S\^2 .* n must be 2 nlat\^2, got n = 100 \(nearest: \[72, 98, 128\]\)"),
     ("config-stop-unknown-cluster-rule", "config", BASE + PDE + PARTICLES + '[particles.stop]\nrule = "greedy"\n',
      r"particles\.stop\.rule: must be one of"),
+    ("stop-true-not-a-table", "config", BASE + PARTICLES + "stop = true\n",
+     r"particles\.stop: must be a table, got True: write it as \[particles\.stop\] \(an empty one takes the defaults\)$"),
     ("compare-needs-both-solvers", "config", BASE + PDE + "[compare]\nmoments = 4\n",
      r"compare: needs both a \[pde\] and a \[particles\] table"),
     # the comparison is made at the common snapshot times: it would measure the initial data alone

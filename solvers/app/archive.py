@@ -1473,7 +1473,11 @@ def _open(path: str | Path, mode: str = "r") -> h5py.File:
     if not p.exists():
         raise ArchiveError(f"{p}: no such file")
     if p.is_dir():
-        raise ArchiveError(f"{p}: a directory, not an archive")
+        members = sorted(q.name for q in p.glob("*.h5"))
+        raise ArchiveError(f"{p}: a directory, not an archive" + (
+            f" (a sweep's folder: its summary.json has the table; each member is an archive, e.g. "
+            f"{p / members[0]})" if (p / "summary.json").exists() and members else
+            f" (it holds {len(members)} archive(s), e.g. {p / members[0]})" if members else ""))
     try:
         f = h5py.File(p, mode)
     except OSError as e:

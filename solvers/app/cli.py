@@ -287,10 +287,11 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--quiet", action="store_true", help="no progress bar (plain periodic lines)")
     r.set_defaults(func=cmd_run)
     i = sub.add_parser("info", help="what a run was, how it ended, its key numbers")
-    i.add_argument("archive")
+    i.add_argument("archive", help="an archive of `attnpde run`, `sweep` (a member) or `validate` (.h5, or "
+                                   ".h5.part while unfinished)")
     i.set_defaults(func=cmd_info)
     p = sub.add_parser("plot", help="PNG figures of a run")
-    p.add_argument("archive")
+    p.add_argument("archive", help="an archive of `attnpde run`, `sweep` (a member) or `validate`")
     p.add_argument("--out", help="directory for the PNGs (default: next to the archive)")
     p.set_defaults(func=cmd_plot)
     s = sub.add_parser("sweep", help="one run per beta, in parallel; table and cluster count vs sqrt(beta)")

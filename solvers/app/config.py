@@ -150,7 +150,8 @@ class Table:
 
     def check(self, path: str, v: Any) -> dict:
         if not isinstance(v, dict):
-            raise ConfigError(path, f"must be a table, got {v!r}")
+            raise ConfigError(path, f"must be a table, got {v!r}: write it as [{path}] (an empty one takes the "
+                                    "defaults)" if path else f"must be a table, got {v!r}")
         unknown = sorted(set(v) - set(self.fields))
         if unknown:
             key = unknown[0]

@@ -6,6 +6,7 @@ and a validation study render themselves (`Comparison.summary`, `ValidationResul
 """
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 import numpy as np
@@ -119,6 +120,23 @@ def _resume_points(run) -> str:
     return "; ".join(where) if where else "its last snapshot"
 
 
+def _resume_command(command: str, path: Path) -> str:
+    """The archive's own `attnpde run` command made a resume of ``path`` (--force dropped, --resume and
+    --out added); a placeholder for the configuration when the command is not recorded."""
+    try:
+        argv = shlex.split(command)
+    except ValueError:
+        argv = []
+    if argv[:2] != ["attnpde", "run"] or len(argv) < 3:
+        return f"attnpde run CONFIG --out {shlex.quote(str(path))} --resume"
+    argv = [x for x in argv if x != "--force"]
+    if "--out" not in argv and not any(x.startswith("--out=") for x in argv):
+        argv += ["--out", str(path)]
+    if "--resume" not in argv:
+        argv.append("--resume")
+    return shlex.join(argv)
+
+
 def describe(path: str | Path) -> str:
     """The text of `attnpde info`: the archive's header, then each result kind it holds."""
     run = load(path)
@@ -137,7 +155,7 @@ def describe(path: str | Path) -> str:
                        "--resume (its configuration, --beta list and --out folder) continues it from "
                        + _resume_points(run))
         else:
-            out.append(f"  not finished ({why}): `attnpde run CONFIG --out {run.path} --resume` continues it from "
+            out.append(f"  not finished ({why}): `{_resume_command(a.get('command', ''), run.path)}` continues it from "
                        + _resume_points(run))
     if a.get("libraries"):
         out.append(f"  libraries: {a['libraries']}")
