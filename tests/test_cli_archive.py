@@ -742,3 +742,15 @@ def test_sphere_maps_say_when_the_particles_are_drawn_at_another_time(tmp_path, 
     run_config(parse_config(text), tmp_path / "b.h5", log=lambda s: None, progress=False)
     plots._sphere_figures(load(tmp_path / "b.h5"), tmp_path)
     assert figs[1]._suptitle.get_text().endswith("\nparticles (cyan), particle atoms (white)")
+
+
+def test_info_says_where_the_energy_is_no_lyapunov_function():
+    """E decreases (descent) along a Wasserstein gradient flow of E only: info says so for SA, a
+    general-form perceptron and noise (free energy E - nu * entropy), and nothing for USA + gradient form."""
+    from solvers.app.info import _energy_note
+    relu = Perceptron.random(2, 2, "relu", 1.0, seed=1)
+    general = Perceptron.random(2, 2, "relu", 1.0, seed=1, general=True)
+    assert _energy_note(Model(2, 1.0, "descent", perceptron=relu)) == ""
+    assert "SA" in _energy_note(Model(2, 1.0, "descent", attention="normalized"))
+    assert "general-form" in _energy_note(Model(2, 1.0, "descent", perceptron=general))
+    assert "entropy" in _energy_note(Model(2, 1.0, "descent", noise=0.1))

@@ -73,6 +73,14 @@ def _pde_atoms_lines(pos, mass, attrs: dict, errs, position_errors=None, extents
             + _atoms_lines(pos, mass, errors=errs, position_errors=position_errors, extents=extents))
 
 
+def _energy_note(m) -> str:
+    """Why E need not be monotone in this model (empty where the flow is a gradient flow of E)."""
+    if not m.has_energy:
+        return (" (not a Lyapunov function here: " + ("SA" if m.normalized else "the general-form perceptron")
+                + " makes the flow no gradient flow of E)")
+    return " (without the entropy term of the noise: need not be monotone)" if m.noise > 0 else ""
+
+
 def describe_pde(r, atoms: dict) -> list[str]:
     """A `PDEResult`: initial data, how it ended, steps and resolution, invariants, the continuation,
     the atoms recorded at the end (``atoms`` as `RunArchive.atoms`)."""
@@ -80,7 +88,7 @@ def describe_pde(r, atoms: dict) -> list[str]:
            f"  {len(r.t)} snapshots (t = {r.t[0]:.4g} .. {r.t[-1]:.4g}), {r.step_counts()}, "
            f"resolution {int(r.degree[0])} -> {int(r.degree[-1])}, {len(r.refinements)} refinement(s), "
            + ("wall not recorded (no end)" if r.stop_reason == "killed" else f"wall {r.wall_time:.1f} s"),
-           f"  energy {r.energy[0]:.10g} -> {r.energy[-1]:.10g}; max |mass - 1| = "
+           f"  energy {r.energy[0]:.10g} -> {r.energy[-1]:.10g}{_energy_note(r.model)}; max |mass - 1| = "
            f"{np.max(np.abs(r.mass - 1)):.2e}; min rho (last) {r.min_density[-1]:.3g}; "
            f"spectral tail (last) {r.tail[-1]:.2e}"]
     if r.lagrangian is not None:
