@@ -74,8 +74,7 @@ RESOLUTION = 2.0 ** -36
 
 
 class Atoms:
-    """Positions (k, d) unit vectors and masses (k,), heaviest first. Unpacks and indexes as the pair
-    (positions, masses)."""
+    """Positions (k, d) unit vectors and masses (k,), heaviest first. Iterable as (positions, masses)."""
 
     def __init__(self, positions: np.ndarray, masses: np.ndarray) -> None:
         order = np.argsort(-np.asarray(masses), kind="stable")
@@ -85,10 +84,6 @@ class Atoms:
 
     def __iter__(self):
         return iter((self.positions, self.masses))
-
-    def __getitem__(self, i):
-        """``atoms[0]`` the positions, ``atoms[1]`` the masses (as the pair it unpacks to)."""
-        return (self.positions, self.masses)[i]
 
     def __len__(self) -> int:
         return len(self.masses)

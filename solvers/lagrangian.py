@@ -37,13 +37,15 @@ show up as nodes that coincide.
 - Stop "stationary": max_j |v(x_j)| <= ``drift_tol`` over the nodes (all carry mass); else "t_final".
 - Atoms of a node measure (:func:`node_atoms`): groups of nodes within ``atom_radius`` of each other
   (single linkage) that hold at least two initial nodes and have a node within ``atom_radius`` of their
-  centre (the normalised weighted mean, which is the atom's position); the rest is the *diffuse part*
-  (mass that has not collapsed: in descent with a ReLU perceptron, the dead zone, where every unit is
-  off, keeps a share of the mass that spreads slowly and never collapses). The centre condition leaves
-  out a ring of nodes closing in on a point (data symmetric about an axis on S^2): its mean is the
-  ring's axis, where it has no mass. An atom's ``extent`` is the largest distance of its nodes from its
-  centre: a group still contracting along a curve (a chain of linked nodes, common on S^1 at t_final)
-  is an atom whose extent says how far it is from a point. ``atom_radius`` defaults to a tenth of the initial
+  centre (the normalised weighted mean, which is the atom's position; its resultant length at least
+  1/2); the rest is the *diffuse part* (mass that has not collapsed: in descent with a ReLU perceptron,
+  the dead zone, where every unit is off, keeps a share of the mass that spreads slowly and never
+  collapses). The centre condition leaves out groups whose mean is not where their mass is: a ring of
+  nodes closing in on a point (data symmetric about an axis on S^2; its mean is the ring's axis), a
+  strongly bent chain, a group around a great circle. An atom's ``extent`` is the largest distance of
+  its nodes from its centre: a group still contracting along a straight or gently bent chain of linked
+  nodes (common on S^1 at t_final, where a chain is never left out) is an atom whose extent says how far
+  it is from a point. ``atom_radius`` defaults to a tenth of the initial
   node spacing (``space.node_spacing``: 2 pi / N on S^1, sqrt(4 pi / N) on S^2): nodes that never
   compressed stay farther apart.
 - Error estimate (:func:`estimate_atoms`): the same continuation from the same handoff state with twice
@@ -148,7 +150,12 @@ def node_atoms(nodes: Nodes, radius: float) -> NodeAtoms:
     extents, nearest = np.zeros(k), np.full(k, np.inf)
     np.maximum.at(extents, labels, gap)
     np.minimum.at(nearest, labels, gap)
-    atom = (counts >= 2) & (nearest <= radius)
+    # the mean resultant length: near 0 for a group around a whole great circle, whose normalised mean is a
+    # round-off direction (which may even fall on one of its nodes)
+    total = np.zeros((k, d))
+    np.add.at(total, labels, w[:, None] * x)
+    resultant = np.divide(np.linalg.norm(total, axis=1), masses, out=np.zeros(k), where=masses > 0)
+    atom = (counts >= 2) & (nearest <= radius) & (resultant >= 0.5)
     return NodeAtoms(centres[atom], masses[atom], counts[atom], float(masses[~atom].sum()), radius, extents[atom])
 
 

@@ -83,20 +83,26 @@ class VonMisesFisher:
         (acceptance above 0.6 for every kappa and d), then a uniform direction orthogonal to mu."""
         d, k = self.d, self.kappa
         q = d - 1.0
-        # b = (-2 kappa + sqrt(4 kappa^2 + q^2)) / q, written without the cancellation at large kappa
-        b = q / (2.0 * k + math.sqrt(4.0 * k * k + q * q))
+        # b = (-2 kappa + sqrt(4 kappa^2 + q^2)) / q, written without the cancellation at large kappa; the
+        # acceptance test kappa (w - x0) + q log((1 - x0 w) / (1 - x0^2)) >= log u with x0 = (1 - b) / (1 + b)
+        # is written in 1 - x0 and 1 - w, which keep their digits when both round to 1 (kappa up to 1e300)
+        r = (q / 2.0) / k if k > q / 2.0 else None
+        b = q / (2.0 * k + math.hypot(2.0 * k, q)) if r is None else r / (1.0 + math.hypot(1.0, r))
         x0 = (1.0 - b) / (1.0 + b)
-        c = k * x0 + q * math.log1p(-x0 * x0)
+        one_minus_x0 = 2.0 * b / (1.0 + b)
+        log_1_x0sq = math.log(4.0 * b) - 2.0 * math.log1p(b)            # log(1 - x0^2)
         w, one_minus_w, have = np.empty(n), np.empty(n), 0
         while have < n:
             m = max(64, int(1.7 * (n - have)))
             z = rng.beta(q / 2.0, q / 2.0, m)
             den = 1.0 - (1.0 - b) * z
             wc = (1.0 - (1.0 + b) * z) / den
-            ok = k * wc + q * np.log1p(-x0 * wc) - c >= np.log(rng.uniform(size=m))
+            omw = 2.0 * b * z / den                                        # 1 - w
+            lhs = k * (one_minus_x0 - omw) + q * (np.log(one_minus_x0 + x0 * omw) - log_1_x0sq)
+            ok = lhs >= np.log(rng.uniform(size=m))
             take = min(int(ok.sum()), n - have)
             w[have:have + take] = wc[ok][:take]
-            one_minus_w[have:have + take] = (2.0 * b * z / den)[ok][:take]     # 1 - w, exact near w = 1
+            one_minus_w[have:have + take] = omw[ok][:take]
             have += take
         v = rng.standard_normal((n, d - 1))
         v /= np.linalg.norm(v, axis=1, keepdims=True)

@@ -413,7 +413,7 @@ def test_run_resume_and_info_tell_a_run_from_a_sweep_member_and_a_validate_study
     assert _run_until_signalled(cfg, out, signal.SIGINT).returncode == 130
     r = cli("info", out)
     # the archive's own command, made a resume
-    assert r.returncode == 0 and f"`attnpde run {cfg} --out {out} --quiet --resume` continues it" in r.stdout, r.stdout
+    assert r.returncode == 0 and f"`attnpde run {cfg} --quiet --out {out} --resume` continues it" in r.stdout, r.stdout
     for command, advice, refusal in (
             ("attnpde validate c.toml --n 10,100", "`attnpde validate` does not resume", "which does not resume"),
             ("attnpde sweep (member beta = 1)", "the sweep's own command with --resume",
@@ -428,8 +428,10 @@ def test_run_resume_and_info_tell_a_run_from_a_sweep_member_and_a_validate_study
         r = cli("run", cfg, "--out", other, "--resume")
         assert r.returncode == 2 and refusal in r.stderr and "Traceback" not in r.stderr, r.stderr
         assert other.read_bytes() == before
-    # a run started with --force resumes without it; an archive without its command gets a placeholder
-    for command, hint in (("attnpde run 'my c.toml' --force --out b.h5", "`attnpde run 'my c.toml' --out b.h5 --resume`"),
+    # a run started with --force (or a prefix argparse takes for it) resumes without it, at the path info was
+    # given (the archive moved); an archive without its command gets a placeholder
+    for command, hint in (("attnpde run 'my c.toml' --forc --out old/b.h5",
+                           f"`attnpde run 'my c.toml' --out {tmp_path / 'b.h5'} --resume`"),
                           ("", f"`attnpde run CONFIG --out {tmp_path / 'b.h5'} --resume`")):
         other = tmp_path / "b.h5"
         other.write_bytes(out.read_bytes())

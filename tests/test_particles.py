@@ -412,3 +412,21 @@ def test_von_mises_fisher_samples_follow_the_law(d, kappa):
     assert abs(w.mean() - mean) <= 5 * w.std() / math.sqrt(len(w))
     ortho = x - np.outer(w, law.mu)
     assert np.abs(ortho.mean(axis=0)).max() <= 5 * math.sqrt((1 - np.mean(w * w)) / d / len(w)) + 1e-12
+
+
+@pytest.mark.parametrize("d", [2, 3, 5])
+def test_von_mises_fisher_samples_at_extreme_concentrations(d):
+    """kappa -> infinity: 1 - <x, mu> has mean (d - 1) / (2 kappa) (the Bessel ratio's expansion), kept at
+    kappa = 1e8; at kappa = 1e300 every sample is mu to round-off (the acceptance test, written in 1 - w,
+    no longer meets log(0) and loops); kappa = 0 is uniform."""
+    from solvers.model import VonMisesFisher
+
+    rng = np.random.default_rng(5)
+    law = VonMisesFisher(-np.eye(d)[-1], 1e8)                 # mu = -e_d: the reflection of a full vector
+    x = law.sample(rng, 20000)
+    gap = 1.0 - x @ law.mu
+    assert abs(gap.mean() / ((d - 1) / 2e8) - 1.0) <= 5 * gap.std() / gap.mean() / math.sqrt(len(gap)) + 1e-6
+    x = VonMisesFisher(np.ones(d), 1e300).sample(rng, 1000)
+    assert np.all(np.isfinite(x)) and np.abs(x - np.ones(d) / math.sqrt(d)).max() <= 1e-15
+    w = VonMisesFisher(np.ones(d), 0.0).sample(rng, 20000) @ (np.ones(d) / math.sqrt(d))
+    assert abs(w.mean()) <= 5 * w.std() / math.sqrt(len(w))

@@ -107,6 +107,7 @@ REFUSALS = [
      r"particles\.stop\.rule: must be one of"),
     ("stop-true-not-a-table", "config", BASE + PARTICLES + "stop = true\n",
      r"particles\.stop: must be a table, got True: write it as \[particles\.stop\] \(an empty one takes the defaults\)$"),
+    ("pde-true-not-a-table", "config", "pde = true\n" + BASE, r"^pde: must be a table, got True$"),
     ("compare-needs-both-solvers", "config", BASE + PDE + "[compare]\nmoments = 4\n",
      r"compare: needs both a \[pde\] and a \[particles\] table"),
     # the comparison is made at the common snapshot times: it would measure the initial data alone
@@ -393,6 +394,7 @@ def test_sweep_resume_skips_finished_members(tmp_path):
     "[particles]\nn = 10\nt_final = 1.0\nsave_every = 0.25\n",         # every second one in common
     "[particles]\nn = 10\nt_final = 1.0\n",                             # t_final in common
     "[particles]\nn = 10\nt_final = 3.0\ndt = 0.05\n[particles.stop]\nwindow = 3\n",   # 0.5 = 10 dt, the default
+    "[particles]\nn = 10\nt_final = 3.0\ndt = 0.05\n[particles.stop]\n",     # an empty one: the default rule
 ])
 def test_a_comparison_with_common_times_after_t0_is_accepted(particles):
     """The refusal above only where no snapshot time after t = 0 is shared (1e-9 relative, as compare)."""

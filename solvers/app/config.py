@@ -150,8 +150,9 @@ class Table:
 
     def check(self, path: str, v: Any) -> dict:
         if not isinstance(v, dict):
-            raise ConfigError(path, f"must be a table, got {v!r}: write it as [{path}] (an empty one takes the "
-                                    "defaults)" if path else f"must be a table, got {v!r}")
+            # the hint only where it holds: a table without required keys takes its defaults when empty
+            raise ConfigError(path, f"must be a table, got {v!r}" + (
+                f": write it as [{path}] (an empty one takes the defaults)" if path and not self.required else ""))
         unknown = sorted(set(v) - set(self.fields))
         if unknown:
             key = unknown[0]
@@ -397,7 +398,8 @@ def _check_common_times(pde: dict, particles: dict) -> None:
     from ..particles import DEFAULT_DT
 
     stop = particles.get("stop")
-    every = 10.0 * particles.get("dt", DEFAULT_DT) if stop else None   # the particle solver's default with a stop rule
+    # the particle solver's default with a stop rule (an empty [particles.stop] is the default rule)
+    every = 10.0 * particles.get("dt", DEFAULT_DT) if stop is not None else None
     tp, tq = _snapshot_times(pde, None), _snapshot_times(particles, every)
     if tp is None or tq is None:
         return

@@ -66,8 +66,10 @@ def _pde_atoms_lines(pos, mass, attrs: dict, errs, position_errors=None, extents
            else ", no error estimate yet (its rerun was interrupted: a resume runs it)"
            if attrs.get("error_estimate") == "interrupted"
            else ", no error estimate (error_estimate = false, or the run did not end)")
-    return ([f"  atoms: {len(mass)} node groups (nodes linked within {attrs['radius']:.2g} rad, >= 2 initial "
-             f"nodes, one within {attrs['radius']:.2g} rad of the centre; mass >= 0.01: {heavy}), total mass "
+    # archives before extents grouped without the centre condition (lagrangian.node_atoms)
+    rule = (f"nodes linked within {attrs['radius']:.2g} rad, >= 2 initial nodes" +
+            (f", one within {attrs['radius']:.2g} rad of the centre" if extents is not None else ""))
+    return ([f"  atoms: {len(mass)} node groups ({rule}; mass >= 0.01: {heavy}), total mass "
              f"{np.sum(mass):.4f}; diffuse mass "
              f"{attrs['diffuse']:.4f}" + (f" ± {attrs['diffuse_error']:.1e}" if errs is not None else "") + est]
             + _atoms_lines(pos, mass, errors=errs, position_errors=position_errors, extents=extents))
@@ -129,20 +131,28 @@ def _resume_points(run) -> str:
 
 
 def _resume_command(command: str, path: Path) -> str:
-    """The archive's own `attnpde run` command made a resume of ``path`` (--force dropped, --resume and
-    --out added); a placeholder for the configuration when the command is not recorded."""
+    """The archive's own `attnpde run` command made a resume of ``path``, the archive as info was given it
+    (its --out and --force, also abbreviated, dropped; --out path and --resume added); a placeholder for
+    the configuration when the command is not recorded."""
     try:
         argv = shlex.split(command)
     except ValueError:
         argv = []
     if argv[:2] != ["attnpde", "run"] or len(argv) < 3:
         return f"attnpde run CONFIG --out {shlex.quote(str(path))} --resume"
-    argv = [x for x in argv if x != "--force"]
-    if "--out" not in argv and not any(x.startswith("--out=") for x in argv):
-        argv += ["--out", str(path)]
-    if "--resume" not in argv:
-        argv.append("--resume")
-    return shlex.join(argv)
+    kept, skip = [], False
+    for x in argv:
+        name = x.split("=", 1)[0]
+        # the option an argument names: argparse takes any unambiguous prefix of a long option
+        option = next((o for o in ("--out", "--force", "--resume") if x.startswith("--") and len(name) > 2
+                       and o.startswith(name)), None)
+        if skip:
+            skip = False
+        elif option is None:
+            kept.append(x)
+        else:
+            skip = option == "--out" and "=" not in x          # its value follows
+    return shlex.join(kept + ["--out", str(path), "--resume"])
 
 
 def describe(path: str | Path) -> str:
