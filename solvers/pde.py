@@ -302,10 +302,12 @@ class PDEResult:
         mass frozen on a plateau beyond a dip is not counted.
         ``method="level"``: the connected components of {rho >= threshold}, with the mass above the
         level set only. Positions are normalised rho-weighted mean directions.
-        ``smoothing``: peaks, basins and levels are found on rho smoothed by the heat kernel at this
-        angular scale ("auto": for the basin method about two wavelengths of the highest resolved
-        mode — Gibbs oscillations beside a jump are not atoms —, for the level method none; None:
-        rho itself); masses are those of rho.
+        ``smoothing``: peaks, basins, levels and the threshold test are those of rho smoothed by the heat
+        kernel at this angular scale ("auto": for the basin method about two wavelengths of the highest
+        resolved mode — Gibbs oscillations beside a jump are not atoms —, for the level method none;
+        None: rho itself); masses are those of rho. A peak narrower than the smoothing scale is lowered
+        by it and may fall below the threshold: its basin's mass is then outside the atoms (the summary
+        gives that mass); ``smoothing=None`` tests rho itself.
         """
         i = self._index(i)
         nodes = self.node_measure(i)
@@ -362,7 +364,8 @@ class PDEResult:
         elif len(atoms):
             lines.append(f"  atoms (rho >= 10): {len(atoms)}, masses "
                          + ", ".join(f"{w:.4f}" for w in atoms.masses[:12])
-                         + (" ..." if len(atoms) > 12 else ""))
+                         + (" ..." if len(atoms) > 12 else "")
+                         + f"; outside their basins {max(0.0, 1.0 - float(np.sum(atoms.masses))):.4f}")
         else:
             lines.append("  atoms (rho >= 10): none")
         return "\n".join(lines)

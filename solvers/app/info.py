@@ -61,7 +61,8 @@ def _continuation_lines(r) -> list[str]:
 def _pde_atoms_lines(pos, mass, attrs: dict, errs, position_errors=None, extents=None) -> list[str]:
     heavy = int(np.sum(mass >= 0.01))
     if attrs.get("kind") != "node groups":
-        return [f"  atoms: {len(mass)} (mass >= 0.01: {heavy}), total mass {np.sum(mass):.4f}"] + _atoms_lines(pos, mass)
+        return [f"  atoms: {len(mass)} (mass >= 0.01: {heavy}), total mass {np.sum(mass):.4f}; outside their "
+                f"basins {max(0.0, 1.0 - float(np.sum(mass))):.4f}"] + _atoms_lines(pos, mass)
     est = (f", error estimate from the rerun with {int(attrs['check_nodes'])} nodes" if errs is not None
            else ", no error estimate yet (its rerun was interrupted: a resume runs it)"
            if attrs.get("error_estimate") == "interrupted"
