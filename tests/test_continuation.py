@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from solvers import Model, Perceptron, solve_pde
-from solvers.lagrangian import Nodes, handoff_nodes, node_atoms
+from solvers.lagrangian import NodeAtoms, Nodes, estimate_atoms, handoff_nodes, node_atoms
 from solvers.pde_circle import CircleSpace
 from solvers.pde_sphere import SphereSpace
 from spectral import sphere
@@ -54,8 +54,8 @@ def test_three_fold_perturbation_collapses_into_three_equal_atoms():
     assert np.allclose(a.masses, 1 / 3, atol=1e-12)
     ang = np.sort(np.mod(np.arctan2(a.positions[:, 1], a.positions[:, 0]) + 0.1, 2 * np.pi) - 0.1)
     assert np.allclose(ang, [0.0, 2 * np.pi / 3, 4 * np.pi / 3], atol=1e-9)
-    # the error estimate (6144 nodes) agrees to its floor, the weight of one node
-    assert a.check_nodes == 6144 and np.all(a.mass_errors <= 1 / 3072 + 1e-15)
+    # the error estimate (6144 nodes) agrees to its floor, the weight of one node at each end of an arc
+    assert a.check_nodes == 6144 and np.all(a.mass_errors <= 2 / 3072 + 1e-15)
     # mass: the weights always sum to 1; the energy of the ascent grows at every snapshot
     lag = [i for i, n in enumerate(r.nodes) if n is not None]
     assert np.allclose(r.mass[lag], 1.0, atol=1e-13)
@@ -238,3 +238,19 @@ def test_an_interrupt_in_the_node_phase_reports_the_time_reached_and_the_restart
     assert 1.2 < r.t_stop < 2.0, (r.t_stop, r.message)
     assert r.t[-1] == 1.0 and r.message.endswith("a resume continues from the last snapshot, at t = 1 (or from "
                                                  "the archive's checkpoint, if later)"), r.message
+
+
+@pytest.mark.parametrize("order, ratio", [(1.0, 2.0), (0.5, 2.0), (0.5, 2.25)])
+def test_the_error_estimate_is_exact_for_a_quantity_converging_at_its_order(order, ratio):
+    """Richardson: masses m + C N^-order at N and ratio N nodes, positions off by D N^-order: the estimate
+    from the two runs is the error at N itself (the difference alone is short of it by 1 - ratio^-order)."""
+    N, C, D = 4096, 3.0, 2.0
+    m, theta = np.array([0.6, 0.3]), np.array([0.5, 2.5])
+    def atoms(n):
+        off = n ** -order
+        pos = np.stack([np.cos(theta + D * off), np.sin(theta + D * off)], axis=1)
+        return NodeAtoms(pos, m + C * off, np.array([10, 10]), 0.1 - 2 * C * off, 1e-4)
+    est = estimate_atoms(atoms(N), atoms(ratio * N), int(ratio * N), ratio=ratio, order=order)
+    assert np.allclose(est.mass_errors, C * N ** -order, rtol=1e-9)
+    assert np.allclose(est.position_errors, D * N ** -order, rtol=1e-6)
+    assert est.diffuse_error == pytest.approx(2 * C * N ** -order, rel=1e-9)
