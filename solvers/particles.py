@@ -567,6 +567,8 @@ def prepare_particles(model: Model, n: int | None = None, x0: np.ndarray | None 
         Initial density w.r.t. sigma for "random" / "quadrature" (default uniform).
     seed : int
         Seeds the initial sampling and the noise (independent streams spawned from one SeedSequence).
+        None draws one from the operating system's entropy, recorded as the result's ``seed`` (so the
+        run can be repeated).
     integrator : {"euler", "rk4", "adaptive"}
     dt : float, optional
         Step of "euler" / "rk4" (default 0.1, the reference experiments'); first step of "adaptive".
@@ -598,6 +600,11 @@ def prepare_particles(model: Model, n: int | None = None, x0: np.ndarray | None 
     t_final = _check_time("t_final", t_final)
     dt = _check_time("dt", dt)
     save_every = _check_time("save_every", save_every)
+    if seed is None:
+        # every random choice has a seed on record: an unseeded run gets one, kept in its result
+        seed = int(np.random.SeedSequence().entropy)
+    elif not check.is_integer(seed) or seed < 0:
+        raise ValueError(f"seed must be an integer >= 0 or None, got {seed!r}")
     rule = StopRule.from_arg(stop)
     if t_final is None and rule is None:
         raise ValueError("give t_final, or a stopping rule (stop=True) to run until convergence")

@@ -430,3 +430,16 @@ def test_von_mises_fisher_samples_at_extreme_concentrations(d):
     assert np.all(np.isfinite(x)) and np.abs(x - np.ones(d) / math.sqrt(d)).max() <= 1e-15
     w = VonMisesFisher(np.ones(d), 0.0).sample(rng, 20000) @ (np.ones(d) / math.sqrt(d))
     assert abs(w.mean()) <= 5 * w.std() / math.sqrt(len(w))
+
+
+def test_an_unseeded_run_records_the_seed_it_drew():
+    """seed=None draws a seed from the system's entropy and records it: the run repeats from its result
+    (it recorded None, and the draw was lost); a seed that is no integer >= 0 is refused."""
+    m = Model(3, 1.0, "ascent", noise=0.1)
+    r = simulate_particles(m, 20, t_final=0.2, seed=None, save_every=0.1)
+    assert isinstance(r.seed, int) and r.seed >= 0
+    again = simulate_particles(m, 20, t_final=0.2, seed=r.seed, save_every=0.1)
+    assert np.array_equal(r.x, again.x)
+    for bad in (-1, 1.5, "3"):
+        with pytest.raises(ValueError, match="seed must be an integer >= 0 or None"):
+            simulate_particles(m, 20, t_final=0.2, seed=bad)
