@@ -744,6 +744,9 @@ def test_sphere_maps_say_when_the_particles_are_drawn_at_another_time(tmp_path, 
     run_config(parse_config(text), tmp_path / "b.h5", log=lambda s: None, progress=False)
     plots._sphere_figures(load(tmp_path / "b.h5"), tmp_path)
     assert figs[1]._suptitle.get_text().endswith("\nparticles (cyan), particle atoms (white)")
+    import matplotlib.pyplot as plt
+    for fig in figs:                     # _save would have closed them: no Mollweide axes left current
+        plt.close(fig)
 
 
 def test_info_says_where_the_energy_is_no_lyapunov_function():

@@ -165,6 +165,7 @@ def test_sphere_density_on_lat_lon(archives, tmp_path):
         np.testing.assert_array_equal(l * (l + 1) // 2 + m, np.arange(ds.sizes["mode"]))
         c00 = ds.coeffs.where((ds.l == 0) & (ds.m == 0), drop=True).values.ravel()
         np.testing.assert_allclose(c00.real, np.sqrt(4 * np.pi), rtol=1e-12)     # the mass
+        plt.figure()                          # its own axes, whatever an earlier test left current
         ds.density.isel(t=-1).plot()
         ax = plt.gca()
         assert ax.get_xlabel().startswith("lon") and ax.get_ylabel().startswith("lat")
