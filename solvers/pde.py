@@ -476,7 +476,9 @@ def solve_pde(model: Model, t_final: float, degree: int, initial="uniform", save
         Initial resolution: number of Fourier modes K on S^1; maximal harmonic degree L on S^2.
     initial : "uniform", callable or array
         "uniform" (rho = 1); a callable taking unit vectors (n, d) and returning density values
-        (normalised to mass 1; the resolution is raised until its tail is below ``tail_tol``);
+        (normalised to mass 1; the resolution is raised until its tail is below ``tail_tol``; it is
+        sampled on a grid of a few times the resolution's points, so a feature narrower than their
+        spacing can fall between them unseen: start at a ``degree`` that resolves it);
         or canonical coefficients (mass coefficient exactly that of a probability density).
     save_every : float, optional
         Snapshot interval (time units); the step sequence lands exactly on every snapshot time.
