@@ -45,8 +45,8 @@ import numpy as np
 
 from spectral.multipliers import kernel_bandwidth, zonal_multipliers
 
-__all__ = ["terminal_atoms", "Comparison", "ValidationResult", "METRICS", "compare", "circle_w1", "circle_w1_points",
-           "concentration", "concentration_statement", "common_atoms", "measure_atoms", "smoothed"]
+__all__ = ["terminal_atoms", "Comparison", "ValidationResult", "METRICS", "compare", "common_times", "circle_w1",
+           "circle_w1_points", "concentration", "concentration_statement", "common_atoms", "measure_atoms", "smoothed"]
 
 
 @dataclass
@@ -130,15 +130,18 @@ class ValidationResult:
     path: Path | None = None
 
 
-def _common_times(tp: np.ndarray, tq: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Indices (i, j) with tp[i] == tq[j] up to 1e-9 relative."""
-    ii, jj = [], []
-    for i, t in enumerate(tp):
-        j = int(np.argmin(np.abs(tq - t)))
-        if abs(tq[j] - t) <= 1e-9 * max(1.0, abs(t)):
-            ii.append(i)
-            jj.append(j)
-    return np.array(ii, dtype=int), np.array(jj, dtype=int)
+def common_times(tp: np.ndarray, tq: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Indices (i, j) with tp[i] == tq[j] up to 1e-9 relative (max(1, |t|)), j the nearest of the ascending
+    times ``tq`` (the earlier of two as near): the times two runs are compared at (``compare``, and the
+    configuration's check of a [compare] before either runs)."""
+    tp, tq = np.asarray(tp, dtype=float), np.asarray(tq, dtype=float)
+    if tp.size == 0 or tq.size == 0:
+        return np.zeros(0, dtype=int), np.zeros(0, dtype=int)
+    hi = np.clip(np.searchsorted(tq, tp), 0, tq.size - 1)
+    lo = np.maximum(hi - 1, 0)
+    j = np.where(np.abs(tq[lo] - tp) <= np.abs(tq[hi] - tp), lo, hi)
+    i = np.nonzero(np.abs(tq[j] - tp) <= 1e-9 * np.maximum(1.0, np.abs(tp)))[0]
+    return i, j[i]
 
 
 def circle_w1(c: np.ndarray, theta: np.ndarray, w: np.ndarray, npoints: int | None = None) -> float:
@@ -280,7 +283,7 @@ def compare(pde, particles, *, moments: int = 8, mmd_beta: float = 4.0, atom_thr
     if particles.x.shape[-1] != model.d:
         raise ValueError("the PDE and the particles live on spheres of different dimensions")
     space = space_for(model.d)[1]
-    ip, iq = _common_times(np.asarray(pde.t), np.asarray(particles.t))
+    ip, iq = common_times(pde.t, particles.t)
     if ip.size == 0:
         raise ValueError("the PDE and particle runs share no snapshot time: save both at the same times "
                          "(same save_every, and a particle dt that divides it)")

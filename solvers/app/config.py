@@ -393,8 +393,8 @@ def _snapshot_times(table: dict, default_every: float | None) -> np.ndarray | No
 
 def _check_common_times(pde: dict, particles: dict) -> None:
     """Refuse a [compare] whose solvers share no snapshot time after t = 0: the comparison is made at the
-    common times only (1e-9 relative, as ``comparison.compare`` matches them) and would measure the
-    initial data alone."""
+    common times only (``comparison.common_times``) and would measure the initial data alone."""
+    from ..comparison import common_times
     from ..particles import DEFAULT_DT
 
     stop = particles.get("stop")
@@ -403,10 +403,7 @@ def _check_common_times(pde: dict, particles: dict) -> None:
     tp, tq = _snapshot_times(pde, None), _snapshot_times(particles, every)
     if tp is None or tq is None:
         return
-    tp = tp[(tp > 0) & (tp <= tq[-1] * (1 + 1e-9))]
-    j = np.clip(np.searchsorted(tq, tp), 1, len(tq) - 1)
-    near = np.minimum(np.abs(tq[j] - tp), np.abs(tq[j - 1] - tp))
-    if not np.any(near <= 1e-9 * np.maximum(1.0, tp)):
+    if not len(common_times(tp[tp > 0], tq)[0]):
         def schedule(table: dict, default: float | None) -> str:
             if "save_every" in table or default is not None:
                 return (f"save_every = {table.get('save_every', default):g}"

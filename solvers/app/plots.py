@@ -243,6 +243,8 @@ def _lonlat(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _sphere_figures(run, out: Path) -> list[Path]:
+    from ..comparison import common_times
+
     plt = _plt()
     from matplotlib.colors import LogNorm
     pde, part = run.pde, run.particles
@@ -274,7 +276,7 @@ def _sphere_figures(run, out: Path) -> list[Path]:
             k = _nearest(part.t, t)
             plon, plat = _lonlat(part.x[k])
             ax.scatter(plon, plat, s=2, c="cyan", alpha=0.5, lw=0)
-            if abs(part.t[k] - t) > 1e-9 * max(1.0, abs(t)):
+            if not len(common_times([t], part.t[k:k + 1])[0]):
                 # the particles have no snapshot at t (other save_every, or they stopped earlier): say which
                 title += f", particles at t = {part.t[k]:.4g}"
         if i == idx[-1]:
