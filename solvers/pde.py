@@ -319,14 +319,12 @@ class PDEResult:
                 fine = lagrangian.Nodes(np.asarray(check["x"]), np.asarray(check["w"]), np.asarray(check["count"]))
                 n2 = int(check["initial_nodes"])
                 ratio = n2 / float(self.lagrangian["handoff"]["nodes"])
-                # the grouping radius scales with the node spacing; on S^1 an atom's basin is an arc, each of
-                # its two ends known to within one node (the floor); the order of the node quadrature
-                # of a basin is N^-1/(d-1) (lagrangian module docstring)
-                ends = 2.0 if self.model.d == 2 else 1.0
+                # the grouping radius scales with the node spacing; the order of the node quadrature of a
+                # basin is N^-1/(d-1) (lagrangian module docstring)
                 atoms = lagrangian.estimate_atoms(
                     atoms, lagrangian.node_atoms(fine, radius / ratio ** (1.0 / (self.model.d - 1))), n2,
-                    floor=ends * float(self.lagrangian["handoff"].get("max_weight", 0.0)), ratio=ratio,
-                    order=1.0 / (self.model.d - 1))
+                    floor=self.space.basin_floor_nodes * float(self.lagrangian["handoff"].get("max_weight", 0.0)),
+                    ratio=ratio, order=1.0 / (self.model.d - 1))
             return atoms.heavy(min_mass) if min_mass > 0 else atoms
         return self.space.atoms(self.coefficients(i), threshold=threshold, method=method, min_mass=min_mass,
                                 smoothing=smoothing, prominence=prominence)

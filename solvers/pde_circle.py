@@ -37,6 +37,7 @@ class CircleSpace:
     default_max_degree = 1 << 16
     default_handoff_degree = 1024       # the continuation's largest Eulerian resolution
     default_nodes = 4096                # the continuation's nodes: four per mode at the handoff degree
+    basin_floor_nodes = 2               # an atom's basin is an arc: each end known to within one node
     default_particle_degree = 512       # modes of a particle measure's coefficients (comparison)
     has_cdf = True
     default_output_points = 1024

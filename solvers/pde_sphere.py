@@ -68,6 +68,7 @@ class SphereSpace:
     #: the continuation's nodes: the Gauss grid 64 x 128 (a velocity evaluation of 8192 nodes at beta = 9 costs
     #: 0.04 s here, of 32768 nodes, nlat = L + 1 at L = 127, 0.17 s)
     default_nodes = 8192
+    basin_floor_nodes = 1               # one node's weight; the rerun's extrapolation covers the boundary curve
     default_particle_degree = 255       # degree of a particle measure's coefficients (comparison)
     has_cdf = False
     default_output_points = 96

@@ -42,6 +42,7 @@ class Space(Protocol):
     default_handoff_degree: int    #: the continuation's largest Eulerian resolution
     default_output_points: int     #: output grid size (S^1 points; S^2 latitudes of an n x 2n grid)
     default_nodes: int             #: node count of the continuation
+    basin_floor_nodes: int         #: node weights an atom's mass is known to within (its basin's ends)
     default_particle_degree: int   #: resolution of a particle measure's coefficients (comparison)
     mass_coefficient: float        #: c_0 of the uniform probability density
     sigma_factor: float            #: ∫ f g dsigma = sigma_factor sum multiplicity Re(f conj g)
