@@ -358,6 +358,8 @@ def _run_pde(config: RunConfig, writer: ArchiveWriter, resume: bool, progress, l
     args, kw = _pde_arguments(config)
     degree, t_final, save_every, initial = args["degree"], args["t_final"], args["save_every"], args["initial"]
     restart = writer.truncate_to_restart("pde") if resume else None
+    if restart is not None or prepared is None:
+        prepared = prepare_pde(config.model, **args, restart=restart, **kw)
     if restart is None:
         space = space_for(config.model.d)[1]
         opts = PDEOptions.from_kwargs(kw)
@@ -369,7 +371,7 @@ def _run_pde(config: RunConfig, writer: ArchiveWriter, resume: bool, progress, l
             + f"; the state is kept every {_checkpoint_interval(config):g} s (checkpoint_interval)"
             + ("; past a handoff to the node continuation, the continuation runs a second time with twice the "
                "nodes for the atoms' error bars (error_estimate = false skips it)"
-               if config.model.noise == 0 and opts.continuation != "none" and opts.error_estimate else ""))
+               if prepared.continues and prepared.opts.error_estimate else ""))
     else:
         log(f"[pde] resuming from {_resume_point(restart)} (degree {restart['degree']})")
     bar = progress_for("pde", t_final, float(restart["t"]) if restart else 0.0, progress, log)
@@ -382,8 +384,6 @@ def _run_pde(config: RunConfig, writer: ArchiveWriter, resume: bool, progress, l
         with deferred_interrupt():
             writer.pde_checkpoint(cp)
 
-    if restart is not None or prepared is None:
-        prepared = prepare_pde(config.model, **args, restart=restart, **kw)
     result = prepared.run(progress=bar, callback=snapshot, checkpoint=checkpoint,
                           checkpoint_every=_checkpoint_interval(config))
     with deferred_interrupt():
