@@ -122,3 +122,20 @@ def test_the_modules_import_each_other_without_a_circle():
         if name not in state:
             found = circle_from(name, [])
             assert found is None, " -> ".join(found)
+
+
+def test_the_command_starts_without_dask_array_pandas_or_xarray():
+    """The run layer's import (what ``attnpde run`` loads) brings in none of dask.array, xarray, pandas:
+    pyfftw would import them through its dask interface whenever dask is installed (~1 s at every process
+    start, spectral.fourier._import_pyfftw), and dask.array.fft still imports afterwards."""
+    import subprocess
+    import sys
+    code = ("import sys, solvers.app.runner, solvers.app.cli\n"
+            "heavy = sorted(m for m in ('dask.array', 'xarray', 'pandas') if m in sys.modules)\n"
+            "print(','.join(heavy))\n"
+            "import importlib.util\n"
+            "if importlib.util.find_spec('dask') is not None:\n"
+            "    import dask.array.fft\n"
+            "    assert callable(dask.array.fft.fft)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
+    assert out.stdout.strip() == ""
