@@ -291,6 +291,8 @@ REFUSALS = [
      r"^the restart state is at t = 1 >= t_final = 1: nothing to run"),
     ("pde-restart-other-settings", "api", lambda: _restart(t_final=2.0, save_every=0.3),
      r"belongs to a run with other settings \(save_every: 0\.5 -> 0\.3\)"),
+    ("pde-restart-other-threads", "api", lambda: _restart(t_final=2.0, threads=2),
+     r"belongs to a run with other settings \(option threads: 1 -> 2\)"),
     ("particles-snapshots-beyond-memory", "api",
      lambda: simulate_particles(Model(2, 5.0, "ascent"), n=10 ** 6, t_final=10.0, integrator="euler", dt=0.01,
                                 save_every=0.01),
