@@ -29,6 +29,24 @@ cluster count. The stopping rule (:class:`StopRule`) is the reference one: the c
 unchanged over ``window`` consecutive snapshots (the initial one excluded) and the largest drift is
 <= ``drift_tol``; clusters by ``rule`` ("linkage", or "paper": the released code's own count, with its
 condition that no cluster spans more than ``spread_factor`` radii; :mod:`solvers.atoms`).
+
+A fixed step can be beyond the integrator's stability bound (a strong attention, gamma = e^beta, or a
+perceptron of large weights): the particles then oscillate about their clusters, or settle where the
+flow has no stationary point, and the run still ends at t_final or "converged". Each fixed step without
+noise is therefore measured, from the velocities at its two ends (which the next step needs anyway):
+
+    q = h ||v(x_{n+1}) - v(x_n)||_w / ||x_{n+1} - x_n||_w      (weighted RMS over the particles),
+
+h |lambda| for a linear flow along its mode lambda (v = lambda x: Delta v = lambda Delta x). A step with
+q above the stability bound of the method on the negative real axis (:data:`STABILITY_BOUND`: Euler 2,
+RK4 2.785; the flow's contractions are real, gradient flows' Jacobians being symmetric) amplifies that
+mode. Snapshots record the largest q since the previous one (``step_stiffness``); a run whose q went
+over the bound says so in its message (``ParticleResult.beyond_stability``), with the first time.
+Measured (N = 400, dt = 0.1): the main paper's S^1 setups 0.04-0.08; Euler gamma = 15 (stable,
+converges) 1.5; Euler gamma = 25, 40 and a ReLU perceptron of weights ~ N(0, 30^2) 2.1-2.2, each left
+oscillating (its energy alternating); RK4 gamma = 35 up to 2.99 once, then a spurious rest state.
+Not measured with noise (its increment dominates the displacement) nor for "adaptive" (its error
+control rejects such steps); above 2^16 particles q reads every k-th particle (a fixed stride).
 """
 from __future__ import annotations
 
@@ -59,6 +77,14 @@ INITS = ("random", "quasi-uniform", "quadrature")
 
 #: step of the fixed-step integrators when none is given: the reference experiments' dt
 DEFAULT_DT = 0.1
+
+#: the stability bound of each fixed-step method on the negative real axis (|R(z)| <= 1 for z in
+#: [-bound, 0]): Euler |1 + z| <= 1; RK4 1 + z + z^2/2 + z^3/6 + z^4/24 = -1 at z = -2.78529356...
+STABILITY_BOUND = {"euler": 2.0, "rk4": 2.785293563405282}
+#: particles that the step-stiffness estimate reads: all up to this many, else every k-th (module docstring)
+STIFFNESS_PROBES = 1 << 16
+#: RMS displacement below which a step is not measured (round-off of unit vectors, or nothing moving)
+STIFFNESS_FLOOR = 1e-12
 
 
 #: points per chunk of the pointwise part of a velocity evaluation (:func:`measure_velocity`). A chunk is
@@ -409,6 +435,10 @@ class ParticleResult:
     options : :class:`ParticleOptions` as a dict; sum_method : the interaction sums used
     initial : description of the initial particles
     steps : "adaptive" only: dict of arrays "t", "dt", "error", "accepted" of every attempted step
+    step_stiffness : (T,) the largest q = h ||Delta v||_w / ||Delta x||_w of the fixed steps since the
+        previous snapshot (module docstring); NaN where no step was measured (the first snapshot, noise,
+        "adaptive", nothing moving), or None (an archive written before it was recorded)
+    stability_bound : the fixed-step method's bound for q (Euler 2, RK4 2.785), None for "adaptive"
     restart : restart state of the last snapshot, or of the step where an interruption (Ctrl-C) stopped the run
         (resume exactly with ``simulate_particles(restart=...)``):
         a dict of plain values and arrays — "t", "x" (N, d), "w" (N,), "nsteps", "nrejected",
@@ -441,6 +471,17 @@ class ParticleResult:
     wall_time: float
     steps: dict | None = None
     restart: dict | None = None
+    step_stiffness: np.ndarray | None = None
+    stability_bound: float | None = None
+
+    @property
+    def beyond_stability(self) -> float | None:
+        """The first snapshot time whose steps since the previous snapshot went beyond the stability bound
+        (``step_stiffness`` > ``stability_bound``), or None."""
+        if self.step_stiffness is None or self.stability_bound is None:
+            return None
+        over = np.flatnonzero(np.asarray(self.step_stiffness) > self.stability_bound)
+        return float(self.t[over[0]]) if over.size else None
 
     def _index(self, i: int) -> int:
         T = len(self.t)
@@ -475,6 +516,12 @@ class ParticleResult:
             f"  {self.nsteps} steps" + (f" ({self.nrejected} rejected)" if self.nrejected else "")
             + f", {len(self.t)} snapshots, wall {self.wall_time:.2f} s",
         ]
+        if self.step_stiffness is not None and np.any(np.isfinite(self.step_stiffness)):
+            q = float(np.nanmax(self.step_stiffness))
+            over = self.beyond_stability
+            lines.append(f"  step stiffness h |dv|/|dx| up to {q:.3g} (stability bound {self.stability_bound:.4g})"
+                         + (f": BEYOND it in the steps up to the snapshot at t = {over:.6g}; the positions may be "
+                            "artefacts of the step" if over is not None else ""))
         if len(self.t):
             lines.append(f"  energy {self.energy[0]:.10g} -> {self.energy[-1]:.10g}; max drift "
                          f"{self.max_drift[0]:.3g} -> {self.max_drift[-1]:.3g}")
@@ -704,6 +751,15 @@ class ParticleRun(Integration):
         noise_seq = np.random.SeedSequence(seed).spawn(2)[1]
         self.rng = np.random.Generator(np.random.PCG64(noise_seq))
         self.f = None                      # velocity at the current state, when known
+        # the fixed steps' stiffness q (module docstring): the step just accepted (x, v at its start, h) until
+        # the velocity at its end is known; the largest q since the last snapshot, over the run, and the
+        # time of the first step above the bound
+        self.stability_bound = STABILITY_BOUND.get(integrator)
+        self._measures = self.stability_bound is not None and model.noise == 0
+        self._probe = slice(None, None, max(1, -(-self.N // STIFFNESS_PROBES)))
+        self._step_from = None
+        self.stiffness_since = self.stiffness_max = math.nan
+        self.stiffness_over_t: float | None = None
         if restart is None:
             self.x, self.t = x, 0.0
             self.nsteps = self.nrejected = 0
@@ -724,6 +780,10 @@ class ParticleRun(Integration):
             self.rng.bit_generator.state = restart["rng_state"]
             if self.controller is not None and "facold" in restart:
                 self.controller.restore(restart)
+            if "stiffness" in restart:          # (a restart state written before it was recorded: none)
+                since, most, over = (float(v) for v in restart["stiffness"])
+                self.stiffness_since, self.stiffness_max = since, most
+                self.stiffness_over_t = None if math.isnan(over) else over
             self.fresh = False
 
     def _settings(self) -> dict:
@@ -763,6 +823,8 @@ class ParticleRun(Integration):
                 "nsteps": self.nsteps, "nrejected": self.nrejected, "save_index": self.save_index,
                 "dt": float(self.dt) if self.dt is not None else float("nan"),
                 "rng_state": self.rng.bit_generator.state, "stop_counts": list(self.counts),
+                "stiffness": [self.stiffness_since, self.stiffness_max,
+                              math.nan if self.stiffness_over_t is None else self.stiffness_over_t],
                 "initial": self.initial, "settings": self._settings(),
                 **(self.controller.state() if self.controller is not None else {})}
 
@@ -772,6 +834,7 @@ class ParticleRun(Integration):
         v, psi = self.velocity(self.x)
         # the velocity at the state is the first stage of the next step (bitwise what a restart computes)
         self.f = v
+        self._measure_step(v)
         energy = measure_energy(m, self.sums, self.x, self.w, psi)
         speed2 = np.einsum("nd,nd->n", v, v)
         max_drift = float(np.sqrt(speed2.max()))
@@ -782,7 +845,9 @@ class ParticleRun(Integration):
             if self.rule is not None and self.rule.rule == "paper" and self.rule.spread_factor > 0:
                 self.spread_ok = spread_within(self.x, labels, self.rule.spread_factor * self.radius)
         row = {"t": self.t, "x": self.x.copy(), "energy": energy, "max_drift": max_drift,
-               "dissipation": float(m.sign * (self.w @ speed2)), "cluster_count": count}
+               "dissipation": float(m.sign * (self.w @ speed2)), "cluster_count": count,
+               "step_stiffness": self.stiffness_since}
+        self.stiffness_since = math.nan
         self.rows.append(row)
         self._last_snapshot_t = self.t
         self.last_restart = None
@@ -808,6 +873,28 @@ class ParticleRun(Integration):
         return verdict
 
     # --- steps ----------------------------------------------------------------------------------
+    def _measure_step(self, f_new: np.ndarray) -> None:
+        """q = h ||Delta v||_w / ||Delta x||_w of the step just accepted, from ``f_new`` = v at its end (module
+        docstring), into the largest since the last snapshot and over the run."""
+        prev, self._step_from = self._step_from, None
+        if prev is None:
+            return
+        x0, f0, h = prev
+        p = self._probe
+        w = self.w[p]
+        dx = self.x[p] - x0[p]
+        dv = f_new[p] - f0[p]
+        moved = float(w @ np.einsum("nd,nd->n", dx, dx))
+        if not moved > STIFFNESS_FLOOR ** 2 * float(w.sum()):
+            return
+        q = h * math.sqrt(float(w @ np.einsum("nd,nd->n", dv, dv)) / moved)
+        if not math.isfinite(q):
+            return
+        self.stiffness_since = q if math.isnan(self.stiffness_since) else max(q, self.stiffness_since)
+        self.stiffness_max = q if math.isnan(self.stiffness_max) else max(q, self.stiffness_max)
+        if self.stiffness_over_t is None and q > self.stability_bound:
+            self.stiffness_over_t = self.t
+
     def _noise(self, x: np.ndarray, h: float) -> np.ndarray:
         """Geodesic Euler–Maruyama increment: exp_x(sqrt(2 nu h) P_x xi)."""
         xi = self.rng.standard_normal(x.shape)
@@ -860,6 +947,9 @@ class ParticleRun(Integration):
         """An accepted step: back onto the sphere, the noise increment, the snapshot (and stopping rule)."""
         with np.errstate(all="ignore"):
             x_new = u_new / np.linalg.norm(u_new, axis=1, keepdims=True)
+        # a fixed step is measured (its stiffness) once the velocity at its end is known: from its start
+        # state and first stage, the velocity there
+        start = (self.x, self.f, h) if self._measures else None
         # F(u) = v(u/|u|): an FSAL method's last stage is the velocity at the new state
         self.f = f_new if self.controller is not None else None
         if self.model.noise > 0:
@@ -869,10 +959,17 @@ class ParticleRun(Integration):
         if not np.all(np.isfinite(x_new)):
             return "non-finite", f"non-finite positions after the step to t = {self.t:.6g}"
         self.x = x_new
+        self._step_from = start
         if lands:
             self.save_index += 1
             count, drift = self._snapshot()
             return self._after_snapshot(count, drift, scheduled=True)
+        if start is not None:
+            # the next step's first stage, evaluated now (the same call a restart makes, hence the same bits),
+            # so that the step is measured with the state it belongs to (a checkpoint or an interruption
+            # after it keeps its q)
+            self.f = self.rhs_at_state()
+            self._measure_step(self.f)
         return None
 
     def report(self, h: float) -> dict:
@@ -908,6 +1005,11 @@ class ParticleRun(Integration):
             stop, message = "interrupted", at_once(self.stop_request)
         finally:
             progress.close()
+        if self.stiffness_over_t is not None:
+            message += (f"; the fixed step went beyond the stability bound of {self.integrator!r} (h |dv|/|dx| "
+                        f"up to {self.stiffness_max:.3g} > {self.stability_bound:.4g}, first at t = "
+                        f"{self.stiffness_over_t:.6g}): the positions may be artefacts of the step; lower dt or "
+                        "use integrator='adaptive'")
         return self._result(stop, message, time.perf_counter() - wall0)
 
     def _result(self, stop: str, message: str, wall: float) -> ParticleResult:
@@ -929,4 +1031,5 @@ class ParticleRun(Integration):
             nsteps=self.nsteps, nrejected=self.nrejected, integrator=self.integrator, dt=self.dt0, seed=self.seed,
             stop=None if self.rule is None else {f.name: getattr(self.rule, f.name) for f in fields(self.rule)},
             options=self.opts.to_dict(), sum_method=self.sum_method, initial=self.initial, wall_time=wall,
-            steps=steps, restart=getattr(self, "last_restart", None))
+            steps=steps, restart=getattr(self, "last_restart", None), step_stiffness=col("step_stiffness"),
+            stability_bound=self.stability_bound)

@@ -282,9 +282,74 @@ def test_restart_reproduces_the_uninterrupted_run(integrator, noise, stop):
     assert rest.stop_reason == full.stop_reason and rest.t_stop == full.t_stop
     assert np.array_equal(rest.x[-1], full.x[-1])
     assert np.array_equal(rest.energy, full.energy[4:])
+    assert np.array_equal(rest.step_stiffness, full.step_stiffness[4:], equal_nan=True)
     assert rest.nsteps == full.nsteps
     with pytest.raises(ValueError, match="other settings"):
         simulate_particles(m, restart=mid, **{**kw, "dt": 0.05})
+
+
+# --- fixed steps beyond their stability bound -------------------------------------------------------------
+@pytest.mark.parametrize("integrator, gamma, dt, q", [("euler", 15.0, 0.1, 1.5), ("rk4", 25.0, 0.1, 2.5),
+                                                      ("euler", 25.0, 0.05, 1.25)])
+def test_step_stiffness_of_a_collapsing_cluster_is_its_linear_contraction_rate(integrator, gamma, dt, q):
+    """Pure USA attention of strength gamma, one cluster holding all the mass: near the collapse v_i = gamma
+    sum_j w_j e^{beta(<x_i, x_j> - 1)} P_{x_i} x_j ~ gamma (mean - x_i), a contraction at the rate gamma
+    (The model §1, to first order in the spread), so the measured h |dv|/|dx| tends to h gamma; below the
+    method's bound (Euler 2, RK4 2.785) the run is not flagged."""
+    m = Model(2, 1.0, "ascent", strength=gamma)
+    r = simulate_particles(m, n=200, t_final=10.0, integrator=integrator, dt=dt, save_every=0.5, seed=4)
+    last = r.step_stiffness[np.isfinite(r.step_stiffness)][-1]
+    assert last == pytest.approx(q, rel=1e-3)
+    assert r.beyond_stability is None and "stability bound" not in r.message
+    assert np.isnan(r.step_stiffness[0])            # no step before the first snapshot
+
+
+@pytest.mark.parametrize("integrator, gamma", [("euler", 25.0), ("rk4", 35.0)])
+def test_fixed_steps_beyond_the_stability_bound_are_reported(integrator, gamma, tmp_path):
+    """h gamma above the bound (Euler 2.5 > 2, RK4 3.5 > 2.785): the run still ends at t_final, and its
+    message, summary, archive and `attnpde info` say the step went beyond the bound, from when. The
+    reference experiments' S^1 setup (Euler, dt = 0.1) measures 0.04-0.08 and is not flagged."""
+    m = Model(2, 1.0, "ascent", strength=gamma)
+    r = simulate_particles(m, n=200, t_final=10.0, integrator=integrator, dt=0.1, save_every=1.0, seed=4)
+    assert r.stop_reason == "t_final" and r.beyond_stability is not None
+    assert np.nanmax(r.step_stiffness) > r.stability_bound
+    assert f"beyond the stability bound of {integrator!r}" in r.message and "lower dt" in r.message
+    assert "BEYOND" in r.summary()
+    # the archive keeps the series; `attnpde info` reads it back
+    from solvers.app.archive import load
+    from solvers.app.config import parse_config
+    from solvers.app.info import describe
+    from solvers.app.runner import run_config
+    path = tmp_path / "a.h5"
+    run_config(parse_config(f'[model]\nd = 2\nbeta = 1.0\nflow = "ascent"\nstrength = {gamma}\n[particles]\n'
+                            f'n = 200\nseed = 4\nintegrator = "{integrator}"\ndt = 0.1\nt_final = 10.0\n'
+                            'save_every = 1.0\n'), path, progress=False, log=lambda s: None)
+    back = load(path).particles
+    assert np.array_equal(back.step_stiffness, r.step_stiffness, equal_nan=True)
+    assert back.beyond_stability == r.beyond_stability and "BEYOND it by the snapshot" in describe(path)
+    paper = simulate_particles(Model(2, 5.0, "ascent", perceptron=Perceptron.random(2, 2, "relu", 1.0, seed=0)),
+                               n=200, t_final=10.0, integrator="euler", dt=0.1, save_every=1.0, seed=4)
+    assert np.nanmax(paper.step_stiffness) < 0.2 and paper.beyond_stability is None
+    # noise: not measured (its increment dominates the displacement)
+    noisy = simulate_particles(Model(2, 1.0, "ascent", strength=gamma, noise=0.01), n=50, t_final=1.0,
+                               integrator=integrator, dt=0.1, seed=4)
+    assert np.all(np.isnan(noisy.step_stiffness)) and noisy.beyond_stability is None
+
+
+def test_a_restart_between_snapshots_keeps_the_step_stiffness():
+    """The velocity at the end of a fixed step is evaluated with the step (the next step's first stage), so a
+    state kept between snapshots (a checkpoint's, an interruption's) carries the steps measured since the
+    last snapshot: its restart records the same series as the uninterrupted run."""
+    from solvers.particles import prepare_particles
+    m = Model(2, 1.0, "ascent", strength=25.0)
+    kw = dict(n=100, t_final=3.0, integrator="euler", dt=0.1, save_every=1.0, seed=2)
+    kept = []
+    full = prepare_particles(m, **kw).run(checkpoint=kept.append, checkpoint_every=1e-9)
+    mid = next(c["restart"] for c in kept if 1.5 < c["restart"]["t"] < 1.7)
+    assert mid["last_snapshot_t"] == 1.0
+    rest = simulate_particles(m, restart=mid, **{k: v for k, v in kw.items() if k != "n"})
+    assert np.array_equal(rest.x[-1], full.x[-1])
+    assert np.array_equal(rest.step_stiffness, full.step_stiffness[2:]) and np.isfinite(full.step_stiffness[2])
 
 
 def test_interrupt_non_finite_and_max_steps():

@@ -19,7 +19,7 @@ Layout (format ``attnpde-run``, version 2: version 1 plus named dimensions; both
                            attrs: stop_reason ("" while running), message, t_stop, nsteps, nrejected,
                            options (JSON), initial, wall_time, complete
     /particles             t (T) [scale], x (T, N, d), w (N), energy, max_drift, dissipation,
-                           n_clusters (T), restart/ (x, w in slot a/ or b/ + attr state: time, RNG
+                           step_stiffness (the fixed steps' h |dv|/|dx|, solvers.particles), n_clusters (T), restart/ (x, w in slot a/ or b/ + attr state: time, RNG
                            state, step counts, stopping-rule window, settings); attrs: options (JSON: the
                            simulate_particles arguments), initial, stop_reason, message, t_stop,
                            nsteps, nrejected, sum_method, wall_time, complete
@@ -86,7 +86,7 @@ _COMPRESSION = dict(compression="gzip", compression_opts=1, shuffle=True)
 # fields appended once per snapshot, per section
 PDE_SERIES = ("energy", "mass", "min_density", "tail", "dissipation")
 STEP_KEYS = ("t", "dt", "error", "accepted")
-PARTICLE_SERIES = ("energy", "max_drift", "dissipation")
+PARTICLE_SERIES = ("energy", "max_drift", "dissipation", "step_stiffness")
 
 
 class ArchiveError(ValueError):
@@ -542,6 +542,8 @@ _CF = {
     "tail": dict(long_name="relative spectral tail", units="1"),
     "dissipation": dict(long_name="energy dissipation rate", units="1"),
     "max_drift": dict(long_name="largest speed of the points (particles, or the continuation's nodes)", units="1"),
+    "step_stiffness": dict(long_name="largest h |dv|/|dx| of the fixed steps since the previous snapshot "
+                                     "(above the integrator's stability bound: beyond it)", units="1"),
     "x": dict(long_name="positions (unit vectors)", units="1"),
     "w": dict(long_name="weights", units="1"),
     "count": dict(long_name="initial nodes merged into each node", units="1"),
@@ -1557,7 +1559,7 @@ def _read_nodes(g: h5py.Group, T: int, restart: dict | None) -> tuple[list, dict
 
 
 def _read_particles(g: h5py.Group, model: Model):
-    from ..particles import ParticleOptions, ParticleResult
+    from ..particles import STABILITY_BOUND, ParticleOptions, ParticleResult
     a = g.attrs
     T = g["t"].shape[0]
     restart = read_restart(g) if "restart" in g and "state" in g["restart"].attrs else None
@@ -1574,7 +1576,9 @@ def _read_particles(g: h5py.Group, model: Model):
         integrator=str(settings.get("integrator", "rk4")), dt=settings.get("dt"), seed=settings.get("seed", 0),
         stop=settings.get("stop"), options={k: v for k, v in settings.items() if k in option_names},
         sum_method=str(a.get("sum_method", "")), initial=str(a.get("initial", "")),
-        wall_time=float(a.get("wall_time", 0.0)), steps=None, restart=restart)
+        wall_time=float(a.get("wall_time", 0.0)), steps=None, restart=restart,
+        step_stiffness=g["step_stiffness"][:T] if "step_stiffness" in g else None,
+        stability_bound=STABILITY_BOUND.get(str(settings.get("integrator", "rk4"))))
 
 
 #: how the ``command`` attribute of a sweep's member and of a validate study begins (the command line as
