@@ -879,11 +879,11 @@ class ParticleRun(Integration):
         prev, self._step_from = self._step_from, None
         if prev is None:
             return
-        x0, f0, h = prev
+        x0, f0, h = prev           # the probed rows at the step's start
         p = self._probe
         w = self.w[p]
-        dx = self.x[p] - x0[p]
-        dv = f_new[p] - f0[p]
+        dx = self.x[p] - x0
+        dv = f_new[p] - f0
         moved = float(w @ np.einsum("nd,nd->n", dx, dx))
         if not moved > STIFFNESS_FLOOR ** 2 * float(w.sum()):
             return
@@ -949,7 +949,9 @@ class ParticleRun(Integration):
             x_new = u_new / np.linalg.norm(u_new, axis=1, keepdims=True)
         # a fixed step is measured (its stiffness) once the velocity at its end is known: from its start
         # state and first stage, the velocity there
-        start = (self.x, self.f, h) if self._measures else None
+        # (the probed rows only: a copy for a strided probe, so a large run does not keep its old arrays)
+        p = self._probe
+        start = (np.ascontiguousarray(self.x[p]), np.ascontiguousarray(self.f[p]), h) if self._measures else None
         # F(u) = v(u/|u|): an FSAL method's last stage is the velocity at the new state
         self.f = f_new if self.controller is not None else None
         if self.model.noise > 0:
