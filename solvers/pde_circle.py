@@ -176,15 +176,9 @@ class CircleSpace:
 
     @staticmethod
     def particle_coefficients(x: np.ndarray, w: np.ndarray, degree: int) -> np.ndarray:
-        """Canonical coefficients of mu = sum_i w_i delta_{x_i}: c_k = sum_i w_i exp(-i k theta_i)."""
-        theta = np.arctan2(x[:, 1], x[:, 0])
-        z = np.exp(-1j * theta)
-        out = np.empty(degree, dtype=complex)
-        p = np.asarray(w, dtype=complex).copy()
-        for k in range(degree):          # O(N K) by the recurrence z^k, no (N, K) array
-            out[k] = p.sum()
-            p *= z
-        return out
+        """Canonical coefficients of mu = sum_i w_i delta_{x_i}: c_k = sum_i w_i exp(-i k theta_i)
+        (``spectral.fourier.point_coefficients``)."""
+        return fourier.point_coefficients(np.arctan2(x[:, 1], x[:, 0]), w, degree)
 
     @staticmethod
     def quadrature(c: np.ndarray, npoints: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
