@@ -192,30 +192,60 @@ def estimate_atoms(atoms: NodeAtoms, check: NodeAtoms, check_nodes: int, floor: 
     return out
 
 
-def _merge(nodes: Nodes, tol: float) -> tuple[Nodes, int]:
-    """Nodes within ``tol`` of each other (single linkage) joined into one; returns (nodes, merges made)."""
+def _merge(nodes: Nodes, tol: float, slack: float | None = None) -> tuple[Nodes, int, float | None]:
+    """Nodes within ``tol`` of each other (single linkage) joined into one; returns (nodes, merges made, slack).
+
+    ``slack``: a lower bound of (smallest chord between two nodes) - (the chord of ``tol``), from an earlier
+    call, decreased by the caller by twice every node's largest move since (the triangle inequality: no
+    pair comes closer by more). While it is positive no pair can be within ``tol`` and the nearest-pair
+    search is skipped: the same merges, found without a k-d tree at every step (7 ms at 8192 nodes on
+    S^2, which was 2.9 s of a 29 s continuation). The slack returned is the new bound (None after
+    merges: the next call searches)."""
     N = len(nodes)
-    if N < 2 or not _has_close_pair(nodes.x, tol):
-        return nodes, 0
+    if N < 2:
+        return nodes, 0, None
+    if slack is not None and slack > _SLACK_ROUNDING:
+        return nodes, 0, slack
+    gap = _closest_chord(nodes.x) - _link_chord(tol)
+    if gap > 0.0:
+        return nodes, 0, gap
     centres, masses, labels = single_linkage_clusters(nodes.x, nodes.w, tol)
     k = len(masses)
     if k == N:
-        return nodes, 0
+        return nodes, 0, None
     # keep the nodes in the order of their first member (the grouping's own order is by mass)
     first = np.full(k, N)
     np.minimum.at(first, labels, np.arange(N))
     order = np.argsort(first, kind="stable")
     counts = np.bincount(labels, weights=nodes.count, minlength=k).astype(np.int64)
-    return Nodes(np.ascontiguousarray(centres[order]), masses[order], counts[order]), N - k
+    return Nodes(np.ascontiguousarray(centres[order]), masses[order], counts[order]), N - k, None
 
 
-def _has_close_pair(x: np.ndarray, tol: float) -> bool:
-    """Whether two points are within chord 2 sin(tol/2) (a cheap test before the grouping)."""
+#: a slack (:func:`_merge`) at most this large is not trusted: the chords and moves it sums are rounded
+_SLACK_ROUNDING = 1e-12
+
+
+def _moved(slack: float | None, new: np.ndarray, old: np.ndarray) -> float | None:
+    """The slack of :func:`_merge` after the nodes moved from ``old`` to ``new``: less twice the largest move
+    (two nodes come closer by at most the sum of their moves); None stays None."""
+    if slack is None:
+        return None
+    d = new - old
+    return slack - 2.0 * math.sqrt(float(np.einsum("nd,nd->n", d, d).max()))
+
+
+def _link_chord(tol: float) -> float:
+    """The chord within which two nodes are linked: 2 sin(tol/2), widened as ``single_linkage_clusters``
+    widens it (so that no pair it links is missed)."""
+    return 2.0 * math.sin(min(tol, math.pi) / 2.0) * (1 + 1e-12)
+
+
+def _closest_chord(x: np.ndarray) -> float:
+    """The smallest chord |x_i - x_j| between two of the points."""
     from scipy.spatial import cKDTree
 
-    chord = 2.0 * math.sin(min(tol, math.pi) / 2.0)
     dist, _ = cKDTree(x).query(x, k=2)
-    return bool(dist[:, 1].min() <= chord * (1 + 1e-12))
+    return float(dist[:, 1].min())
 
 
 # ----------------------------------------------------------------------------------------------
@@ -257,6 +287,7 @@ class LagrangianPhase(Integration):
         self.psi = None
         self._save_time = self._on_save = None
         self.stationary = True
+        self._merge_slack = None          # see _merge (not part of the restart state: it only skips searches)
 
     # --- the field --------------------------------------------------------------------------------
     @property
@@ -320,6 +351,7 @@ class LagrangianPhase(Integration):
         self.merges = [tuple(m) for m in state.get("merges", [])]
         self.controller.facold = float(state["node_facold"])
         self.f = self.psi = None
+        self._merge_slack = None
 
     # --- the protocol of Integration ----------------------------------------------------------------
     def save_time(self) -> float:
@@ -343,7 +375,8 @@ class LagrangianPhase(Integration):
         if not np.all(np.isfinite(x)):
             return "non-finite", f"non-finite node positions after the step to t = {self.t:.6g}"
         before = len(self.nodes)
-        self.nodes, merged = _merge(Nodes(x, self.nodes.w, self.nodes.count), self.merge_tol)
+        self.nodes, merged, self._merge_slack = _merge(Nodes(x, self.nodes.w, self.nodes.count), self.merge_tol,
+                                                       _moved(self._merge_slack, x, self.nodes.x))
         # F(u) = v(u / |u|): the velocity at the new nodes, unless merges changed the measure
         self.f, self.psi = (None, None) if merged else (f_new, None)
         if merged:

@@ -254,3 +254,42 @@ def test_the_error_estimate_is_exact_for_a_quantity_converging_at_its_order(orde
     assert np.allclose(est.mass_errors, C * N ** -order, rtol=1e-9)
     assert np.allclose(est.position_errors, D * N ** -order, rtol=1e-6)
     assert est.diffuse_error == pytest.approx(2 * C * N ** -order, rel=1e-9)
+
+
+def test_merging_with_a_carried_slack_makes_the_merges_of_a_search_at_every_step():
+    """The node merge skips its nearest-pair search while a bound (the last closest chord minus the link chord,
+    less twice every step's largest move) stays positive: by the triangle inequality no pair can have come
+    within merge_tol. Nodes drifting towards a few centres (so pairs keep coming within merge_tol), on S^1
+    and S^2: the merges with the carried bound are those of a search at every step, node for node, and some
+    searches are skipped."""
+    from solvers import lagrangian
+
+    for d in (2, 3):
+        rng = np.random.default_rng(d)
+        x = rng.standard_normal((400, d))
+        x /= np.linalg.norm(x, axis=1, keepdims=True)
+        centres = x[:5].copy()
+        nodes = lagrangian.Nodes(x, np.full(400, 1.0 / 400), np.ones(400, dtype=np.int64))
+        carried, fresh, slack, searches, skipped = nodes, nodes, None, 0, 0
+        calls = lagrangian._closest_chord
+
+        def counted(p):
+            nonlocal searches
+            searches += 1
+            return calls(p)
+        lagrangian._closest_chord = counted
+        try:
+            for step in range(300):
+                # every node moves a little towards its nearest centre (and a little at random)
+                pull = centres[np.argmax(carried.x @ centres.T, axis=1)]
+                new = carried.x + 0.03 * (pull - carried.x) + 1e-4 * rng.standard_normal(carried.x.shape)
+                new /= np.linalg.norm(new, axis=1, keepdims=True)
+                slack = lagrangian._moved(slack, new, carried.x)
+                before = searches
+                carried, m1, slack = lagrangian._merge(lagrangian.Nodes(new, carried.w, carried.count), 1e-3, slack)
+                skipped += searches == before
+                fresh, m2, _ = lagrangian._merge(lagrangian.Nodes(new, fresh.w, fresh.count), 1e-3, None)
+                assert m1 == m2 and np.array_equal(carried.x, fresh.x) and np.array_equal(carried.count, fresh.count)
+        finally:
+            lagrangian._closest_chord = calls
+        assert len(carried) < 100 and skipped > 20, (len(carried), skipped)   # merges made, searches skipped
