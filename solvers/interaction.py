@@ -73,7 +73,7 @@ import threading
 import finufft
 import numpy as np
 
-from spectral.legendre_fourier import legendre_fourier
+from spectral.legendre_fourier import legendre_fourier, point_sums
 from spectral.multipliers import kernel_bandwidth, potential_multipliers, zonal_multipliers
 from . import validators as check
 from ._blas import blas_threads
@@ -643,19 +643,9 @@ class SphereNufftSums:
 
     # -- coefficients --------------------------------------------------------------------------------
     def coefficients(self, F: np.ndarray) -> list[np.ndarray]:
-        """c_lm = sum_p a^{lm}_p F(-p, m) for m = 0..L: entry m is (L + 1 - m,), degrees l = m..L."""
-        L = self.L
-        c = []
-        for m in range(L + 1):
-            col = F[:, L + m]                      # F(p, m), p = -L..L
-            pos, neg = col[L:], col[L::-1]         # F(p, m), F(-p, m), p = 0..L
-            if m % 2 == 0:                         # cosine series: a_{+-p} = alpha_p / 2, a_0 = alpha_0
-                u = 0.5 * (pos + neg)
-                u[0] = pos[0]
-            else:                                  # sine series: a_{+-p} = +-alpha_p / (2i)
-                u = 0.5j * (pos - neg)
-            c.append(self._alpha[m] @ u)
-        return c
+        """c_lm = sum_i w_i Pbar_lm(cos theta_i) e^{-i m phi_i} for m = 0..L (``legendre_fourier.point_sums``):
+        entry m is (L + 1 - m,), degrees l = m..L."""
+        return point_sums(F, self._alpha)
 
     def _fold(self, c: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
         """Double Fourier coefficients (p, m), |p|, |m| <= L, of Psi + i G_theta and of G_phi."""

@@ -30,7 +30,7 @@ import math
 
 import numpy as np
 
-__all__ = ["legendre_samples", "legendre_fourier", "fourier_series"]
+__all__ = ["legendre_samples", "legendre_fourier", "fourier_series", "point_sums"]
 
 
 def _check_degree(L) -> int:
@@ -114,6 +114,26 @@ def legendre_fourier(L: int, *, over_sin: bool = False) -> list[np.ndarray]:
             alpha = -2.0 * F.imag
             alpha[:, 0] = 0.0
         out.append(alpha)
+    return out
+
+
+def point_sums(F: np.ndarray, alpha: list[np.ndarray]) -> list[np.ndarray]:
+    """sum_i w_i Pbar_lm(cos theta_i) e^{-i m phi_i} for m = 0..L from the type-1 transform of the points
+    on the doubled sphere, F(k, q) = sum_i w_i e^{-i(k theta_i + q phi_i)} (shape (2L + 1, 2L + 1), index
+    [k + L, q + L]), and the coefficients ``alpha`` of :func:`legendre_fourier` (L): entry m is (L + 1 - m,),
+    degrees l = m..L. With Pbar_lm(cos theta) = sum_p alpha_p cos(p theta) (m even) the sum is sum_p alpha_p
+    (F(-p, m) + F(p, m)) / 2 (alpha_0 F(0, m) at p = 0); with sin(p theta) (m odd), sum_p alpha_p i (F(p, m) -
+    F(-p, m)) / 2. O(L^3)."""
+    L = len(alpha) - 1
+    out = []
+    for m in range(L + 1):
+        pos, neg = F[L:, L + m], F[L::-1, L + m]          # F(p, m), F(-p, m), p = 0..L
+        if m % 2 == 0:
+            u = 0.5 * (pos + neg)
+            u[0] = pos[0]
+        else:
+            u = 0.5j * (pos - neg)
+        out.append(alpha[m] @ u)
     return out
 
 

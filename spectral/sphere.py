@@ -570,22 +570,17 @@ def _point_coefficients_nufft(x: np.ndarray, w: np.ndarray, L: int) -> np.ndarra
     """:func:`point_coefficients` on the doubled sphere (its docstring)."""
     import finufft
 
+    from .legendre_fourier import point_sums
+
     cos_t, sin_t, phi = _angles(x)
     theta = np.arctan2(sin_t, cos_t)
     F = finufft.nufft2d1(theta, phi, w.astype(complex), (2 * L + 1, 2 * L + 1), eps=POINT_NUFFT_EPS, isign=-1,
                          nthreads=1, upsampfac=2.0, modeord=0)        # F[k + L, q + L]
-    alpha = _legendre_fourier(L)
     out = np.empty(ncoef(L), dtype=complex)
     l_all = np.arange(L + 1)
-    for m in range(L + 1):
-        pos, neg = F[L:, L + m], F[L::-1, L + m]          # F(p, m), F(-p, m), p = 0..L
-        if m % 2 == 0:       # sum_i w_i cos(p theta_i) e^{-i m phi_i}
-            u = 0.5 * (pos + neg)
-            u[0] = pos[0]
-        else:                # sum_i w_i sin(p theta_i) e^{-i m phi_i}
-            u = 0.5j * (pos - neg)
+    for m, c in enumerate(point_sums(F, _legendre_fourier(L))):
         l = l_all[m:]
-        out[l * (l + 1) // 2 + m] = alpha[m] @ u
+        out[l * (l + 1) // 2 + m] = c
     return out
 
 
