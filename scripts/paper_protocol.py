@@ -179,6 +179,8 @@ def run_particles(setup: str, beta: float, n: int = 1000, max_steps: int = MAX_S
         "clusters_greedy": int(len(greedy)), "masses_greedy": [float(m) for m in greedy],
         "masses": [float(m) for m in masses], "cluster_details": clusters,
         "max_drift": float(r.max_drift[-1]), "energy": [float(r.energy[0]), float(r.energy[-1])],
+        "max_step_stiffness": float(np.nanmax(r.step_stiffness)) if np.any(np.isfinite(r.step_stiffness)) else None,
+        "beyond_stability": r.beyond_stability,
         "sums": r.sum_method, "wall": wall, "final_theta": [float(v) for v in theta],
         "frozen_mass": None, "frozen_mass_initial": None, "frozen_clusters_mass": None,
     }

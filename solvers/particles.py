@@ -42,9 +42,11 @@ q above the stability bound of the method on the negative real axis (:data:`STAB
 RK4 2.785; the flow's contractions are real, gradient flows' Jacobians being symmetric) amplifies that
 mode. Snapshots record the largest q since the previous one (``step_stiffness``); a run whose q went
 over the bound says so in its message (``ParticleResult.beyond_stability``), with the first time.
-Measured (N = 400, dt = 0.1): the main paper's S^1 setups 0.04-0.08; Euler gamma = 15 (stable,
-converges) 1.5; Euler gamma = 25, 40 and a ReLU perceptron of weights ~ N(0, 30^2) 2.1-2.2, each left
-oscillating (its energy alternating); RK4 gamma = 35 up to 2.99 once, then a spurious rest state.
+Measured: the main paper's protocol (``scripts/paper_protocol.py``: N = 1000, Euler, dt = 0.1, its 13 betas)
+reaches 0.22-0.35 (S1), 0.011-0.10 (S1-0), 0.18-0.24 (S2), 0.124-0.126 (S3), none flagged; with N = 400 and
+dt = 0.1, Euler at gamma = 15 (stable, converges) 1.5; Euler at gamma = 25, 40 and with a ReLU perceptron of
+weights ~ N(0, 30^2) 2.1-2.2, each left oscillating (its energy alternating); RK4 at gamma = 35 up to 2.99
+once, then a spurious end state.
 Not measured with noise (its increment dominates the displacement) nor for "adaptive" (its error
 control rejects such steps); above 2^16 particles q reads every k-th particle (a fixed stride).
 """
@@ -79,7 +81,8 @@ INITS = ("random", "quasi-uniform", "quadrature")
 DEFAULT_DT = 0.1
 
 #: the stability bound of each fixed-step method on the negative real axis (|R(z)| <= 1 for z in
-#: [-bound, 0]): Euler |1 + z| <= 1; RK4 1 + z + z^2/2 + z^3/6 + z^4/24 = -1 at z = -2.78529356...
+#: [-bound, 0]): Euler |1 + z| <= 1; RK4 R(z) = 1 + z + z^2/2 + z^3/6 + z^4/24 returns to +1 at z = -2.78529356...
+#: (the real root of z^3 + 4 z^2 + 12 z + 24)
 STABILITY_BOUND = {"euler": 2.0, "rk4": 2.785293563405282}
 #: particles that the step-stiffness estimate reads: all up to this many, else every k-th (module docstring)
 STIFFNESS_PROBES = 1 << 16
@@ -439,6 +442,8 @@ class ParticleResult:
         previous snapshot (module docstring); NaN where no step was measured (the first snapshot, noise,
         "adaptive", nothing moving), or None (an archive written before it was recorded)
     stability_bound : the fixed-step method's bound for q (Euler 2, RK4 2.785), None for "adaptive"
+    beyond_stability : the time of the first step whose q went above ``stability_bound`` (also before a
+        restart this run continues), or None
     restart : restart state of the last snapshot, or of the step where an interruption (Ctrl-C) stopped the run
         (resume exactly with ``simulate_particles(restart=...)``):
         a dict of plain values and arrays — "t", "x" (N, d), "w" (N,), "nsteps", "nrejected",
@@ -473,15 +478,7 @@ class ParticleResult:
     restart: dict | None = None
     step_stiffness: np.ndarray | None = None
     stability_bound: float | None = None
-
-    @property
-    def beyond_stability(self) -> float | None:
-        """The first snapshot time whose steps since the previous snapshot went beyond the stability bound
-        (``step_stiffness`` > ``stability_bound``), or None."""
-        if self.step_stiffness is None or self.stability_bound is None:
-            return None
-        over = np.flatnonzero(np.asarray(self.step_stiffness) > self.stability_bound)
-        return float(self.t[over[0]]) if over.size else None
+    beyond_stability: float | None = None
 
     def _index(self, i: int) -> int:
         T = len(self.t)
@@ -516,12 +513,13 @@ class ParticleResult:
             f"  {self.nsteps} steps" + (f" ({self.nrejected} rejected)" if self.nrejected else "")
             + f", {len(self.t)} snapshots, wall {self.wall_time:.2f} s",
         ]
-        if self.step_stiffness is not None and np.any(np.isfinite(self.step_stiffness)):
-            q = float(np.nanmax(self.step_stiffness))
-            over = self.beyond_stability
-            lines.append(f"  step stiffness h |dv|/|dx| up to {q:.3g} (stability bound {self.stability_bound:.4g})"
-                         + (f": BEYOND it in the steps up to the snapshot at t = {over:.6g}; the positions may be "
-                            "artefacts of the step" if over is not None else ""))
+        over = self.beyond_stability
+        if self.step_stiffness is not None and (np.any(np.isfinite(self.step_stiffness)) or over is not None):
+            q = (f" up to {np.nanmax(self.step_stiffness):.3g} over these snapshots"
+                 if np.any(np.isfinite(self.step_stiffness)) else "")
+            lines.append(f"  step stiffness h |dv|/|dx|{q} (stability bound {self.stability_bound:.4g})"
+                         + (f": BEYOND it from the step to t = {over:.6g} on; the positions may be artefacts of "
+                            "the step" if over is not None else ""))
         if len(self.t):
             lines.append(f"  energy {self.energy[0]:.10g} -> {self.energy[-1]:.10g}; max drift "
                          f"{self.max_drift[0]:.3g} -> {self.max_drift[-1]:.3g}")
@@ -966,10 +964,10 @@ class ParticleRun(Integration):
             self.save_index += 1
             count, drift = self._snapshot()
             return self._after_snapshot(count, drift, scheduled=True)
-        if start is not None:
+        if start is not None and self.nsteps < self.max_steps:
             # the next step's first stage, evaluated now (the same call a restart makes, hence the same bits),
             # so that the step is measured with the state it belongs to (a checkpoint or an interruption
-            # after it keeps its q)
+            # after it keeps its q); the last step of the budget is measured by the run's closing snapshot
             self.f = self.rhs_at_state()
             self._measure_step(self.f)
         return None
@@ -1034,4 +1032,4 @@ class ParticleRun(Integration):
             stop=None if self.rule is None else {f.name: getattr(self.rule, f.name) for f in fields(self.rule)},
             options=self.opts.to_dict(), sum_method=self.sum_method, initial=self.initial, wall_time=wall,
             steps=steps, restart=getattr(self, "last_restart", None), step_stiffness=col("step_stiffness"),
-            stability_bound=self.stability_bound)
+            stability_bound=self.stability_bound, beyond_stability=self.stiffness_over_t)

@@ -593,6 +593,52 @@ def test_killed_particle_run_resumes_to_the_same_numbers(tmp_path, sig):
     assert np.array_equal(done.cluster_count, ref.cluster_count)
 
 
+STIFF_CFG = """
+[model]
+d = 2
+beta = 1.0
+flow = "ascent"
+strength = 25.0
+[particles]
+n = 300
+seed = 4
+integrator = "euler"
+dt = 0.1
+t_final = 8.0
+save_every = 1.0
+"""
+
+
+def test_a_resumed_archive_from_before_the_step_stiffness_keeps_its_series_aligned(tmp_path):
+    """Euler at h gamma = 2.5 > 2 (beyond its stability bound from the first steps). A run cut after 3
+    snapshots, made to look like an archive written before the step stiffness was recorded (no
+    /particles/step_stiffness, no accumulators in its restart state), then resumed: the series has a row per
+    snapshot (NaN for the rows written before), and the first step beyond the bound that the resumed run
+    reports is one it measured, the same in the archive, info and the message (the uninterrupted run's first
+    one, at t = 1.6, came before the cut)."""
+    cfg = write(tmp_path, STIFF_CFG)
+    full, cut, proc = _full_and_cut(tmp_path, cfg, signal.SIGINT)
+    ref = load(full).particles
+    assert ref.beyond_stability is not None and ref.beyond_stability < 2.0        # before the cut
+    assert f"first at t = {ref.beyond_stability:.6g}" in ref.message
+    with h5py.File(cut, "r+") as f:
+        g = f["particles"]
+        del g["step_stiffness"]
+        r = g["restart"]
+        state = json.loads(r.attrs["state"])
+        state.pop("stiffness")
+        r.attrs["state"] = json.dumps(state)
+        rows = g["t"].shape[0]
+    assert rows >= 2
+    assert cli("run", cfg, "--out", cut, "--resume", "--quiet").returncode == 0
+    done = load(cut).particles
+    assert np.array_equal(done.t, ref.t) and done.step_stiffness.shape == done.t.shape
+    assert np.all(np.isnan(done.step_stiffness[:rows]))
+    assert np.array_equal(done.step_stiffness[rows:], ref.step_stiffness[rows:], equal_nan=True)
+    assert done.t[rows - 1] < done.beyond_stability and f"first at t = {done.beyond_stability:.6g}" in done.message
+    assert f"BEYOND it from the step to t = {done.beyond_stability:.6g}" in cli("info", cut).stdout
+
+
 CONTINUATION_CFG = """
 [model]
 d = 2

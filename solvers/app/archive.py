@@ -58,6 +58,7 @@ import datetime as _dt
 import fnmatch
 import functools
 import json
+import math
 import threading
 import time
 import zlib
@@ -1267,11 +1268,15 @@ class ArchiveWriter:
 
     def _write_particles(self, snaps: list[dict], deflated: dict) -> None:
         g = self.f["particles"]
+        before = g["t"].shape[0] if _has(g, "t") else 0
         _append_rows(g, "t", [s["t"] for s in snaps], dtype=float)
         _append_rows(g, "x", [s["x"] for s in snaps], compress="x" in self.compress, dtype=float,
                      deflated=deflated.get("x"))
         for k in PARTICLE_SERIES:
-            _append_rows(g, k, [s.get(k, np.nan) for s in snaps], dtype=float)
+            # a series this version records and the archive's earlier rows (a resumed older archive) do not:
+            # NaN for those rows, so that every series keeps the rows of t
+            head = [np.nan] * before if before and not _has(g, k) else []
+            _append_rows(g, k, head + [s.get(k, np.nan) for s in snaps], dtype=float)
         _append_rows(g, "n_clusters", [s.get("cluster_count", -1) for s in snaps], dtype=np.int64)
         self._write_particles_restart(g, dict(snaps[-1]["restart"]))
         self._kept_after["particles"] = False
@@ -1288,7 +1293,8 @@ class ArchiveWriter:
         snapshots, the state it kept there."""
         g = self._finish_stage("particles", result)
         self._finish_restart("particles", result, lambda r: self._write_particles_restart(g, r))
-        _set_attrs(g, {"sum_method": result.sum_method})
+        over = getattr(result, "beyond_stability", None)
+        _set_attrs(g, {"sum_method": result.sum_method, "beyond_stability": math.nan if over is None else float(over)})
         if result.stop_reason != "interrupted" and len(result.t):
             scale, rule = result.cluster_rule
             centres, masses = result.clusters(-1, scale=scale, rule=rule)
@@ -1566,6 +1572,15 @@ def _read_particles(g: h5py.Group, model: Model):
     settings = json.loads(a.get("options", "{}"))
     get = lambda k: g[k][:T] if k in g else np.full(T, np.nan)
     option_names = {f.name for f in fields(ParticleOptions)}
+    # the fixed steps' stiffness: absent before it was recorded; the first step beyond the bound as the run
+    # recorded it at its end, else (a run still going, killed) the first snapshot whose steps went beyond
+    q = g["step_stiffness"][:T] if "step_stiffness" in g else None
+    bound = STABILITY_BOUND.get(str(settings.get("integrator", "rk4")))
+    over = float(a["beyond_stability"]) if "beyond_stability" in a else math.nan
+    if math.isnan(over) and "beyond_stability" not in a and q is not None and bound is not None:
+        hit = np.flatnonzero(q > bound)
+        over = float(g["t"][hit[0]]) if hit.size else math.nan
+    over = None if math.isnan(over) else over
     return ParticleResult(
         model=model, t=g["t"][()], x=g["x"][:T], w=g["w"][()], energy=get("energy"), max_drift=get("max_drift"),
         dissipation=get("dissipation"), cluster_count=g["n_clusters"][:T] if "n_clusters" in g else np.full(T, -1),
@@ -1577,8 +1592,7 @@ def _read_particles(g: h5py.Group, model: Model):
         stop=settings.get("stop"), options={k: v for k, v in settings.items() if k in option_names},
         sum_method=str(a.get("sum_method", "")), initial=str(a.get("initial", "")),
         wall_time=float(a.get("wall_time", 0.0)), steps=None, restart=restart,
-        step_stiffness=g["step_stiffness"][:T] if "step_stiffness" in g else None,
-        stability_bound=STABILITY_BOUND.get(str(settings.get("integrator", "rk4"))))
+        step_stiffness=q, stability_bound=bound, beyond_stability=over)
 
 
 #: how the ``command`` attribute of a sweep's member and of a validate study begins (the command line as
