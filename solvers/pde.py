@@ -302,12 +302,15 @@ class PDEResult:
         mass frozen on a plateau beyond a dip is not counted.
         ``method="level"``: the connected components of {rho >= threshold}, with the mass above the
         level set only. Positions are normalised rho-weighted mean directions.
-        ``smoothing``: peaks, basins, levels and the threshold test are those of rho smoothed by the heat
-        kernel at this angular scale ("auto": for the basin method about two wavelengths of the highest
+        ``smoothing``: peaks, basins and levels are those of rho smoothed by the heat kernel at this
+        angular scale ("auto": for the basin method one (S^2) or two (S^1) wavelengths of the highest
         resolved mode — Gibbs oscillations beside a jump are not atoms —, for the level method none;
-        None: rho itself); masses are those of rho. A peak narrower than the smoothing scale is lowered
-        by it and may fall below the threshold: its basin's mass is then outside the atoms (the summary
-        gives that mass); ``smoothing=None`` tests rho itself.
+        None: rho itself); masses are those of rho. The basin method tests the threshold on rho itself
+        in each peak's core (the top 10% of the smoothed peak): a narrow resolved peak the smoothing
+        lowers below the threshold is still an atom; beside an unresolved jump the test sees rho's Gibbs
+        overshoot (up to ~9% of the jump). Peaks closer than the smoothing scale allows merge into one
+        atom (``solvers.atoms``); ``smoothing=None`` resolves them when rho is resolved. Mass in no
+        atom's basin is reported by the summary.
         """
         i = self._index(i)
         nodes = self.node_measure(i)

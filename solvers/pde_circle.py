@@ -90,11 +90,13 @@ class CircleSpace:
         """Atoms of rho from its coefficients, on a grid of >= 4 K points (see ``solvers.atoms``, where
         ``prominence`` is defined).
 
-        ``smoothing``: the peaks, basins and the threshold are those of rho smoothed by the heat kernel
-        at this angular scale ("auto": for the basin method two wavelengths of the highest mode,
-        4 pi / K, which removes the Gibbs oscillations beside a jump of a ReLU density; for the level
-        method none, its level set being that of rho; None or 0: rho itself); masses are always those
-        of rho.
+        ``smoothing``: the peaks and basins (for the level method the level set) are those of rho
+        smoothed by the heat kernel at this angular scale ("auto": for the basin method two wavelengths
+        of the highest mode, 4 pi / K, which removes the Gibbs oscillations beside a jump of a ReLU
+        density; for the level method none, its level set being that of rho; None or 0: rho itself);
+        the basin method tests the threshold on rho itself in each peak's core (the top 10% of the
+        smoothed peak), so that a narrow peak the smoothing lowers below it is still an atom; masses
+        are always those of rho.
         """
         c = np.asarray(c)
         K = c.shape[-1]

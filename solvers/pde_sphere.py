@@ -122,10 +122,12 @@ class SphereSpace:
 
         The graph joins neighbours along each ring (periodic) and between rings, and adds the two
         poles as nodes of weight 0 (rho there evaluated exactly) joined to the first / last ring, so
-        that a peak sitting on a pole is one atom. ``smoothing``: peaks, basins and the threshold are
-        those of rho smoothed by the heat kernel at this angular scale ("auto": for the basin method
-        :meth:`smoothing_scale`, 2 pi / L, which removes Gibbs oscillations beside jumps; for the level
-        method none; None or 0: rho itself); masses are always those of rho.
+        that a peak sitting on a pole is one atom. ``smoothing``: peaks and basins (for the level method the
+        level set) are those of rho smoothed by the heat kernel at this angular scale ("auto": for the
+        basin method :meth:`smoothing_scale`, 2 pi / L, which removes Gibbs oscillations beside jumps;
+        for the level method none; None or 0: rho itself); the basin method tests the threshold on rho
+        itself in each peak's core (the top 10% of the smoothed peak), so that a narrow peak the
+        smoothing lowers below it is still an atom; masses are always those of rho.
         """
         c = np.asarray(c)
         L = max(sphere.degree_of(c.size), 1)

@@ -204,6 +204,58 @@ def test_an_oblique_ridge_is_one_atom_on_both_grid_kinds(kind):
         assert mass[0] > 0.3 * SphereSpace.mass(c) - 1e-12, case
 
 
+@pytest.mark.parametrize("kind", ["avx2", "avx512"])
+def test_every_resolved_narrow_peak_is_an_atom_on_both_grid_kinds(kind):
+    """von Mises-Fisher peaks of widths 1-2 wavelengths 2 pi / L (resolved at L = 64 as the solver resolves:
+    spectral tail at most 1.2e-4 for the narrowest, about its tail_tol 1e-4) and heights 12-40 over a
+    uniform background, at random centres, alone and with a second peak 0.7 as high 2 rad away, on either
+    grid kind: every peak above the threshold is an atom at its centre (to 5% of the latitude spacing)
+    carrying at least its bump. The default smoothing (2 pi / L) lowers the narrowest to half their height,
+    below the threshold up to heights ~20: the threshold is tested on rho in each peak's core."""
+    L = 64
+    grid = shtns_auto_grid(L, VECTOR_DOUBLES[kind])
+    rng = np.random.default_rng(11)
+    for width in (1.0, 1.5, 2.0):
+        s = width * 2 * math.pi / L
+        kap = 1 / s ** 2
+        for height in (12.0, 20.0, 40.0):
+            mu = rng.standard_normal(3)
+            mu /= np.linalg.norm(mu)
+            e1, _ = _frame(mu)
+            bumps = [(mu, height), (math.cos(2.0) * mu + math.sin(2.0) * e1, 0.7 * height)]
+            m = [h * (1 - math.exp(-2 * kap)) / (2 * kap) for _, h in bumps]      # mass of a peak of height h
+            bg = 1.0 - sum(m)
+            if bg < 0.05:
+                continue
+            f = lambda x: bg + sum(mk * 2 * kap * np.exp(kap * (x @ v - 1)) / (1 - np.exp(-2 * kap))
+                                   for mk, (v, _) in zip(m, bumps))        # noqa: E731
+            c = SphereSpace.project(f, L)
+            assert SphereSpace.tail(c) < 2e-4
+            at = SphereSpace.atoms(c, grid=grid)
+            expect = [(v, mk) for mk, (v, h) in zip(m, bumps) if h + bg >= 10.0]
+            case = (kind, width, height, at)
+            assert len(at) == len(expect), case
+            for v, mk in expect:
+                k = int(np.argmax(at.positions @ v))
+                assert math.acos(min(1.0, float(at.positions[k] @ v))) < 0.05 * math.pi / grid[0], case
+                assert at.masses[k] >= mk - 1e-9, case
+
+
+def test_gibbs_ripples_beside_a_high_jump_on_the_sphere_are_no_atoms():
+    """Half of a narrow Gaussian peak (height 500, width 0.05), cut by a plane through its centre, at L = 64:
+    the Gibbs ripples beside the jump rise above the threshold and are separate local maxima of rho
+    (smoothing=None: three atoms); the structure from the smoothed density keeps them in the peak's basin,
+    and the threshold tested on rho in the peak's core adds none: one atom."""
+    mu = np.array([0.3, -0.5, 0.8])
+    mu /= np.linalg.norm(mu)
+    e1, _ = _frame(mu)
+    c = SphereSpace.project(lambda x: 0.05 + 500.0 * np.exp(-(1 - x @ mu) / 0.05 ** 2) * (x @ e1 >= 0), 64)
+    c = c / SphereSpace.mass(c)
+    assert len(SphereSpace.atoms(c, smoothing=None)) >= 3
+    at = SphereSpace.atoms(c)
+    assert len(at) == 1 and math.acos(min(1.0, float(at.positions[0] @ mu))) < 0.1
+
+
 def _two_bumps_on_the_sphere(L: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """mu1, mu2 0.3 rad apart and the degree-L coefficients of 1 + 80 e^{-(1 - x.mu1) / s^2} +
     30 e^{-(1 - x.mu2) / s^2}, s = 0.06: two bumps on the uniform background."""

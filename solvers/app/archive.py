@@ -19,7 +19,8 @@ Layout (format ``attnpde-run``, version 2: version 1 plus named dimensions; both
                            attrs: stop_reason ("" while running), message, t_stop, nsteps, nrejected,
                            options (JSON), initial, wall_time, complete
     /particles             t (T) [scale], x (T, N, d), w (N), energy, max_drift, dissipation,
-                           step_stiffness (the fixed steps' h |dv|/|dx|, solvers.particles), n_clusters (T), restart/ (x, w in slot a/ or b/ + attr state: time, RNG
+                           step_stiffness (the fixed steps' h |dv|/|dx|, solvers.particles),
+                           n_clusters (T), restart/ (x, w in slot a/ or b/ + attr state: time, RNG
                            state, step counts, stopping-rule window, settings); attrs: options (JSON: the
                            simulate_particles arguments), initial, stop_reason, message, t_stop,
                            nsteps, nrejected, sum_method, wall_time, complete
