@@ -634,7 +634,10 @@ def test_a_resumed_archive_from_before_the_step_stiffness_keeps_its_series_align
     done = load(cut).particles
     assert np.array_equal(done.t, ref.t) and done.step_stiffness.shape == done.t.shape
     assert np.all(np.isnan(done.step_stiffness[:rows]))
-    assert np.array_equal(done.step_stiffness[rows:], ref.step_stiffness[rows:], equal_nan=True)
+    # the first resumed row misses the steps the cut run made after its last snapshot (the older restart
+    # state kept no accumulators): a maximum over fewer steps of the same interval; the rows after it are equal
+    assert done.step_stiffness[rows] <= ref.step_stiffness[rows]
+    assert np.array_equal(done.step_stiffness[rows + 1:], ref.step_stiffness[rows + 1:], equal_nan=True)
     assert done.t[rows - 1] < done.beyond_stability and f"first at t = {done.beyond_stability:.6g}" in done.message
     assert f"BEYOND it from the step to t = {done.beyond_stability:.6g}" in cli("info", cut).stdout
 
