@@ -578,6 +578,11 @@ class Integration:
                                  that ends ``checkpoint_every`` seconds (wall clock) after the loop
                                  started or after the previous call (to keep the state, e.g. in an archive)
 
+    Step control lands on ``next_landing()`` by cutting the step that would pass it. That step is
+    accepted or rejected like any other, but when accepted it does not set the next step: the run goes on
+    with the step proposed before the cut (and the controller's memory as it was), unless the cut step
+    proposes a larger one.
+
     :meth:`integrate` returns (stop reason, message): one of the subclass's own, or "t_final",
     "max_steps", "non-finite" (step size underflow or 20 non-finite attempts in a row), "interrupted".
     KeyboardInterrupt propagates: the state is that of the last accepted step.
@@ -658,6 +663,7 @@ class Integration:
                 h = min(self.dt, self.step_bound())
                 if lin is not None:
                     h = round_step(h)
+                h_free = h
                 h = min(h, t_land - self.t)
                 lands = h >= t_land - self.t
             else:
@@ -669,6 +675,7 @@ class Integration:
                 u_new, f_new, err = stepper.step(self.t, self.state, h, self.f)
                 errn = self.error_norm(err, self.state, u_new) if self.controller is not None else 0.0
             if self.controller is not None:
+                memory = self.controller.state() if lands and h < h_free else None
                 ok, dt_new = self.controller.propose(h, errn if math.isfinite(errn) else math.inf)
                 if self.steps is not None:
                     for key, val in (("t", self.t), ("dt", h), ("error", errn), ("accepted", ok)):
@@ -682,6 +689,14 @@ class Integration:
                                               else "non-finite right-hand side on 20 successive attempts"
                                               if bad >= 20 else "non-finite right-hand side")
                     continue
+                # a step cut short to land says little about the step the run can take: its error is
+                # small because it is short. Regrown from it, the run came back over several steps, each
+                # a new step size (new integrating factors): at S^2 L = 127 with 101 snapshots, 525
+                # factor computations in 994 steps against 75 in 987 when the proposal before the cut
+                # stands (the controller's memory as it was), unless the cut step proposes a larger one
+                if memory is not None and self.dt < h_free:
+                    self.controller.restore(memory)
+                    self.dt = h_free
             bad = 0
             self.t = t_land if lands else self.t + h
             self.nsteps += 1
