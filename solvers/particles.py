@@ -480,6 +480,21 @@ class ParticleResult:
     stability_bound: float | None = None
     beyond_stability: float | None = None
 
+    def stiffness_line(self) -> str | None:
+        """The fixed steps' stiffness in one line (``summary`` and ``attnpde info``): the largest q over the
+        snapshots, the method's bound, and from when the steps went beyond it; None when nothing was
+        measured (or recorded: an older archive)."""
+        q, over = self.step_stiffness, self.beyond_stability
+        if q is None:
+            return None
+        measured = bool(np.any(np.isfinite(q)))
+        if not measured and over is None:
+            return None
+        most = f" up to {np.nanmax(q):.3g}," if measured else ""
+        return (f"fixed steps: h |dv|/|dx|{most} stability bound of {self.integrator!r} {self.stability_bound:.4g}"
+                + (f": BEYOND it from the step to t = {over:.6g} on (the positions may be artefacts of the step; "
+                   "lower dt)" if over is not None else ""))
+
     def _index(self, i: int) -> int:
         T = len(self.t)
         if not -T <= i < T:
@@ -513,13 +528,9 @@ class ParticleResult:
             f"  {self.nsteps} steps" + (f" ({self.nrejected} rejected)" if self.nrejected else "")
             + f", {len(self.t)} snapshots, wall {self.wall_time:.2f} s",
         ]
-        over = self.beyond_stability
-        if self.step_stiffness is not None and (np.any(np.isfinite(self.step_stiffness)) or over is not None):
-            q = (f" up to {np.nanmax(self.step_stiffness):.3g} over these snapshots"
-                 if np.any(np.isfinite(self.step_stiffness)) else "")
-            lines.append(f"  step stiffness h |dv|/|dx|{q} (stability bound {self.stability_bound:.4g})"
-                         + (f": BEYOND it from the step to t = {over:.6g} on; the positions may be artefacts of "
-                            "the step" if over is not None else ""))
+        stiffness = self.stiffness_line()
+        if stiffness is not None:
+            lines.append("  " + stiffness)
         if len(self.t):
             lines.append(f"  energy {self.energy[0]:.10g} -> {self.energy[-1]:.10g}; max drift "
                          f"{self.max_drift[0]:.3g} -> {self.max_drift[-1]:.3g}")

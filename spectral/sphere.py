@@ -576,11 +576,9 @@ def _point_coefficients_nufft(x: np.ndarray, w: np.ndarray, L: int) -> np.ndarra
     theta = np.arctan2(sin_t, cos_t)
     F = finufft.nufft2d1(theta, phi, w.astype(complex), (2 * L + 1, 2 * L + 1), eps=POINT_NUFFT_EPS, isign=-1,
                          nthreads=1, upsampfac=2.0, modeord=0)        # F[k + L, q + L]
+    # point_sums gives the orders m = 0..L, each for l = m..L: SHTns's native order
     out = np.empty(ncoef(L), dtype=complex)
-    l_all = np.arange(L + 1)
-    for m, c in enumerate(point_sums(F, _legendre_fourier(L))):
-        l = l_all[m:]
-        out[l * (l + 1) // 2 + m] = c
+    out[native_to_canonical_index(L)] = np.concatenate(point_sums(F, _legendre_fourier(L)))
     return out
 
 

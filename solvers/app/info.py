@@ -107,12 +107,9 @@ def describe_particles(r, atoms: dict) -> list[str]:
     its stopping rule, recorded with them)."""
     out = ["particles:", f"  N = {r.x.shape[1]}, {len(r.t)} snapshots (t = {r.t[0]:.4g} .. {r.t[-1]:.4g})",
            _ended(r)]
-    q, over = r.step_stiffness, r.beyond_stability
-    if q is not None and (np.any(np.isfinite(q)) or over is not None):
-        most = f" up to {np.nanmax(q):.3g}," if np.any(np.isfinite(q)) else ""
-        out.append(f"  fixed steps: h |dv|/|dx|{most} stability bound of {r.integrator!r} {r.stability_bound:.4g}"
-                   + (f": BEYOND it from the step to t = {over:.6g} on (the positions may be artefacts of the step; "
-                      "lower dt)" if over is not None else ""))
+    stiffness = r.stiffness_line()
+    if stiffness is not None:
+        out.append("  " + stiffness)
     if "particles" in atoms:
         pos, mass = atoms["particles"]
         rule = atoms.get("particles:attrs", {}).get("rule", "linkage")
