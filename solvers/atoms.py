@@ -83,7 +83,7 @@ import numpy as np
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
-__all__ = ["Atoms", "atoms_from_graph", "circle_neighbours", "single_linkage_clusters", "greedy_arc_labels",
+__all__ = ["Atoms", "atoms_from_graph", "circle_neighbours", "circle_neighbour_chords", "single_linkage_clusters", "greedy_arc_labels",
            "clusters", "cluster_spread", "spread_within", "arc_extent", "CLUSTER_RULES", "DEFAULT_PROMINENCE"]
 
 #: the clustering rules of :func:`clusters` (see the module docstring)
@@ -356,8 +356,75 @@ def atoms_from_graph(points: np.ndarray, rho: np.ndarray, weights: np.ndarray, e
     return atoms.heavy(min_mass) if min_mass > 0 else atoms
 
 
+#: points farther than this from the unit circle (| |x|^2 - 1 |) are not clustered by angular order
+CIRCLE_NORM_TOL = 1e-12
+#: a neighbours' chord within this relative distance of a decision's (the link chord, or one the radial
+#: tolerance could shift) is left to the general search, whose arithmetic (cube cliques, squared sums, a
+#: k-d tree's sqrt) may round differently
+_CIRCLE_MARGIN = 1e-9
+
+
+def circle_neighbour_chords(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, float] | None:
+    """Points of S^1 in angular order and the squared chords between neighbours in that order.
+
+    Returns ``(order, d2, dev)``: ``order`` sorts the angles, ``d2[i] = |x[order[i+1]] - x[order[i]]|^2``
+    (the last to the first for i = n - 1), ``dev = max | |x|^2 - 1 |``; None for fewer than two points, for
+    d != 2, or when some |x|^2 is farther than ``CIRCLE_NORM_TOL`` from 1.
+
+    Why neighbours suffice: on the unit circle the chord grows with the angle between two points (up to
+    pi), so a point's nearest point is one of its two angular neighbours, and two points within a chord c
+    are joined by the neighbours along the shorter arc between them, each pair within c. Points off the
+    circle by at most r (radially) keep this up to 2 r in each chord; the callers leave chords that close
+    to their decision to the general search (O(n log n) here against a k-d tree's build and query)."""
+    n = x.shape[0]
+    if n < 2 or x.ndim != 2 or x.shape[1] != 2:
+        return None
+    dev = float(np.max(np.abs(np.einsum("nd,nd->n", x, x) - 1.0)))
+    if not dev <= CIRCLE_NORM_TOL:
+        return None
+    order = np.argsort(np.arctan2(x[:, 1], x[:, 0]), kind="stable")
+    xs = x[order]
+    diff = np.empty_like(xs)
+    np.subtract(xs[1:], xs[:-1], out=diff[:-1])
+    np.subtract(xs[0], xs[-1], out=diff[-1])
+    return order, np.einsum("nd,nd->n", diff, diff), dev
+
+
+def _ambiguous(d2: np.ndarray, chord: float, dev: float) -> bool:
+    """Whether a neighbours' chord (squared: ``d2``) is within round-off, or twice the radial deviation
+    (``dev`` bounds | |x|^2 - 1 |, so |x| is within dev of 1), of ``chord``."""
+    lo = chord * (1.0 - _CIRCLE_MARGIN)
+    hi = chord * (1.0 + _CIRCLE_MARGIN) + 4.0 * dev
+    return bool(np.any((d2 >= lo * lo) & (d2 <= hi * hi)))
+
+
+def _circle_linkage_labels(x: np.ndarray, chord: float) -> np.ndarray | None:
+    """:func:`_linkage_labels` for points of S^1 by their angular order (:func:`circle_neighbour_chords`):
+    a component is a run of neighbours within ``chord``. None where the general search must decide (see
+    there)."""
+    near = circle_neighbour_chords(x)
+    if near is None or chord >= 2.0:
+        return None
+    order, d2, dev = near
+    if _ambiguous(d2, chord, dev):
+        return None
+    link = d2 <= chord * chord              # link[i]: sorted point i with sorted point i + 1 (the last: the first)
+    n = len(order)
+    along = np.empty(n, dtype=np.int64)
+    along[0] = 0
+    np.cumsum(~link[:-1], out=along[1:])
+    if link[-1]:
+        along[along == along[-1]] = 0       # the run through the last point goes on at the first
+    labels = np.empty(n, dtype=np.int64)
+    labels[order] = along
+    return labels
+
+
 def _linkage_labels(x: np.ndarray, chord: float) -> np.ndarray:
     """Connected components of the graph {|x_i - x_j| <= chord} (Euclidean), without listing its edges.
+
+    On S^1 the components are runs of angular neighbours (:func:`_circle_linkage_labels`), unless a
+    neighbours' chord is within round-off of ``chord``; otherwise, and for d >= 3:
 
     Points are binned into cubes of side chord / sqrt(d): a cube's diameter is chord, so each cube is
     a clique and only cube-to-cube links remain. Two occupied cubes can be linked only if their
@@ -367,6 +434,9 @@ def _linkage_labels(x: np.ndarray, chord: float) -> np.ndarray:
     """
     from scipy.spatial import cKDTree
 
+    labels = _circle_linkage_labels(x, chord)
+    if labels is not None:
+        return labels
     n, d = x.shape
     h = chord / np.sqrt(d) * (1.0 - 1e-12)
     idx = np.floor(x / h).astype(np.int64)

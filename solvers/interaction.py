@@ -98,29 +98,46 @@ NUFFT_CHUNK = 2 ** 17
 #: for every N one can afford, and the Legendre recurrence gets long)
 SPHERE_MAX_DEGREE = 200
 
-# Cost model of ``method="auto"`` (seconds, measured on the 2-core development machine with one
-# OpenBLAS thread): direct ~ pairs * (d + 6) * _C_DIRECT; fast S^1 ~ points * (K + 1) * _C_CIRCLE per
-# pass + _C_CALL; fast S^2 ~ points * (number of (l, m) pairs) * _C_SPHERE per pass + _C_CALL * L
-# (the Legendre recurrence is a Python loop over degrees);
-# nufft S^1 ~ points * _C_NUFFT per pass (spreading at eps 1e-14, one thread) + _C_NUFFT_CALL;
-# nufft S^2 ~ (sources + 2 evaluation points) * _C_S2NUFFT (one 2-D type-1 and two type-2 transforms at
-# eps 1e-14, one thread) + (2L + 1)^2 * _C_S2NUFFT_GRID (the FFTs of the fine grid and the conversions
-# between double Fourier and harmonic coefficients) + _C_S2NUFFT_CALL. Measured 2026-11-23 (load ~1.2,
-# min of 5-15 repeats, OMP_NUM_THREADS=1): 1.67e-7 s per point and transform at N = 1e6, beta = 4;
-# fixed cost (8 points) 3.5e-4 s (L = 15) .. 1.7e-2 s (L = 126), fitted (relative least squares over
-# L = 15, 23, 35, 48, 65, 90, 126; within 20%) as 1.25e-4 + 2.16e-7 (2L + 1)^2. In the same
-# process the S^2 fast and direct sums ran 2.5x and 2.3x faster than _C_SPHERE and _C_DIRECT predict
-# (their measurement conditions are not recorded), so the S^2 nufft constants are today's times x 2.4:
-# the model compares methods, and only the ratios matter. It puts the switch direct -> nufft between 300
-# and 500 points at beta = 4 and between 1000 and 2000 at beta = 100; measured (fields, one thread):
-# beta = 4, 100 points direct 0.12 ms vs nufft 0.75 ms, 1000 points direct 4-21 ms vs nufft 1.1 ms;
-# beta = 100, 1000 points direct 5.5 ms vs nufft 7.9 ms, 10^4 points 370 ms vs 12 ms.
+# Cost model of ``method="auto"`` (seconds, with one OpenBLAS thread): direct ~ pairs * (d + 6) * _C_DIRECT;
+# fast S^1 ~ points * ((K + 1) * _C_CIRCLE + _C_CIRCLE_POINT) per pass + _C_CIRCLE_CALL; fast S^2 ~ points *
+# (number of (l, m) pairs) * _C_SPHERE per pass + _C_CALL * L (the Legendre recurrence is a Python loop
+# over degrees); nufft S^1 ~ points / p * _C_NUFFT per pass + _C_NUFFT_CALL, p = the threads that transform
+# its chunks of NUFFT_CHUNK points at once (min(threads, chunks)); nufft S^2 ~ (sources + 2 evaluation
+# points) * _C_S2NUFFT (one 2-D type-1 and two type-2 transforms at eps 1e-14, one thread) + (2L + 1)^2 *
+# _C_S2NUFFT_GRID (the FFTs of the fine grid and the conversions between double Fourier and harmonic
+# coefficients) + _C_S2NUFFT_CALL. Only the ratios matter: the model compares methods, and each time
+# constants were measured they were scaled to the unit of _C_DIRECT.
+# S^2, measured 2026-11-23 (load ~1.2, min of 5-15 repeats, OMP_NUM_THREADS=1): 1.67e-7 s per point and
+# transform at N = 1e6, beta = 4; fixed cost (8 points) 3.5e-4 s (L = 15) .. 1.7e-2 s (L = 126), fitted
+# (relative least squares over L = 15, 23, 35, 48, 65, 90, 126; within 20%) as 1.25e-4 + 2.16e-7 (2L + 1)^2.
+# In the same process the S^2 fast and direct sums ran 2.5x and 2.3x faster than _C_SPHERE and _C_DIRECT
+# predict (their measurement conditions are not recorded), so the S^2 nufft constants are today's times
+# x 2.4. It puts the switch direct -> nufft between 300 and 500 points at beta = 4 and between 1000 and
+# 2000 at beta = 100; measured (fields, one thread): beta = 4, 100 points direct 0.12 ms vs nufft 0.75 ms,
+# 1000 points direct 4-21 ms vs nufft 1.1 ms; beta = 100, 1000 points direct 5.5 ms vs nufft 7.9 ms, 10^4
+# points 370 ms vs 12 ms.
+# S^1, measured 2026-11-27 by scripts/cost_model.py (AMD EPYC family 25 model 1, OMP_NUM_THREADS=1, best of
+# 7; beta = 1 .. 100, N = 30 .. 10^5, the sums at their sources) and fitted by relative least squares: direct
+# 1.36e-9 s per pair and (d + 6); fast 7.9e-5 + (1.60e-9 (K + 1) + 5.7e-9) per point and pass; nufft 1.66e-4
+# + 7.63e-8 per point and pass; the constants below are those / 1.36 (_C_DIRECT's unit). The constants
+# before (fast 2.0e-9 (K + 1) per point + 3e-5, nufft 4.5e-8 per point + 4e-5, measured at N = 1e6) priced a
+# NUFFT point as 22 modes of a fast sum's point where it costs ~44, and the NUFFT's fixed cost at a third of
+# this fit's: at beta = 5 and 10 (K = 26, 33) they picked the NUFFT from ~600 points on, which was 1.2x-1.9x
+# slower than the fast sums up to 10^5 points (one thread). The fit puts the fast sums ahead of the NUFFT at any N for K < 43 (beta < ~20, one thread) and
+# the direct sums ahead of both below ~100 points. Measured again with these constants: the pick within 10%
+# of the fastest in 54 of the 56 cases, the worst 1.56x at beta = 50, N = 3000 (at N = 3000 the NUFFT took
+# 550-760 us at every beta in every run, against 250-330 us at 1000 points), against 44 of 56 and 1.61x with
+# the constants before (times vary by 10-40% between runs on this machine). With two
+# threads the NUFFT of 3e5 and 1e6 points is the faster at beta = 5 and 10 (31 and 92 ms against 40 and 134
+# ms at beta = 5): hence p.
 _C_DIRECT = 1.0e-9
-_C_CIRCLE = 2.0e-9
+_C_CIRCLE = 1.18e-9
+_C_CIRCLE_POINT = 4.2e-9
+_C_CIRCLE_CALL = 5.8e-5
 _C_SPHERE = 1.2e-8
 _C_CALL = 3.0e-5
-_C_NUFFT = 4.5e-8
-_C_NUFFT_CALL = 4.0e-5
+_C_NUFFT = 5.6e-8
+_C_NUFFT_CALL = 1.22e-4
 _C_S2NUFFT = 4.0e-7
 _C_S2NUFFT_GRID = 5.2e-7
 _C_S2NUFFT_CALL = 3.0e-4
@@ -294,7 +311,7 @@ class CircleSums:
 
     def cost(self, n_src: int, n_eval: int) -> float:
         """Estimated seconds of one :meth:`fields` call."""
-        return _C_CIRCLE * (self.K + 1) * (n_src + n_eval) + _C_CALL
+        return (_C_CIRCLE * (self.K + 1) + _C_CIRCLE_POINT) * (n_src + n_eval) + _C_CIRCLE_CALL
 
     def _blocks(self, x: np.ndarray):
         zc = x[:, 0] - 1j * x[:, 1]
@@ -307,11 +324,15 @@ class CircleSums:
         """Psi (M,) and G (M, 2) at x (default: at the sources y)."""
         y = _as_points("y", y, 2)
         w = _as_weights(w, y.shape[0])
-        x = y if x is None else _as_points("x", x, 2)
+        same = x is None
+        x = y if same else _as_points("x", x, 2)
         K = self.K
         c = np.zeros(K + 1, dtype=complex)
         for s, e, P in self._blocks(y):
             c += P @ w[s:e]
+        # at the sources, in one block: the table of powers just made is the evaluation's (the particle
+        # solver's and the continuation's case; 633 points at K = 26: 184 -> 128 us, the same bits)
+        tables = ((0, x.shape[0], P),) if same and 0 < x.shape[0] <= self.block else self._blocks(x)
         k = np.arange(K + 1)
         a = self.lam * c
         a[1:] *= 2.0
@@ -319,7 +340,7 @@ class CircleSums:
         # Re(A z^k) = Re(conj(A) conj(z)^k): the tables hold powers of conj(z)
         A = np.conj(np.stack([a, b]))
         out = np.empty((2, x.shape[0]))
-        for s, e, P in self._blocks(x):
+        for s, e, P in tables:
             np.matmul(A, P, out=self._out[:, : e - s])
             out[:, s:e] = self._out[:, : e - s].real
         psi, gth = out
@@ -364,9 +385,12 @@ class CircleNufftSums:
                                   NUFFT_CHUNK, self.threads, "attnpde-nufft")
 
     @staticmethod
-    def cost(n_src: int, n_eval: int) -> float:
-        """Estimated seconds of one :meth:`fields` call (one thread)."""
-        return _C_NUFFT * (n_src + n_eval) + _C_NUFFT_CALL
+    def cost(n_src: int, n_eval: int, threads: int = 1) -> float:
+        """Estimated seconds of one :meth:`fields` call with ``threads`` threads (a pass over n points runs
+        on min(threads, its chunks of NUFFT_CHUNK points) of them)."""
+        def per_pass(n: int) -> float:
+            return _C_NUFFT * n / max(1, min(threads, -(-n // NUFFT_CHUNK)))
+        return per_pass(n_src) + per_pass(n_eval) + _C_NUFFT_CALL
 
     def fields(self, y: np.ndarray, w: np.ndarray, x: np.ndarray | None = None
                ) -> tuple[np.ndarray, np.ndarray]:
@@ -813,7 +837,7 @@ class InteractionSums:
         if self._fast is not None:
             costs["fast"] = self._fast.cost(n_src, n_eval)
         if self.d == 2:
-            costs["nufft"] = CircleNufftSums.cost(n_src, n_eval)
+            costs["nufft"] = CircleNufftSums.cost(n_src, n_eval, self.nufft_threads)
         elif self.d == 3 and self._fast is not None:
             # the S^2 NUFFT's degree is within a few of SphereSums' (same range of beta); the cost model
             # needs only L, so no plans are made to answer

@@ -141,3 +141,48 @@ def test_unknown_rule_is_refused():
         clusters(np.eye(2), np.ones(2), 0.1, "single")
     with pytest.raises(ValueError, match="rule"):
         simulate_particles(Model(d=2, beta=1.0, flow="ascent"), n=10, t_final=1.0, dt=0.1, stop={"rule": "greedy"})
+
+
+# --- single linkage on S^1 by angular neighbours -----------------------------------------------------------
+def _brute_components(x: np.ndarray, chord: float) -> np.ndarray:
+    """Components of {|x_i - x_j| <= chord} from every pair (the definition)."""
+    from scipy.sparse.csgraph import connected_components
+    d2 = ((x[:, None, :] - x[None, :, :]) ** 2).sum(-1)
+    return connected_components(d2 <= chord * chord, directed=False)[1]
+
+
+def _same_partition(a: np.ndarray, b: np.ndarray) -> bool:
+    pairs = set(zip(a.tolist(), b.tolist()))
+    return len(pairs) == len(set(a.tolist())) == len(set(b.tolist()))
+
+
+def test_circle_linkage_and_closest_chord_by_neighbours_match_every_pair():
+    """On S^1 single linkage runs along the angular order and the closest chord is a neighbours' chord
+    (atoms.circle_neighbour_chords). Against the definition (all pairs) on random clustered sets: clusters
+    straddling the angle +-pi, ties, chords exactly at the link chord (left to the general search), a whole
+    circle linked, and points off the circle (the general search)."""
+    from solvers import atoms, lagrangian
+
+    rng = np.random.default_rng(7)
+    by_neighbours = 0
+    for trial in range(400):
+        n = int(rng.integers(2, 300))
+        centres = rng.uniform(-np.pi, np.pi, int(rng.integers(1, 8)))
+        if trial % 4 == 0:
+            centres[0] = np.pi                                  # a cluster across the cut of arctan2
+        th = centres[rng.integers(0, len(centres), n)] + rng.normal(0.0, 10 ** rng.uniform(-5, -1), n)
+        if trial % 5 == 0:
+            th = np.round(th, 2)                                # coincident points
+        tol = 10 ** rng.uniform(-4, 0.3)
+        if trial % 7 == 0:
+            th[1] = th[0] + tol                                 # a pair at the link distance
+        x = np.stack([np.cos(th), np.sin(th)], axis=1)
+        if trial % 9 == 0:
+            x *= 1.0 + 1e-6 * rng.standard_normal((n, 1))      # off the circle: not by neighbours
+        chord = 2.0 * np.sin(min(tol, np.pi) / 2.0) * (1 + 1e-12)
+        by_neighbours += atoms._circle_linkage_labels(x, chord) is not None
+        assert _same_partition(atoms._linkage_labels(x, chord), _brute_components(x, chord)), trial
+        d = np.sqrt(((x[:, None, :] - x[None, :, :]) ** 2).sum(-1))
+        np.fill_diagonal(d, np.inf)
+        assert abs(lagrangian._closest_chord(x) - d.min()) <= 1e-15, trial
+    assert by_neighbours > 300

@@ -94,6 +94,19 @@ def test_circle_fast_sums_match_direct(beta, kind):
         assert max(e_psi, e_G, e_G_own) <= 1e-10, (beta, e_psi, e_G, e_G_own)
 
 
+def test_circle_fast_sums_at_their_sources_equal_the_sums_at_the_same_points_given():
+    """At the sources, within one block of points, the evaluation reuses the sources' table of powers;
+    given the same points as x, it computes the table again: the same bits, also after an evaluation at
+    other points and for more points than a block."""
+    S = CircleSums(5.0)
+    for n in (1, 700, S.block, S.block + 3):
+        y, w = sphere_points(n, 2, 40 + n % 7, clustered=True), weights(n, 41)
+        at_sources = S.fields(y, w)
+        S.fields(y, w, sphere_points(50, 2, 42))
+        for u in (S.fields(y, w, y.copy()), S.fields(y, w)):
+            assert np.array_equal(u[0], at_sources[0]) and np.array_equal(u[1], at_sources[1]), n
+
+
 def test_circle_nufft_sums_are_reproducible_and_follow_sum_tol():
     """The same bits on every call and for any thread count (fixed chunks added in a fixed order;
     FINUFFT's own multithreaded type 1 is not reproducible); a looser sum_tol gives a looser

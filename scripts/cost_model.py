@@ -1,0 +1,116 @@
+#!/usr/bin/env python
+"""Measure the S^1 interaction sums' costs on this machine and set them beside ``method="auto"``'s model.
+
+``InteractionSums(2, beta, method).fields(y, w)`` (the evaluation points are the sources, as in the particle
+solver and the continuation) is timed for every method at every (beta, N) of the grid, one thread, best of
+``--repeats`` loops of >= ``--min-time`` seconds each. Printed: the times, the method the cost model picks
+(``method_for``) and the fastest measured, and how much slower the pick is than the fastest. With
+``--fit`` the linear models of the code are fitted to the times (relative least squares):
+
+    fast   a_fast + (b_fast (K + 1) + c_fast) (n_src + n_eval)
+    nufft  a_nufft + b_nufft (n_src + n_eval)
+    direct b_direct (d + 6) n_src n_eval
+
+    scripts/cost_model.py [--betas 1,5,25,100] [--sizes 100,1000,...] [--fit] [--json OUT]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import numpy as np  # noqa: E402
+
+from solvers.interaction import InteractionSums  # noqa: E402
+
+METHODS = ("direct", "fast", "nufft")
+DIRECT_MAX = 3000          #: direct sums beyond this many points take seconds and are never the cheapest
+
+
+def best_time(fn, min_time: float, repeats: int) -> float:
+    """Best per-call seconds of ``fn`` over ``repeats`` loops of at least ``min_time`` seconds."""
+    fn()
+    t0 = time.perf_counter()
+    fn()
+    once = max(time.perf_counter() - t0, 1e-7)
+    n = max(1, int(min_time / once))
+    best = np.inf
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        best = min(best, (time.perf_counter() - t0) / n)
+    return best
+
+
+def measure(betas, sizes, min_time: float, repeats: int, seed: int = 0) -> list[dict]:
+    rng = np.random.default_rng(seed)
+    rows = []
+    for beta in betas:
+        sums = {m: InteractionSums(2, beta, m) for m in METHODS}
+        K = sums["fast"]._fast.K
+        for N in sizes:
+            th = rng.uniform(0.0, 2.0 * np.pi, N)
+            y = np.stack([np.cos(th), np.sin(th)], axis=1)
+            w = np.full(N, 1.0 / N)
+            t = {m: best_time(lambda s=s: s.fields(y, w), min_time, repeats)
+                 for m, s in sums.items() if m != "direct" or N <= DIRECT_MAX}
+            pick = InteractionSums(2, beta).method_for(N)
+            fastest = min(t, key=t.get)
+            rows.append({"beta": beta, "K": K, "N": N, "seconds": t, "auto": pick, "fastest": fastest,
+                         "auto_over_fastest": t[pick] / t[fastest] if pick in t else None})
+            print(f"beta {beta:6g} K {K:3d} N {N:7d}  " + "  ".join(f"{m} {1e6 * v:9.1f} us" for m, v in t.items())
+                  + f"  auto {pick:6s} fastest {fastest:6s}"
+                  + (f"  auto/fastest {t[pick] / t[fastest]:.2f}" if pick in t else ""), flush=True)
+    return rows
+
+
+def _fit(A: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Least squares of A c = t relative to t (each row divided by its t)."""
+    return np.linalg.lstsq(A / t[:, None], np.ones_like(t), rcond=None)[0]
+
+
+def fit(rows: list[dict]) -> dict:
+    out = {}
+    f = [r for r in rows if "fast" in r["seconds"]]
+    n = np.array([2.0 * r["N"] for r in f])
+    k1 = np.array([r["K"] + 1.0 for r in f])
+    a, b, c = _fit(np.stack([np.ones_like(n), k1 * n, n], axis=1), np.array([r["seconds"]["fast"] for r in f]))
+    out["fast"] = {"a": a, "b": b, "c": c}
+    a, b = _fit(np.stack([np.ones_like(n), n], axis=1), np.array([r["seconds"]["nufft"] for r in f]))
+    out["nufft"] = {"a": a, "b": b}
+    dr = [r for r in rows if "direct" in r["seconds"] and r["N"] >= 100]
+    if dr:
+        pairs = np.array([8.0 * r["N"] * r["N"] for r in dr])
+        out["direct"] = {"b": float(_fit(pairs[:, None], np.array([r["seconds"]["direct"] for r in dr]))[0])}
+    return out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--betas", default="1,2,5,10,25,50,100")
+    p.add_argument("--sizes", default="30,100,300,1000,3000,10000,30000,100000")
+    p.add_argument("--min-time", type=float, default=0.05)
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--fit", action="store_true")
+    p.add_argument("--json")
+    a = p.parse_args()
+    rows = measure([float(b) for b in a.betas.split(",")], [int(n) for n in a.sizes.split(",")],
+                   a.min_time, a.repeats)
+    slow = [r for r in rows if r["auto_over_fastest"] is not None and r["auto_over_fastest"] > 1.1]
+    print(f"auto within 10% of the fastest in {len(rows) - len(slow)} of {len(rows)} cases; worst "
+          f"{max((r['auto_over_fastest'] or 1.0) for r in rows):.2f}x")
+    out = {"rows": rows}
+    if a.fit:
+        out["fit"] = fit(rows)
+        print("fit:", {m: {k: f"{v:.3g}" for k, v in c.items()} for m, c in out["fit"].items()})
+    if a.json:
+        with open(a.json, "w") as fh:
+            json.dump(out, fh, indent=1, default=float)
+
+
+if __name__ == "__main__":
+    main()
