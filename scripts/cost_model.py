@@ -1,17 +1,17 @@
 #!/usr/bin/env python
-"""Measure the S^1 interaction sums' costs on this machine and set them beside ``method="auto"``'s model.
+"""Measure the interaction sums' costs on this machine and set them beside ``method="auto"``'s pick.
 
-``InteractionSums(2, beta, method).fields(y, w)`` (the evaluation points are the sources, as in the particle
-solver and the continuation) is timed for every method at every (beta, N) of the grid, one thread, best of
+``InteractionSums(d, beta, method).fields(y, w)`` (d = 2 by default, ``--d 3`` for S^2; uniformly random
+points; the evaluation points are the sources, as in the particle solver and the continuation) is timed for every method at every (beta, N) of the grid, one thread, best of
 ``--repeats`` loops of >= ``--min-time`` seconds each. Printed: the times, the method the cost model picks
 (``method_for``) and the fastest measured, and how much slower the pick is than the fastest. With
-``--fit`` the linear models of the code are fitted to the times (relative least squares):
+``--fit`` (S^1) the linear models of the code are fitted to the times (relative least squares):
 
     fast   a_fast + (b_fast (K + 1) + c_fast) (n_src + n_eval)
     nufft  a_nufft + b_nufft (n_src + n_eval)
     direct b_direct (d + 6) n_src n_eval
 
-    scripts/cost_model.py [--betas 1,5,25,100] [--sizes 100,1000,...] [--fit] [--json OUT]
+    scripts/cost_model.py [--d 2|3] [--betas 1,5,25,100] [--sizes 100,1000,...] [--fit] [--json OUT]
 """
 from __future__ import annotations
 
@@ -46,23 +46,23 @@ def best_time(fn, min_time: float, repeats: int) -> float:
     return best
 
 
-def measure(betas, sizes, min_time: float, repeats: int, seed: int = 0) -> list[dict]:
+def measure(betas, sizes, min_time: float, repeats: int, seed: int = 0, d: int = 2) -> list[dict]:
     rng = np.random.default_rng(seed)
     rows = []
     for beta in betas:
-        sums = {m: InteractionSums(2, beta, m) for m in METHODS}
-        K = sums["fast"]._fast.K
+        sums = {m: InteractionSums(d, beta, m) for m in METHODS}
+        K = sums["fast"]._fast.K if d == 2 else sums["fast"]._fast.L
         for N in sizes:
-            th = rng.uniform(0.0, 2.0 * np.pi, N)
-            y = np.stack([np.cos(th), np.sin(th)], axis=1)
+            y = rng.standard_normal((N, d))
+            y /= np.linalg.norm(y, axis=1, keepdims=True)
             w = np.full(N, 1.0 / N)
             t = {m: best_time(lambda s=s: s.fields(y, w), min_time, repeats)
                  for m, s in sums.items() if m != "direct" or N <= DIRECT_MAX}
-            pick = InteractionSums(2, beta).method_for(N)
+            pick = InteractionSums(d, beta).method_for(N)
             fastest = min(t, key=t.get)
             rows.append({"beta": beta, "K": K, "N": N, "seconds": t, "auto": pick, "fastest": fastest,
                          "auto_over_fastest": t[pick] / t[fastest] if pick in t else None})
-            print(f"beta {beta:6g} K {K:3d} N {N:7d}  " + "  ".join(f"{m} {1e6 * v:9.1f} us" for m, v in t.items())
+            print(f"beta {beta:6g} {'K' if d == 2 else 'L'} {K:3d} N {N:7d}  " + "  ".join(f"{m} {1e6 * v:9.1f} us" for m, v in t.items())
                   + f"  auto {pick:6s} fastest {fastest:6s}"
                   + (f"  auto/fastest {t[pick] / t[fastest]:.2f}" if pick in t else ""), flush=True)
     return rows
@@ -95,16 +95,17 @@ def main() -> None:
     p.add_argument("--sizes", default="30,100,300,1000,3000,10000,30000,100000")
     p.add_argument("--min-time", type=float, default=0.05)
     p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--d", type=int, default=2, choices=(2, 3), help="2: S^1 (default), 3: S^2 (no --fit)")
     p.add_argument("--fit", action="store_true")
     p.add_argument("--json")
     a = p.parse_args()
     rows = measure([float(b) for b in a.betas.split(",")], [int(n) for n in a.sizes.split(",")],
-                   a.min_time, a.repeats)
+                   a.min_time, a.repeats, d=a.d)
     slow = [r for r in rows if r["auto_over_fastest"] is not None and r["auto_over_fastest"] > 1.1]
     print(f"auto within 10% of the fastest in {len(rows) - len(slow)} of {len(rows)} cases; worst "
           f"{max((r['auto_over_fastest'] or 1.0) for r in rows):.2f}x")
     out = {"rows": rows}
-    if a.fit:
+    if a.fit and a.d == 2:
         out["fit"] = fit(rows)
         print("fit:", {m: {k: f"{v:.3g}" for k, v in c.items()} for m, c in out["fit"].items()})
     if a.json:

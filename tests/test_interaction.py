@@ -170,6 +170,17 @@ def test_sphere_nufft_sums_match_direct_and_harmonic_sums(beta):
             assert max(e_psi, e_G, e_G_own) <= 1e-10, (beta, e_psi, e_G, e_G_own)
 
 
+@pytest.mark.parametrize("beta", [0.5, 9.0, 100.0])
+def test_sphere_nufft_fold_of_all_orders_at_once_equals_the_fold_order_by_order(beta):
+    """The fold from the zero-padded tables of every order (up to FOLD_TABLE_MAX_DEGREE) and the loop over
+    orders (above it) give the same double Fourier coefficients to rounding."""
+    S = SphereNufftSums(beta)
+    y, w = sphere_points(3000, 3, 50, clustered=True), weights(3000, 51)
+    c = S.coefficients(S._type1(y, w))
+    for a, b in zip(S._fold(c), S._fold_by_order(c)):
+        assert np.abs(a - b).max() <= 1e-14 * np.abs(b).max()
+
+
 def test_sphere_nufft_sums_are_reproducible_for_any_thread_count():
     """More than one chunk: the same bits for one and two threads, and on every call."""
     one = InteractionSums(3, 4.0, "nufft", nufft_threads=1)
@@ -182,6 +193,22 @@ def test_sphere_nufft_sums_are_reproducible_for_any_thread_count():
         assert np.array_equal(u[0], v[0]) and np.array_equal(u[1], v[1])
     psi_d, G_d = direct_fields(y[:400], y, w, 4.0)
     assert max(rel_errors(a[0][:400], a[1][:400], psi_d, G_d)) <= 1e-10
+
+
+def test_sphere_nufft_sums_of_one_chunk_are_the_same_on_two_threads():
+    """One chunk: with two threads its two type-2 transforms run concurrently, the second on a plan of its
+    own set to the same points (at the sources: the angles of the type-1 pass). The same bits as one thread,
+    at the sources and at other points, in any order of calls, and within 1e-10 of the direct sums."""
+    one = InteractionSums(3, 9.0, "nufft", nufft_threads=1)
+    two = InteractionSums(3, 9.0, "nufft", nufft_threads=2)
+    y, w = _with_poles(sphere_points(3000, 3, 60, clustered=True), 61), weights(3000, 62)
+    x = sphere_points(700, 3, 63)
+    assert two.nufft._paired(3000) and not one.nufft._paired(3000)
+    at_src, at_x = one.fields(y, w), one.fields(y, w, x)
+    for u, v in ((two.fields(y, w, x), at_x), (two.fields(y, w), at_src), (two.fields(y, w, x), at_x)):
+        assert np.array_equal(u[0], v[0]) and np.array_equal(u[1], v[1])
+    psi_d, G_d = direct_fields(x, y, w, 9.0)
+    assert max(rel_errors(at_x[0], at_x[1], psi_d, G_d)) <= 1e-10
 
 
 @pytest.mark.parametrize("d, beta", [(2, 25.0), (3, 4.0)])
