@@ -99,6 +99,8 @@ NUFFT_CHUNK = 2 ** 17
 SPHERE_MAX_DEGREE = 200
 #: up to this degree the S^2 NUFFT sums fold all orders at once from zero-padded tables (SphereNufftSums._fold)
 FOLD_TABLE_MAX_DEGREE = 127
+#: fewest points whose two S^2 type-2 transforms run on two threads (SphereNufftSums._paired)
+PAIR_MIN_POINTS = 2048
 
 # Cost model of ``method="auto"`` (seconds, with one OpenBLAS thread): direct ~ pairs * (d + 6) * _C_DIRECT;
 # fast S^1 ~ points * ((K + 1) * _C_CIRCLE + _C_CIRCLE_POINT) per pass + _C_CIRCLE_CALL; fast S^2 ~ points *
@@ -616,7 +618,7 @@ class SphereNufftSums:
             inside = rows[:, None] + rows[None, :] <= L                  # [m, r]: degree m + r <= L
             deg = np.minimum(rows[:, None] + rows[None, :], L)
             self._tables = (A, A_s, np.where(inside, 4.0 * np.pi * lam[deg], 0.0),
-                            np.where(inside, 4.0 * np.pi * g[deg], 0.0), inside, rows % 2 == 0)
+                            np.where(inside, 4.0 * np.pi * g[deg], 0.0), rows % 2 == 0)
         self.chunk = sphere_nufft_chunk(L)
         self._pair_plan = self._angles_0 = None          # see _paired
         self._make_plan = lambda: finufft.Plan(1, (2 * L + 1, 2 * L + 1), n_trans=1, eps=self.eps, isign=-1,
@@ -662,11 +664,13 @@ class SphereNufftSums:
 
     def _paired(self, n: int) -> bool:
         """Whether the two type-2 transforms of a pass over n points run on two threads: with two threads
-        or more and a single chunk (more chunks keep the threads busy already). The second transform gets
-        its own plan, set to the same points (its setpts overlaps the first transform): at 8192 points,
-        L = 31, each transform takes 1.7 ms and the evaluation 7 ms on one thread. The same bits: each
-        transform is the same single-threaded FINUFFT call at the same points."""
-        return self.threads >= 2 and n <= self.chunk
+        or more, a single chunk (more chunks keep the threads busy already) and at least PAIR_MIN_POINTS
+        points. The second transform gets its own plan, set to the same points (its setpts overlaps the
+        first transform). Measured (evaluations at the sources, best of 7 x 10, two threads against one):
+        0.89-0.96x from 2000 to 8192 points at beta = 4 and 9, but 0.97-1.18x at 300 and 1000 points, where
+        the hand-over costs what it saves. The same bits: each transform is the same single-threaded
+        FINUFFT call at the same points."""
+        return self.threads >= 2 and PAIR_MIN_POINTS <= n <= self.chunk
 
     def _second(self, B2: np.ndarray, angles: tuple) -> np.ndarray:
         """The G_phi transform on the pair's second plan (made on first use), at ``angles``."""
@@ -714,17 +718,25 @@ class SphereNufftSums:
         entry m is (L + 1 - m,), degrees l = m..L."""
         return point_sums(F, self._alpha)
 
-    def _fold(self, c: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-        """Double Fourier coefficients (p, m), |p|, |m| <= L, of Psi + i G_theta and of G_phi: every order
-        at once from the zero-padded tables (a few numpy calls in place of ~10 per order: at L = 31, 1.6 ms
-        of an 8.5 ms evaluation of 8192 points went to the loop), or :meth:`_fold_by_order` above
-        FOLD_TABLE_MAX_DEGREE. The two agree to rounding (the sums over l run in another order)."""
-        if self._tables is None:
-            return self._fold_by_order(c)
+    def _coefficient_table(self, F: np.ndarray) -> np.ndarray:
+        """:meth:`coefficients` as one array X (L + 1, L + 1), X[m, l - m] = c_lm and zeros for l > L, from
+        the zero-padded tables (one batched product for all orders)."""
         L = self.L
-        A, A_s, lam, g, inside, even = self._tables
-        X = np.zeros((L + 1, L + 1), dtype=complex)
-        X[inside] = np.concatenate(c)                     # X[m, l - m] = c_lm (row-major: m, then l)
+        A, even = self._tables[0], self._tables[4]
+        pos, neg = F[L:, L:].T, F[L::-1, L:].T            # [m, p]: F(p, m), F(-p, m), p = 0..L
+        U = np.where(even[:, None], 0.5 * (pos + neg), 0.5j * (pos - neg))
+        U[even, 0] = pos[even, 0]
+        R = np.matmul(A, np.stack([U.real, U.imag], axis=2))                        # (m, r, 2)
+        return R[..., 0] + 1j * R[..., 1]
+
+    def _fold(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Double Fourier coefficients (p, m), |p|, |m| <= L, of Psi + i G_theta and of G_phi from the
+        coefficients X of :meth:`_coefficient_table`: every order at once from the zero-padded tables (a
+        few numpy calls in place of ~10 per order: at L = 31 the loop took 1.6 ms of an 8.5 ms evaluation
+        of 8192 points). Up to FOLD_TABLE_MAX_DEGREE; above, :meth:`_fold_by_order`. The two agree to
+        rounding (the sums over l run in another order)."""
+        L = self.L
+        A, A_s, lam, g, even = self._tables
         phi = g * X                                       # coefficients of Phi = Psi / beta
         # sum_l alpha[m][l - m, p] y[m, l - m] for every m: one batched real product per table (rows: the
         # real and imaginary parts of lam c and of Phi's coefficients; of Phi's for A_s)
@@ -770,7 +782,8 @@ class SphereNufftSums:
         x = None if x is None else _as_points("x", x, 3)
         with self._plans.lock:
             F = self._type1(y, w)
-            B1, B2 = self._fold(self.coefficients(F))
+            B1, B2 = self._fold(self._coefficient_table(F)) if self._tables is not None else \
+                self._fold_by_order(self.coefficients(F))
             return self._type2(y if x is None else x, B1, B2, x is None)
 
 

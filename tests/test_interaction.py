@@ -172,12 +172,16 @@ def test_sphere_nufft_sums_match_direct_and_harmonic_sums(beta):
 
 @pytest.mark.parametrize("beta", [0.5, 9.0, 100.0])
 def test_sphere_nufft_fold_of_all_orders_at_once_equals_the_fold_order_by_order(beta):
-    """The fold from the zero-padded tables of every order (up to FOLD_TABLE_MAX_DEGREE) and the loop over
-    orders (above it) give the same double Fourier coefficients to rounding."""
+    """The harmonic coefficients and the fold from the zero-padded tables of every order (up to
+    FOLD_TABLE_MAX_DEGREE) and the loops over orders (above it) give the same numbers to rounding."""
     S = SphereNufftSums(beta)
     y, w = sphere_points(3000, 3, 50, clustered=True), weights(3000, 51)
-    c = S.coefficients(S._type1(y, w))
-    for a, b in zip(S._fold(c), S._fold_by_order(c)):
+    F = S._type1(y, w)
+    X, c = S._coefficient_table(F), S.coefficients(F)
+    for m in range(S.L + 1):
+        assert np.abs(X[m, : S.L + 1 - m] - c[m]).max() <= 1e-14 * np.abs(c[0]).max()
+        assert not X[m, S.L + 1 - m:].any()
+    for a, b in zip(S._fold(X), S._fold_by_order(c)):
         assert np.abs(a - b).max() <= 1e-14 * np.abs(b).max()
 
 
@@ -203,7 +207,7 @@ def test_sphere_nufft_sums_of_one_chunk_are_the_same_on_two_threads():
     two = InteractionSums(3, 9.0, "nufft", nufft_threads=2)
     y, w = _with_poles(sphere_points(3000, 3, 60, clustered=True), 61), weights(3000, 62)
     x = sphere_points(700, 3, 63)
-    assert two.nufft._paired(3000) and not one.nufft._paired(3000)
+    assert two.nufft._paired(3000) and not one.nufft._paired(3000) and not two.nufft._paired(1000)
     at_src, at_x = one.fields(y, w), one.fields(y, w, x)
     for u, v in ((two.fields(y, w, x), at_x), (two.fields(y, w), at_src), (two.fields(y, w, x), at_x)):
         assert np.array_equal(u[0], v[0]) and np.array_equal(u[1], v[1])
