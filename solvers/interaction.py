@@ -107,19 +107,19 @@ PAIR_MIN_POINTS = 2048
 # (number of (l, m) pairs) * _C_SPHERE per pass + _C_CALL * L (the Legendre recurrence is a Python loop
 # over degrees); nufft S^1 ~ points / p * _C_NUFFT per pass + _C_NUFFT_CALL, p = the threads that transform
 # its chunks of NUFFT_CHUNK points at once (min(threads, chunks)); nufft S^2 ~ (sources + 2 evaluation
-# points) * _C_S2NUFFT (one 2-D type-1 and two type-2 transforms at eps 1e-14, one thread) + (2L + 1)^2 *
-# _C_S2NUFFT_GRID (the FFTs of the fine grid and the conversions between double Fourier and harmonic
-# coefficients) + _C_S2NUFFT_CALL. Only the ratios matter: the model compares methods, and each time
-# constants were measured they were scaled to the unit of _C_DIRECT.
-# S^2, measured 2026-11-23 (load ~1.2, min of 5-15 repeats, OMP_NUM_THREADS=1): 1.67e-7 s per point and
-# transform at N = 1e6, beta = 4; fixed cost (8 points) 3.5e-4 s (L = 15) .. 1.7e-2 s (L = 126), fitted
-# (relative least squares over L = 15, 23, 35, 48, 65, 90, 126; within 20%) as 1.25e-4 + 2.16e-7 (2L + 1)^2.
-# In the same process the S^2 fast and direct sums ran 2.5x and 2.3x faster than _C_SPHERE and _C_DIRECT
-# predict (their measurement conditions are not recorded), so the S^2 nufft constants are today's times
-# x 2.4. It puts the switch direct -> nufft between 300 and 500 points at beta = 4 and between 1000 and
-# 2000 at beta = 100; measured (fields, one thread): beta = 4, 100 points direct 0.12 ms vs nufft 0.75 ms,
-# 1000 points direct 4-21 ms vs nufft 1.1 ms; beta = 100, 1000 points direct 5.5 ms vs nufft 7.9 ms, 10^4
-# points 370 ms vs 12 ms.
+# points) * _C_S2NUFFT (one 2-D type-1 and two type-2 transforms at eps 1e-14, one thread) + (2L + 1)^3 *
+# _C_S2NUFFT_FOLD (the conversions between double Fourier and harmonic coefficients, and the fine grid's
+# FFTs) + _C_S2NUFFT_CALL. Only the ratios matter: the model compares methods, and each time constants were
+# measured they were scaled to the unit of _C_DIRECT.
+# S^2 NUFFT, measured 2026-11-27 after its conversions went from loops over orders to batched products
+# (scripts/cost_model.py --d 3, same machine and settings as S^1 below, beta = 1 .. 100, N = 100 .. 3000):
+# fixed cost (N = 100) 0.74-0.77 ms at L = 14 and 23, 1.3-1.6 ms at L = 31, 2.2 ms at L = 47, 14 ms at L =
+# 90, i.e. ~0.7 ms + 2.3e-9 (2L + 1)^3; 2.0e-7-2.8e-7 s per point and transform (N = 1000 -> 3000); the
+# direct S^2 sums measured 1.0-1.5 x _C_DIRECT, so the constants are these times. Before (2026-11-23, with
+# the loops): fixed 1.25e-4 + 2.16e-7 (2L + 1)^2 and 1.67e-7 per point, times x 2.4 to the unit of the
+# direct sums then; with the conversions faster, they picked the direct sums at beta = 9, N = 500 (2.35 ms
+# against 1.28 ms by the NUFFT). Measured again with these constants (N = 100 .. 10^4): the pick within 10%
+# of the fastest in all 35 cases, the worst 1.08x.
 # S^1, measured 2026-11-27 by scripts/cost_model.py (AMD EPYC family 25 model 1, OMP_NUM_THREADS=1, best of
 # 7; beta = 1 .. 100, N = 30 .. 10^5, the sums at their sources) and fitted by relative least squares: direct
 # 1.36e-9 s per pair and (d + 6); fast 7.9e-5 + (1.60e-9 (K + 1) + 5.7e-9) per point and pass; nufft 1.66e-4
@@ -142,9 +142,9 @@ _C_SPHERE = 1.2e-8
 _C_CALL = 3.0e-5
 _C_NUFFT = 5.6e-8
 _C_NUFFT_CALL = 1.22e-4
-_C_S2NUFFT = 4.0e-7
-_C_S2NUFFT_GRID = 5.2e-7
-_C_S2NUFFT_CALL = 3.0e-4
+_C_S2NUFFT = 2.5e-7
+_C_S2NUFFT_FOLD = 2.3e-9
+_C_S2NUFFT_CALL = 7.0e-4
 
 
 class _ChunkPlans:
@@ -810,9 +810,8 @@ def _sphere_nufft_degree(beta: float, tol: float) -> int:
 
 def _sphere_nufft_cost(L: int, n_src: int, n_eval: int) -> float:
     """Estimated seconds of one :meth:`SphereNufftSums.fields` (one thread): one type-1 transform at the
-    sources, two type-2 at the evaluation points, the fine-grid FFTs and the conversions (measured
-    ~ (2L + 1)^2 up to L = 126, although the conversions are O(L^3) flops)."""
-    return _C_S2NUFFT * (n_src + 2 * n_eval) + _C_S2NUFFT_GRID * (2 * L + 1) ** 2 + _C_S2NUFFT_CALL
+    sources, two type-2 at the evaluation points, the conversions (O(L^3)) and the fine-grid FFTs."""
+    return _C_S2NUFFT * (n_src + 2 * n_eval) + _C_S2NUFFT_FOLD * (2 * L + 1) ** 3 + _C_S2NUFFT_CALL
 
 
 def _series_to_exp_all(a: np.ndarray, cosine: np.ndarray) -> np.ndarray:
