@@ -94,6 +94,11 @@ DEFAULT_TOL = 1e-17
 NUFFT_EPS_MIN = 1e-14
 #: points per FINUFFT transform: the chunks, and so the order of the sums, depend on the point count only
 NUFFT_CHUNK = 2 ** 17
+#: the S^1 cost model takes the NUFFT's chunks as transformed this many at a time (the 2-core machines it was
+#: measured on), whatever the thread count: the method auto picks, and so the bits of the sums, never depend
+#: on the threads (a run resumed with other threads continues bit for bit). With one thread, from 2^17
+#: points at 2.2 < beta < 20, it picks the NUFFT where the fast sums are ~1.5x faster
+NUFFT_COST_THREADS = 2
 #: the fast S^2 sums are offered up to this degree (beyond, about beta > 400, direct sums are cheaper
 #: for every N one can afford, and the Legendre recurrence gets long)
 SPHERE_MAX_DEGREE = 200
@@ -106,7 +111,7 @@ PAIR_MIN_POINTS = 2048
 # fast S^1 ~ points * ((K + 1) * _C_CIRCLE + _C_CIRCLE_POINT) per pass + _C_CIRCLE_CALL; fast S^2 ~ points *
 # (number of (l, m) pairs) * _C_SPHERE per pass + _C_CALL * L (the Legendre recurrence is a Python loop
 # over degrees); nufft S^1 ~ points / p * _C_NUFFT per pass + _C_NUFFT_CALL, p = the threads that transform
-# its chunks of NUFFT_CHUNK points at once (min(threads, chunks)); nufft S^2 ~ (sources + 2 evaluation
+# its chunks of NUFFT_CHUNK points at once (min(NUFFT_COST_THREADS, chunks)); nufft S^2 ~ (sources + 2 evaluation
 # points) * _C_S2NUFFT (one 2-D type-1 and two type-2 transforms at eps 1e-14, one thread) + (2L + 1)^3 *
 # _C_S2NUFFT_FOLD (the conversions between double Fourier and harmonic coefficients, and the fine grid's
 # FFTs) + _C_S2NUFFT_CALL. Only the ratios matter: the model compares methods, and each time constants were
@@ -133,7 +138,7 @@ PAIR_MIN_POINTS = 2048
 # 550-760 us at every beta in every run, against 250-330 us at 1000 points), against 44 of 56 and 1.61x with
 # the constants before (times vary by 10-40% between runs on this machine). With two
 # threads the NUFFT of 3e5 and 1e6 points is the faster at beta = 5 and 10 (31 and 92 ms against 40 and 134
-# ms at beta = 5): hence p.
+# ms at beta = 5): hence p, with two threads taken whatever the count (NUFFT_COST_THREADS).
 _C_DIRECT = 1.0e-9
 _C_CIRCLE = 1.18e-9
 _C_CIRCLE_POINT = 4.2e-9
@@ -389,11 +394,11 @@ class CircleNufftSums:
                                   NUFFT_CHUNK, self.threads, "attnpde-nufft")
 
     @staticmethod
-    def cost(n_src: int, n_eval: int, threads: int = 1) -> float:
-        """Estimated seconds of one :meth:`fields` call with ``threads`` threads (a pass over n points runs
-        on min(threads, its chunks of NUFFT_CHUNK points) of them)."""
+    def cost(n_src: int, n_eval: int) -> float:
+        """Estimated seconds of one :meth:`fields` call, its chunks of NUFFT_CHUNK points taken
+        NUFFT_COST_THREADS at a time whatever the threads given (see there)."""
         def per_pass(n: int) -> float:
-            return _C_NUFFT * n / max(1, min(threads, -(-n // NUFFT_CHUNK)))
+            return _C_NUFFT * n / max(1, min(NUFFT_COST_THREADS, -(-n // NUFFT_CHUNK)))
         return per_pass(n_src) + per_pass(n_eval) + _C_NUFFT_CALL
 
     def fields(self, y: np.ndarray, w: np.ndarray, x: np.ndarray | None = None
@@ -935,7 +940,7 @@ class InteractionSums:
         if self._fast is not None:
             costs["fast"] = self._fast.cost(n_src, n_eval)
         if self.d == 2:
-            costs["nufft"] = CircleNufftSums.cost(n_src, n_eval, self.nufft_threads)
+            costs["nufft"] = CircleNufftSums.cost(n_src, n_eval)
         elif self.d == 3 and self._fast is not None:
             # the S^2 NUFFT's degree is within a few of SphereSums' (same range of beta); the cost model
             # needs only L, so no plans are made to answer

@@ -289,6 +289,18 @@ def test_legendre_fourier_series_match_scipy():
             assert (m == 1) or np.max(np.abs(q[:, :2])) <= 1e-12
 
 
+def test_auto_sums_give_the_same_bits_for_any_thread_count():
+    """sum="auto" picks its method without regard to the thread count (the NUFFT is costed at two threads
+    whatever the count), so the fields are the same bits on one and two threads, here where a pass has two
+    chunks (the NUFFT is then the pick at beta = 5) and where the fast sums are."""
+    for N in (2000, NUFFT_CHUNK + 1000):
+        y, w = sphere_points(N, 2, 70, clustered=True), weights(N, 71)
+        one, two = InteractionSums(2, 5.0, nufft_threads=1), InteractionSums(2, 5.0, nufft_threads=2)
+        assert one.method_for(N) == two.method_for(N) == ("fast" if N == 2000 else "nufft")
+        a, b = one.fields(y, w), two.fields(y, w)
+        assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
+
+
 def test_sphere_basis_is_orthonormal_on_a_gauss_grid():
     """The harmonic table of the recurrence: ∫ Y_lm conj(Y_l'm') dA = delta (exact Gauss quadrature)."""
     S = SphereSums(10.0)
