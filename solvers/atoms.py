@@ -83,7 +83,7 @@ import numpy as np
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
-__all__ = ["Atoms", "atoms_from_graph", "circle_neighbours", "circle_neighbour_chords", "single_linkage_clusters", "greedy_arc_labels",
+__all__ = ["Atoms", "atoms_from_graph", "circle_neighbours", "circle_neighbour_chords", "circle_closest_chord", "single_linkage_clusters", "greedy_arc_labels",
            "clusters", "cluster_spread", "spread_within", "arc_extent", "CLUSTER_RULES", "DEFAULT_PROMINENCE"]
 
 #: the clustering rules of :func:`clusters` (see the module docstring)
@@ -362,6 +362,9 @@ CIRCLE_NORM_TOL = 1e-12
 #: tolerance could shift) is left to the general search, whose arithmetic (cube cliques, squared sums, a
 #: k-d tree's sqrt) may round differently
 _CIRCLE_MARGIN = 1e-9
+#: and within this absolute distance: points closer in angle than a few ulp of pi (4.4e-16) may share their
+#: arctan2 and sort out of order, which moves a neighbours' chord by about as much
+_CIRCLE_SLACK = 2e-15
 
 
 def circle_neighbour_chords(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, float] | None:
@@ -391,11 +394,23 @@ def circle_neighbour_chords(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, floa
 
 
 def _ambiguous(d2: np.ndarray, chord: float, dev: float) -> bool:
-    """Whether a neighbours' chord (squared: ``d2``) is within round-off, or twice the radial deviation
-    (``dev`` bounds | |x|^2 - 1 |, so |x| is within dev of 1), of ``chord``."""
-    lo = chord * (1.0 - _CIRCLE_MARGIN)
-    hi = chord * (1.0 + _CIRCLE_MARGIN) + 4.0 * dev
+    """Whether a neighbours' chord (squared: ``d2``) is within round-off of ``chord`` (relative, and the
+    absolute slack of angles that sort out of order), or above it by less than what the radial deviation
+    allows (``dev`` bounds | |x|^2 - 1 |, so |x| is within dev / 2 of 1: a pair's chord moves by less
+    than 2 dev, and a chain of neighbours can hide a closer pair off the circle)."""
+    lo = max(chord * (1.0 - _CIRCLE_MARGIN) - _CIRCLE_SLACK, 0.0)
+    hi = chord * (1.0 + _CIRCLE_MARGIN) + 4.0 * dev + _CIRCLE_SLACK
     return bool(np.any((d2 >= lo * lo) & (d2 <= hi * hi)))
+
+
+def circle_closest_chord(x: np.ndarray) -> float | None:
+    """A lower bound of the smallest chord between two points of S^1, at most 8 dev + 4e-15 below it (dev
+    of :func:`circle_neighbour_chords`: ~1e-16 for normalised points): the smallest neighbours' chord, less
+    what points off the circle or out of order could hide. None where :func:`circle_neighbour_chords` is."""
+    near = circle_neighbour_chords(x)
+    if near is None:
+        return None
+    return max(0.0, float(np.sqrt(near[1].min())) - 4.0 * near[2] - _CIRCLE_SLACK)
 
 
 def _circle_linkage_labels(x: np.ndarray, chord: float) -> np.ndarray | None:

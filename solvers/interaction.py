@@ -96,8 +96,8 @@ NUFFT_EPS_MIN = 1e-14
 NUFFT_CHUNK = 2 ** 17
 #: the S^1 cost model takes the NUFFT's chunks as transformed this many at a time (the 2-core machines it was
 #: measured on), whatever the thread count: the method auto picks, and so the bits of the sums, never depend
-#: on the threads (a run resumed with other threads continues bit for bit). With one thread, from 2^17
-#: points at 2.2 < beta < 20, it picks the NUFFT where the fast sums are ~1.5x faster
+#: on the threads (a run resumed with other threads continues bit for bit). With one thread, above ~2e5
+#: points at 3 < beta < 20, it picks the NUFFT where the fast sums are ~1.3-1.5x faster
 NUFFT_COST_THREADS = 2
 #: the fast S^2 sums are offered up to this degree (beyond, about beta > 400, direct sums are cheaper
 #: for every N one can afford, and the Legendre recurrence gets long)
@@ -398,7 +398,10 @@ class CircleNufftSums:
         """Estimated seconds of one :meth:`fields` call, its chunks of NUFFT_CHUNK points taken
         NUFFT_COST_THREADS at a time whatever the threads given (see there)."""
         def per_pass(n: int) -> float:
-            return _C_NUFFT * n / max(1, min(NUFFT_COST_THREADS, -(-n // NUFFT_CHUNK)))
+            # the rounds of NUFFT_COST_THREADS chunks, each as long as a whole chunk (the last chunk of a
+            # round may be short, the round waits for the longest)
+            rounds = -(-(-(-n // NUFFT_CHUNK)) // NUFFT_COST_THREADS)
+            return _C_NUFFT * min(n, rounds * NUFFT_CHUNK)
         return per_pass(n_src) + per_pass(n_eval) + _C_NUFFT_CALL
 
     def fields(self, y: np.ndarray, w: np.ndarray, x: np.ndarray | None = None
@@ -678,9 +681,7 @@ class SphereNufftSums:
         return self.threads >= 2 and PAIR_MIN_POINTS <= n <= self.chunk
 
     def _second(self, B2: np.ndarray, angles: tuple) -> np.ndarray:
-        """The G_phi transform on the pair's second plan (made on first use), at ``angles``."""
-        if self._pair_plan is None:
-            self._pair_plan = self._make_plan()
+        """The G_phi transform on the pair's second plan, at ``angles``."""
         self._pair_plan.setpts(*angles)
         return self._pair_plan.execute_adjoint(B2)
 
@@ -690,6 +691,8 @@ class SphereNufftSums:
         psi = np.empty(x.shape[0])
         G = np.empty_like(x)
         paired = self._paired(x.shape[0])
+        if paired and self._pair_plan is None:
+            self._pair_plan = self._make_plan()          # planned here, not beside another plan's transform
 
         def one(plan, c: slice) -> None:
             angles = None

@@ -206,13 +206,17 @@ def test_sphere_nufft_sums_of_one_chunk_are_the_same_on_two_threads():
     one = InteractionSums(3, 9.0, "nufft", nufft_threads=1)
     two = InteractionSums(3, 9.0, "nufft", nufft_threads=2)
     y, w = _with_poles(sphere_points(3000, 3, 60, clustered=True), 61), weights(3000, 62)
-    x = sphere_points(700, 3, 63)
-    assert two.nufft._paired(3000) and not one.nufft._paired(3000) and not two.nufft._paired(1000)
-    at_src, at_x = one.fields(y, w), one.fields(y, w, x)
-    for u, v in ((two.fields(y, w, x), at_x), (two.fields(y, w), at_src), (two.fields(y, w, x), at_x)):
-        assert np.array_equal(u[0], v[0]) and np.array_equal(u[1], v[1])
+    y2, w2 = sphere_points(2600, 3, 64), weights(2600, 65)
+    x = sphere_points(2500, 3, 63)
+    assert two.nufft._paired(2500) and not one.nufft._paired(3000) and not two.nufft._paired(1000)
+    want = {k: one.fields(*a) for k, a in (("src", (y, w)), ("x", (y, w, x)), ("src2", (y2, w2)),
+                                           ("x2", (y2, w2, x)))}
+    for k, a in (("x", (y, w, x)), ("src", (y, w)), ("src2", (y2, w2)), ("x", (y, w, x)), ("x2", (y2, w2, x)),
+                 ("src", (y, w))):
+        u = two.fields(*a)
+        assert np.array_equal(u[0], want[k][0]) and np.array_equal(u[1], want[k][1]), k
     psi_d, G_d = direct_fields(x, y, w, 9.0)
-    assert max(rel_errors(at_x[0], at_x[1], psi_d, G_d)) <= 1e-10
+    assert max(rel_errors(want["x"][0], want["x"][1], psi_d, G_d)) <= 1e-10
 
 
 @pytest.mark.parametrize("d, beta", [(2, 25.0), (3, 4.0)])
@@ -292,8 +296,8 @@ def test_legendre_fourier_series_match_scipy():
 def test_auto_sums_give_the_same_bits_for_any_thread_count():
     """sum="auto" picks its method without regard to the thread count (the NUFFT is costed at two threads
     whatever the count), so the fields are the same bits on one and two threads, here where a pass has two
-    chunks (the NUFFT is then the pick at beta = 5) and where the fast sums are."""
-    for N in (2000, NUFFT_CHUNK + 1000):
+    whole chunks (the NUFFT is then the pick at beta = 5) and where the fast sums are."""
+    for N in (2000, 2 * NUFFT_CHUNK):
         y, w = sphere_points(N, 2, 70, clustered=True), weights(N, 71)
         one, two = InteractionSums(2, 5.0, nufft_threads=1), InteractionSums(2, 5.0, nufft_threads=2)
         assert one.method_for(N) == two.method_for(N) == ("fast" if N == 2000 else "nufft")
