@@ -73,7 +73,7 @@ import threading
 import finufft
 import numpy as np
 
-from spectral.legendre_fourier import legendre_fourier, point_sums
+from spectral.legendre_fourier import legendre_fourier, point_sum_inputs, point_sums
 from spectral.multipliers import kernel_bandwidth, potential_multipliers, zonal_multipliers
 from . import validators as check
 from ._blas import blas_threads
@@ -400,7 +400,8 @@ class CircleNufftSums:
         def per_pass(n: int) -> float:
             # the rounds of NUFFT_COST_THREADS chunks, each as long as a whole chunk (the last chunk of a
             # round may be short, the round waits for the longest)
-            rounds = -(-(-(-n // NUFFT_CHUNK)) // NUFFT_COST_THREADS)
+            chunks = math.ceil(n / NUFFT_CHUNK)
+            rounds = math.ceil(chunks / NUFFT_COST_THREADS)
             return _C_NUFFT * min(n, rounds * NUFFT_CHUNK)
         return per_pass(n_src) + per_pass(n_eval) + _C_NUFFT_CALL
 
@@ -729,12 +730,8 @@ class SphereNufftSums:
     def _coefficient_table(self, F: np.ndarray) -> np.ndarray:
         """:meth:`coefficients` as one array X (L + 1, L + 1), X[m, l - m] = c_lm and zeros for l > L, from
         the zero-padded tables (one batched product for all orders)."""
-        L = self.L
-        A, even = self._tables[0], self._tables[4]
-        pos, neg = F[L:, L:].T, F[L::-1, L:].T            # [m, p]: F(p, m), F(-p, m), p = 0..L
-        U = np.where(even[:, None], 0.5 * (pos + neg), 0.5j * (pos - neg))
-        U[even, 0] = pos[even, 0]
-        R = np.matmul(A, np.stack([U.real, U.imag], axis=2))                        # (m, r, 2)
+        U = point_sum_inputs(F, self.L)
+        R = np.matmul(self._tables[0], np.stack([U.real, U.imag], axis=2))          # (m, r, 2)
         return R[..., 0] + 1j * R[..., 1]
 
     def _fold(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -823,8 +820,9 @@ def _sphere_nufft_cost(L: int, n_src: int, n_eval: int) -> float:
 
 
 def _series_to_exp_all(a: np.ndarray, cosine: np.ndarray) -> np.ndarray:
-    """:func:`_series_to_exp` of every row of a (n, L + 1), row i a cosine series where ``cosine[i]``,
-    else a sine series: (n, 2L + 1)."""
+    """Exponential coefficients b_p, p = -L..L, of each row of a (n, L + 1): sum_{p=0}^{L} a_p cos(p t) where
+    ``cosine[i]``, else sum a_p sin(p t); (n, 2L + 1). cos(pt) = (e^{ipt} + e^{-ipt}) / 2, sin(pt) =
+    (e^{ipt} - e^{-ipt}) / (2i)."""
     L = a.shape[1] - 1
     cos = cosine[:, None]
     b = np.empty((a.shape[0], 2 * L + 1), dtype=complex)
@@ -836,18 +834,9 @@ def _series_to_exp_all(a: np.ndarray, cosine: np.ndarray) -> np.ndarray:
 
 
 def _series_to_exp(a: np.ndarray, cosine: bool) -> np.ndarray:
-    """Exponential coefficients b_p, p = -L..L, of sum_{p=0}^{L} a_p cos(p t) (or sin(p t))."""
-    L = a.shape[0] - 1
-    b = np.empty(2 * L + 1, dtype=complex)
-    if cosine:                      # cos(pt) = (e^{ipt} + e^{-ipt}) / 2
-        b[L + 1:] = 0.5 * a[1:]
-        b[:L] = b[:L:-1]
-        b[L] = a[0]
-    else:                           # sin(pt) = (e^{ipt} - e^{-ipt}) / (2i)
-        b[L + 1:] = -0.5j * a[1:]
-        b[:L] = -b[:L:-1]
-        b[L] = 0.0
-    return b
+    """Exponential coefficients b_p, p = -L..L, of sum_{p=0}^{L} a_p cos(p t) (or sin(p t)): one row of
+    :func:`_series_to_exp_all`."""
+    return _series_to_exp_all(a[None, :], np.array([cosine]))[0]
 
 
 # ----------------------------------------------------------------------------------------------

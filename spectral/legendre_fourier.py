@@ -30,7 +30,7 @@ import math
 
 import numpy as np
 
-__all__ = ["legendre_samples", "legendre_fourier", "fourier_series", "point_sums"]
+__all__ = ["legendre_samples", "legendre_fourier", "fourier_series", "point_sums", "point_sum_inputs"]
 
 
 def _check_degree(L) -> int:
@@ -117,24 +117,29 @@ def legendre_fourier(L: int, *, over_sin: bool = False) -> list[np.ndarray]:
     return out
 
 
+def point_sum_inputs(F: np.ndarray, L: int) -> np.ndarray:
+    """The vectors that the coefficients alpha of order m multiply in :func:`point_sums`, one row per order:
+    U[m, p] = (F(-p, m) + F(p, m)) / 2 for m even (F(0, m) at p = 0), i (F(p, m) - F(-p, m)) / 2 for m odd,
+    p = 0..L (shape (L + 1, L + 1); F indexed [k + L, q + L])."""
+    pos, neg = F[L:, L:].T, F[L::-1, L:].T               # [m, p]: F(p, m), F(-p, m)
+    even = np.arange(L + 1) % 2 == 0
+    U = np.where(even[:, None], 0.5 * (pos + neg), 0.5j * (pos - neg))
+    U[even, 0] = pos[even, 0]
+    return U
+
+
 def point_sums(F: np.ndarray, alpha: list[np.ndarray]) -> list[np.ndarray]:
     """sum_i w_i Pbar_lm(cos theta_i) e^{-i m phi_i} for m = 0..L from the type-1 transform of the points
     on the doubled sphere, F(k, q) = sum_i w_i e^{-i(k theta_i + q phi_i)} (shape (2L + 1, 2L + 1), index
     [k + L, q + L]), and the coefficients ``alpha`` of :func:`legendre_fourier` (L): entry m is (L + 1 - m,),
     degrees l = m..L. With Pbar_lm(cos theta) = sum_p alpha_p cos(p theta) (m even) the sum is sum_p alpha_p
     (F(-p, m) + F(p, m)) / 2 (alpha_0 F(0, m) at p = 0); with sin(p theta) (m odd), sum_p alpha_p i (F(p, m) -
-    F(-p, m)) / 2. O(L^3)."""
+    F(-p, m)) / 2 (:func:`point_sum_inputs`). O(L^3)."""
     L = len(alpha) - 1
-    out = []
-    for m in range(L + 1):
-        pos, neg = F[L:, L + m], F[L::-1, L + m]          # F(p, m), F(-p, m), p = 0..L
-        if m % 2 == 0:
-            u = 0.5 * (pos + neg)
-            u[0] = pos[0]
-        else:
-            u = 0.5j * (pos - neg)
-        out.append(alpha[m] @ u)
-    return out
+    U = point_sum_inputs(F, L)
+    # each row copied to a new array: the BLAS product's rounding depends on the vector's alignment, and a
+    # row of U is aligned otherwise (1-ulp differences in some sums without the copy, measured)
+    return [alpha[m] @ U[m].copy() for m in range(L + 1)]
 
 
 def _is_cosine(m: int, over_sin: bool) -> bool:
