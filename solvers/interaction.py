@@ -92,6 +92,16 @@ DEFAULT_TOL = 1e-17
 #: the smallest precision asked of FINUFFT (its own floor is about 1e-15 in double precision; measured
 #: errors at 1e-14: <= 4e-14 relative to max Psi for N <= 1e6)
 NUFFT_EPS_MIN = 1e-14
+#: FINUFFT's upsampling factor sigma (fine grid / modes), fixed here and not left to FINUFFT. On S^1 the fine
+#: grid has at most a few thousand points and stays in cache: the transforms' time is the spreading, whose
+#: kernel is ~15 points wide at sigma = 2 and eps 1e-14 and ~12 at sigma = 3, the largest FINUFFT 2.5
+#: supports. Velocity of 10^6 points at beta = 25 (two threads, alternating fresh processes, best of 5):
+#: 86-94 ms at 3.0 against 98-117 ms at 2.0 (beta = 5: 88-99 against 104-113 ms; beta = 100: 81-97 against
+#: 90-106 ms); errors against the direct sums 1.5e-14-3.1e-14 relative to max Psi (beta = 0.5 .. 100),
+#: against 4e-15-2.2e-14 at 2.0. On S^2 the 2-D fine grid's FFTs grow as sigma^2 and the angles and
+#: conversions weigh as much: 2.5 and 3.0 measured no faster than 2.0 (beta = 4, N = 10^5 and 10^6)
+CIRCLE_NUFFT_UPSAMPFAC = 3.0
+SPHERE_NUFFT_UPSAMPFAC = 2.0
 #: points per FINUFFT transform: the chunks, and so the order of the sums, depend on the point count only
 NUFFT_CHUNK = 2 ** 17
 #: the S^1 cost model takes the NUFFT's chunks as transformed this many at a time (the 2-core machines it was
@@ -145,8 +155,12 @@ _C_CIRCLE_POINT = 4.2e-9
 _C_CIRCLE_CALL = 5.8e-5
 _C_SPHERE = 1.2e-8
 _C_CALL = 3.0e-5
-_C_NUFFT = 5.6e-8
-_C_NUFFT_CALL = 1.22e-4
+# The S^1 NUFFT at sigma = 3 (CIRCLE_NUFFT_UPSAMPFAC; the fit above was at 2), measured again the same way
+# the same evening: nufft 1.42e-4 + 6.15e-8 per point and pass, direct 1.32e-9 in the same run, fast 7.44e-5
+# + (1.63e-9 (K + 1) + 5.92e-9) (within 5% of the fit above, left as they were); the NUFFT's two constants
+# are this run's / 1.32.
+_C_NUFFT = 4.66e-8
+_C_NUFFT_CALL = 1.08e-4
 _C_S2NUFFT = 2.5e-7
 _C_S2NUFFT_FOLD = 2.3e-9
 _C_S2NUFFT_CALL = 7.0e-4
@@ -384,12 +398,13 @@ class CircleNufftSums:
         lam = zonal_multipliers(self.beta, 2, K)[np.abs(k)]
         g = potential_multipliers(self.beta, 2, K)[np.abs(k)]
         self._mult = lam - k * g          # Psi + i G_theta = sum_k (lambda_|k| - k g_|k|) c_k e^{ik theta}
-        # spread_sort=0, a fixed choice (FINUFFT's heuristic sorts a 1-D type 1): the fine grid, 2(2K + 1)
-        # complex values (6 KiB at beta = 100), stays in cache whatever the order of the points, so sorting
+        # spread_sort=0, a fixed choice (FINUFFT's heuristic sorts a 1-D type 1): the fine grid, 3(2K + 1)
+        # complex values (9 KiB at beta = 100), stays in cache whatever the order of the points, so sorting
         # them into bins buys nothing and took 0.6 of setpts' 0.75 ms per chunk of 2^17 points. Measured
         # (velocity of 10^6 points, two threads, paired medians of 25): 0.92x at beta = 25, 0.88x at 100
         self._plans = _ChunkPlans(lambda: finufft.Plan(1, (2 * K + 1,), n_trans=1, eps=self.eps, isign=-1,
-                                                       dtype="complex128", nthreads=1, upsampfac=2.0, modeord=0,
+                                                       dtype="complex128", nthreads=1,
+                                                       upsampfac=CIRCLE_NUFFT_UPSAMPFAC, modeord=0,
                                                        spread_sort=0),
                                   NUFFT_CHUNK, self.threads, "attnpde-nufft")
 
@@ -631,7 +646,8 @@ class SphereNufftSums:
         self.chunk = sphere_nufft_chunk(L)
         self._pair_plan = self._angles_0 = None          # see _paired
         self._make_plan = lambda: finufft.Plan(1, (2 * L + 1, 2 * L + 1), n_trans=1, eps=self.eps, isign=-1,
-                                               dtype="complex128", nthreads=1, upsampfac=2.0, modeord=0)
+                                               dtype="complex128", nthreads=1,
+                                               upsampfac=SPHERE_NUFFT_UPSAMPFAC, modeord=0)
         self._plans = _ChunkPlans(self._make_plan, self.chunk, self.threads, "attnpde-s2nufft")
 
     def cost(self, n_src: int, n_eval: int) -> float:
