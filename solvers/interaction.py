@@ -24,14 +24,15 @@ Both are dimensionless (the kernel is <= 1; G is a tangent vector at x). Three w
 ``nufft`` on S^1 (d = 2) — the same series through non-uniform FFTs (FINUFFT): a type-1 transform
   gives c_k for |k| <= K, and one type-2 transform (the adjoint of the same plan) gives
     Psi(x) + i G_theta(x) = sum_{|k|<=K} (lambda_|k| - k g_|k|) c_k z^k
-  (both fields are real, so one complex transform carries the two). O((N + M) w + K log K), w ~ 15 the
+  (both fields are real, so one complex transform carries the two). O((N + M) w + K log K), w ~ 12 the
   spreading width at the precision eps = max(tol, NUFFT_EPS_MIN) (relative to sum_j |w_j| and to the
   coefficients' l1 norm). There is one plan per chunk of NUFFT_CHUNK points, made on first need (once
   per run of a fixed point count); each evaluation sets a chunk's points once: the type-2 pass at the
   sources reuses them, and the angles, the weights' complex copy and the assembly of G are made per chunk
   in the threads (10^6 points, two threads: 84 -> 69 ms, measured); the points are not sorted (the
-  fine grid stays in cache). Reproducibility: every plan runs on one thread with the upsampling factor
-  2. FINUFFT would otherwise choose the factor by itself, and its multithreaded type-1 spreading adds
+  fine grid stays in cache). The upsampling factor is 3 (CIRCLE_NUFFT_UPSAMPFAC: a narrower kernel than
+  at 2; measured there). Reproducibility: every plan runs on one thread with that fixed factor. FINUFFT
+  would otherwise choose the factor by itself, and its multithreaded type-1 spreading adds
   sub-grids in a run-dependent order (measured: 10^6 points, two threads, eight runs of the same
   transform differ by up to 6e-11 absolute, ~1e-16 relative: enough to break a bit-for-bit resume).
   Parallelism comes instead from chunks of NUFFT_CHUNK points transformed concurrently and added in
@@ -52,8 +53,8 @@ Both are dimensionless (the kernel is <= 1; G is a tangent vector at x). Three w
   of d/dtheta Pbar_lm (a factor ip) and of Pbar_lm / sin theta (bounded at the poles), and two type-2
   transforms evaluate Psi + i G_theta and G_phi (real fields share a complex transform). The degree
   L (:func:`sphere_bandwidth`) also resolves (l + 1) g_l. O((N + M) w^2 + L^2 log L + L^3), w = 15;
-  no array of size (points x modes). Same reproducibility design as on S^1 (one-thread plans,
-  upsampling factor 2, fixed chunks added in chunk order).
+  no array of size (points x modes). Same reproducibility design as on S^1 (one-thread plans, a fixed
+  upsampling factor, here 2: SPHERE_NUFFT_UPSAMPFAC; fixed chunks added in chunk order).
 
 The degree K (L) is the smallest for which every dropped multiplier (and, on S^1, k g_k) is below
 ``tol`` (1e-17) times lambda_0. Since max Psi >= mean Psi = lambda_0 ∫ d(w-measure), the truncation
