@@ -3,7 +3,7 @@
 each stage were one compiled call instead of several numpy calls?
 
 Why. The bench's S^1 run (K = 1024 modes, M = 3072 grid points, DP54 in the interaction picture, uniform data
-to t = 10: 1110 steps, 6661 right-hand sides) measures 2.25x-2.4x its transform floor on most machines and
+to t = 10: 1110 steps, 6661 right-hand sides) measures 2.25x-2.55x its transform floor on most machines and
 2.56x-2.99x on AMD EPYC family 25 model 1 (README "Performance"). Profiles there put a third of the time in
 the FFTs and spread the rest over some 80 numpy calls a step of ~1-2 us each. What would close the gap, the
 notes say, is a compiled routine for that work; this script measures it.
@@ -19,11 +19,13 @@ initial state), each step made of:
 - per step: one C call for the error estimate's norm and one for the new state's norm and spectral tail,
   then the package's step controller and step rounding (Python, as in the run).
 
-The C code is compiled here with the system's gcc (-O3, or STUDY_CFLAGS) and called through ctypes, with every pointer
-taken once. It is a study: the package stays numpy, scipy and pyFFTW on this path. The same machine's
-package run and the transform floor (the same number of inverse + forward executes back to back) are timed
-in the same process, alternating; the final states of the two runs are compared (round-off only: the sums
-are in another order).
+The C code is compiled here with the system's gcc (-O3, or STUDY_CFLAGS) and called through ctypes, with
+every pointer taken once. It is a study: the package stays numpy, scipy and pyFFTW on this path. The
+package run, the study's and the transform floor (the same number of inverse + forward executes back to
+back) are timed in the same process: the two runs alternate, one floor after each pair, and both ratios are
+taken against the best floor; the two runs are also compared pair by pair. The final states of the two
+runs are compared (round-off only: the sums are in another order). The same loop is also timed with the
+transforms left out.
 
     .venv/bin/python scripts/step_kernel_study.py [--repeats 7]
 
@@ -33,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import math
 import os
 import statistics
 import subprocess
@@ -51,6 +54,7 @@ import bench_runs as br  # noqa: E402
 from solvers.pde import solve_pde  # noqa: E402
 from solvers.pde_circle import CircleDiscretization  # noqa: E402
 from solvers.stepping import TABLEAUS, IFRungeKutta, StepController, round_step  # noqa: E402
+from spectral.fourier import _energy  # noqa: E402
 
 C_SOURCE = r"""
 #include <math.h>
@@ -93,7 +97,10 @@ void flux(long M, const double *rho, double *G, const double *drift, double *out
     for (long j = 0; j < M; j++) {
         double w = G[j] + drift[j];
         G[j] = w; out[j] = rho[j] * w;
-        rl = fmin(rl, rho[j]); rh = fmax(rh, rho[j]); wl = fmin(wl, w); wh = fmax(wh, w);
+        /* NaN propagates, as in np.minimum.reduce: the package's non-finite check sees it */
+        double r = rho[j];
+        rl = (r < rl || r != r) ? r : rl; rh = (r > rh || r != r) ? r : rh;
+        wl = (w < wl || w != w) ? w : wl; wh = (w > wh || w != w) ? w : wh;
     }
     mm[0] = rl; mm[1] = rh; mm[2] = wl; mm[3] = wh;
 }
@@ -138,10 +145,13 @@ OPT = os.environ.get("STUDY_CFLAGS", "-O3")
 
 
 def build() -> ctypes.CDLL:
-    tmp = Path(tempfile.mkdtemp())
-    (tmp / "k.c").write_text(C_SOURCE)
-    subprocess.run(["gcc", *OPT.split(), "-shared", "-fPIC", "-o", str(tmp / "k.so"), str(tmp / "k.c"), "-lm"], check=True)
-    lib = ctypes.CDLL(str(tmp / "k.so"))
+    """Compile C_SOURCE with gcc and load it (the directory goes; the loaded library stays mapped)."""
+    with tempfile.TemporaryDirectory() as d:
+        tmp = Path(d)
+        (tmp / "k.c").write_text(C_SOURCE)
+        subprocess.run(["gcc", *OPT.split(), "-shared", "-fPIC", "-o", str(tmp / "k.so"), str(tmp / "k.c"), "-lm"],
+                       check=True)
+        lib = ctypes.CDLL(str(tmp / "k.so"))
     P, L, I, D = ctypes.c_void_p, ctypes.c_long, ctypes.c_int, ctypes.c_double
     lib.stage_in.argtypes = [I, P, P, L, P, P, L, I, P, L, P]
     lib.flux.argtypes = [L, P, P, P, P, P]
@@ -162,7 +172,12 @@ class CompiledStepper:
 
     def __init__(self, lib, model, K: int) -> None:
         self.lib = lib
+        # what the C code assumes: w = G + drift (USA with strength 1 and a perceptron), one kernel row
+        if model.attention != "unnormalized" or model.strength != 1.0 or model.perceptron is None:
+            raise ValueError("the study's C code forms w = G + drift: USA, strength 1, with a perceptron")
         self.disc = disc = CircleDiscretization(model, K)
+        if disc.Ka == 0 or len(disc._rows_kernel) != 1:
+            raise ValueError("the study's C code forms exactly one kernel row (G)")
         self.tab = tab = TABLEAUS["DP54"]
         # the package stepper, for its exponentials and stage weights (the same numbers the run uses)
         self.ref = IFRungeKutta(disc.rhs, tab, disc.lin, (disc.rhs_flux, disc.divergence, True))
@@ -223,7 +238,8 @@ class CompiledStepper:
         st[0] = u.view(float)
         st[1] = f0.view(float)
         pst, pW, row, wrow = self._pst, self._pW, self._row, self._wrow
-        pspec, pmult, nspec, nkern, Ka, K, M = self._pspec, self._pmult, self.nspec, self.nkern, self.Ka, self.K, self.M
+        pspec, pmult, nspec, nkern = self._pspec, self._pmult, self.nspec, self.nkern
+        Ka, K, M = self.Ka, self.K, self.M
         prho, pG, pdrift, pflux, pmm, phat, pD, pk, pu = self._fixed
         inv, fwd = self.inv, self.fwd
         for i in range(1, s - 1):
@@ -243,12 +259,11 @@ class CompiledStepper:
         return self.u_new.view(complex), self.k, err2
 
 
-def _energy(sumsq: float, v: np.ndarray) -> float:
-    return 2.0 * sumsq - (v[0] * v[0] + v[1] * v[1])
-
-
-def compiled_run(cs: CompiledStepper, u0: np.ndarray, dts, opts) -> tuple[np.ndarray, float]:
-    """The package run's steps replayed (its step sizes), with the per-step control the run does."""
+def compiled_run(cs: CompiledStepper, u0: np.ndarray, dts, opts, check: bool = True) -> tuple[np.ndarray, float]:
+    """The package run's steps replayed (its step sizes), with the per-step control the run does: the error
+    norm (``PDERun.error_norm``), the controller's proposal, the spectral tail, the CFL bound and the
+    positivity check. ``check=False`` skips only the final comparison with the package run's path (for the
+    timing without transforms, whose numbers are meaningless)."""
     ctrl = StepController(error_order=cs.tab.error_order)
     u = u0.copy()
     f = cs.first_rhs(u)
@@ -258,15 +273,17 @@ def compiled_run(cs: CompiledStepper, u0: np.ndarray, dts, opts) -> tuple[np.nda
         u_new, k, err2 = cs.step(u, float(h), f)
         v = cs.u_new
         if unorm is None:
-            unorm = np.sqrt(_energy(float(np.dot(u.view(float), u.view(float))), u.view(float)))
-        new_norm = np.sqrt(_energy(cs.norms[0], v))
-        errn = np.sqrt(2.0 * err2) / (opts["atol"] + opts["rtol"] * max(unorm, new_norm))
+            unorm = math.sqrt(_energy(u.view(float)))
+        new_norm = math.sqrt(2.0 * cs.norms[0] - (v[0] * v[0] + v[1] * v[1]))     # fourier._energy's formula
+        # err's mode 0 is exactly 0 (D_0 = 0, no weight on u): its norm needs no correction for c_0
+        errn = math.sqrt(2.0 * err2) / (opts["atol"] + opts["rtol"] * max(unorm, new_norm))
         ctrl.propose(float(h), float(errn))
-        tail = np.sqrt(2.0 * cs.norms[1]) / new_norm
+        tail = math.sqrt(2.0 * cs.norms[1]) / new_norm
         mm = cs.mm
         vmax = max(mm[3], -mm[2])
         bound = round_step(min(opts["cfl"] * cs.disc.spacing / vmax, 1e300))
-        if not (mm[0] >= -opts["positivity_tol"] * max(mm[1], 1.0) and tail <= opts["tail_max"] and bound > 0):
+        ok = mm[0] >= -opts["positivity_tol"] * max(mm[1], 1.0) and tail <= opts["tail_max"] and bound > 0
+        if check and not ok:
             raise RuntimeError("the replayed run left the package run's path")
         u = u_new.copy()
         f = k.copy()
@@ -276,19 +293,6 @@ def compiled_run(cs: CompiledStepper, u0: np.ndarray, dts, opts) -> tuple[np.nda
 
 def _nothing() -> None:
     return None
-
-
-def _replay_time(cs: CompiledStepper, u0: np.ndarray, dts, opts) -> float:
-    """Wall time of the replayed steps, whatever path they take (no checks of the state)."""
-    u = u0.copy()
-    f = cs.first_rhs(u)
-    t0 = time.perf_counter()
-    for h in dts:
-        u_new, k, err2 = cs.step(u, float(h), f)
-        StepController(error_order=cs.tab.error_order).propose(float(h), 0.5)
-        u = u_new.copy()
-        f = k.copy()
-    return time.perf_counter() - t0
 
 
 def main(argv=None) -> int:
@@ -301,41 +305,42 @@ def main(argv=None) -> int:
     r = solve_pde(model, 10.0, K, max_degree=K)
     dts = np.asarray(r.steps["dt"])[np.asarray(r.steps["accepted"], dtype=bool)]
     if r.nrejected:
-        print(f"note: the package run rejected {r.nrejected} steps; only the accepted ones are replayed")
+        raise SystemExit(f"the package run rejected {r.nrejected} steps: the replay assumes none")
     u0, u_end = r.coefficients(0), r.coefficients(-1)
     cs = CompiledStepper(lib, model, K)
-    nrhs_c = 6 * len(dts) + 1
-    nrhs_p = 6 * len(r.steps["t"]) + 1
+    nrhs = 6 * len(dts) + 1            # DP54 with FSAL, no rejected step (checked above)
     fn = br._floor_call(2, K)
-    pkg, comp, floor_p, floor_c = [], [], [], []
+    pkg, comp, floors = [], [], []
     for i in range(args.repeats):
         for kind in (("pkg", "comp") if i % 2 == 0 else ("comp", "pkg")):
             if kind == "pkg":
                 t0 = time.perf_counter()
                 solve_pde(model, 10.0, K, max_degree=K)
                 pkg.append(time.perf_counter() - t0)
-                floor_p.append(br._back_to_back(fn, nrhs_p))
             else:
                 u, wall = compiled_run(cs, u0, dts, r.options)
                 comp.append(wall)
-                floor_c.append(br._back_to_back(fn, nrhs_c))
+        floors.append(br._back_to_back(fn, nrhs))
     diff = float(np.linalg.norm(u - u_end) / np.linalg.norm(u_end))
-    # the same steps with the transforms left out (their buffers keep the last values): what is not FFT
+    # the same loop with the transforms left out (their buffers keep their last values): what is not FFT
     inv, fwd = cs.inv, cs.fwd
     cs.inv = cs.fwd = _nothing
     try:
-        bare = min(_replay_time(cs, u0, dts, r.options) for _ in range(args.repeats))
+        bare = min(compiled_run(cs, u0, dts, r.options, check=False)[1] for _ in range(args.repeats))
     finally:
         cs.inv, cs.fwd = inv, fwd
-    print(f"S^1 K = {K}, {len(dts)} steps, {nrhs_c} right-hand sides; final states agree to {diff:.1e} (relative L2)")
-    print(f"package run:  {1e3 * min(pkg):7.1f} ms, floor {1e3 * min(floor_p):6.1f} ms: {min(pkg) / min(floor_p):.2f}x "
-          f"(paired median {statistics.median(a / b for a, b in zip(pkg, floor_p)):.2f}); "
-          f"{1e6 * min(pkg) / len(dts):.0f} us per step")
-    print(f"C per stage:  {1e3 * min(comp):7.1f} ms, floor {1e3 * min(floor_c):6.1f} ms: {min(comp) / min(floor_c):.2f}x "
-          f"(paired median {statistics.median(a / b for a, b in zip(comp, floor_c)):.2f}); "
-          f"{1e6 * min(comp) / len(dts):.0f} us per step (the steps only: no snapshot, no setup)")
-    print(f"of which not the transforms: {1e6 * bare / len(dts):.0f} us per step (the same steps without the FFTs; "
-          f"C compiled with {OPT})")
+    floor = min(floors)
+    steps = len(dts)
+    print(f"S^1 K = {K}, {steps} steps, {nrhs} right-hand sides; final states agree to {diff:.1e} (relative L2); "
+          f"C compiled with {OPT}")
+    print(f"transform floor (best of {len(floors)}): {1e3 * floor:.1f} ms, {1e6 * floor / steps:.0f} us per step")
+    print(f"package run:  {1e3 * min(pkg):7.1f} ms = {min(pkg) / floor:.2f}x the floor, "
+          f"{1e6 * min(pkg) / steps:.0f} us per step (solve_pde, setup included)")
+    print(f"C per stage:  {1e3 * min(comp):7.1f} ms = {min(comp) / floor:.2f}x the floor, "
+          f"{1e6 * min(comp) / steps:.0f} us per step (the steps only)")
+    print(f"C per stage / package run: {min(comp) / min(pkg):.3f} (best / best), "
+          f"{statistics.median(c / p for c, p in zip(comp, pkg)):.3f} (median of the pairs run back to back)")
+    print(f"C per stage without the transforms: {1e6 * bare / steps:.0f} us per step")
     return 0
 
 

@@ -24,14 +24,14 @@ Both are dimensionless (the kernel is <= 1; G is a tangent vector at x). Three w
 ``nufft`` on S^1 (d = 2) — the same series through non-uniform FFTs (FINUFFT): a type-1 transform
   gives c_k for |k| <= K, and one type-2 transform (the adjoint of the same plan) gives
     Psi(x) + i G_theta(x) = sum_{|k|<=K} (lambda_|k| - k g_|k|) c_k z^k
-  (both fields are real, so one complex transform carries the two). O((N + M) w + K log K), w ~ 12 the
+  (both fields are real, so one complex transform carries the two). O((N + M) w + K log K), w = 13 the
   spreading width at the precision eps = max(tol, NUFFT_EPS_MIN) (relative to sum_j |w_j| and to the
   coefficients' l1 norm). There is one plan per chunk of NUFFT_CHUNK points, made on first need (once
   per run of a fixed point count); each evaluation sets a chunk's points once: the type-2 pass at the
   sources reuses them, and the angles, the weights' complex copy and the assembly of G are made per chunk
   in the threads (10^6 points, two threads: 84 -> 69 ms, measured); the points are not sorted (the
-  fine grid stays in cache). The upsampling factor is 3 (CIRCLE_NUFFT_UPSAMPFAC: a narrower kernel than
-  at 2; measured there). Reproducibility: every plan runs on one thread with that fixed factor. FINUFFT
+  fine grid stays in cache). The upsampling factor is 3 (CIRCLE_NUFFT_UPSAMPFAC: a kernel 13 points wide
+  where it is 15 at 2; measured there). Reproducibility: every plan runs on one thread with that fixed factor. FINUFFT
   would otherwise choose the factor by itself, and its multithreaded type-1 spreading adds
   sub-grids in a run-dependent order (measured: 10^6 points, two threads, eight runs of the same
   transform differ by up to 6e-11 absolute, ~1e-16 relative: enough to break a bit-for-bit resume).
@@ -93,22 +93,25 @@ DEFAULT_TOL = 1e-17
 #: the smallest precision asked of FINUFFT (its own floor is about 1e-15 in double precision; measured
 #: errors at 1e-14: <= 4e-14 relative to max Psi for N <= 1e6)
 NUFFT_EPS_MIN = 1e-14
-#: FINUFFT's upsampling factor sigma (fine grid / modes), fixed here and not left to FINUFFT. On S^1 the fine
-#: grid has at most a few thousand points and stays in cache: the transforms' time is the spreading, whose
-#: kernel is ~15 points wide at sigma = 2 and eps 1e-14 and ~12 at sigma = 3, the largest FINUFFT 2.5
-#: supports. Velocity of 10^6 points at beta = 25 (two threads, alternating fresh processes, best of 5):
-#: 86-94 ms at 3.0 against 98-117 ms at 2.0 (beta = 5: 88-99 against 104-113 ms; beta = 100: 81-97 against
-#: 90-106 ms); errors against the direct sums 1.5e-14-3.1e-14 relative to max Psi (beta = 0.5 .. 100),
-#: against 4e-15-2.2e-14 at 2.0. On S^2 the 2-D fine grid's FFTs grow as sigma^2 and the angles and
-#: conversions weigh as much: 2.5 and 3.0 measured no faster than 2.0 (beta = 4, N = 10^5 and 10^6)
+#: FINUFFT's upsampling factor sigma (fine grid / modes) of the S^1 NUFFT sums, fixed here and not left to
+#: FINUFFT. Its fine grid has at most a few thousand points and stays in cache: the transforms' time is the
+#: spreading, whose kernel at eps 1e-14 is 15 points wide at sigma = 2 (padded to 16) and 13 at sigma = 3
+#: (padded to 14), the largest factor FINUFFT 2.5 accepts without a warning. Velocity of 10^6 points (two
+#: threads, alternating fresh processes, best of 5, three pairs; 2026-11-27): 86-94 ms at 3.0 against
+#: 98-117 ms at 2.0 at beta = 25, 88-91 against 104-113 ms at beta = 5, 81-95 against 90-106 ms at beta =
+#: 100. Errors against the direct sums: 1.5e-14-3.1e-14 relative to max Psi (beta = 0.5 .. 100), against
+#: 4e-15-2.2e-14 at 2.0 (scripts/PERFORMANCE.md, seventeenth session)
 CIRCLE_NUFFT_UPSAMPFAC = 3.0
+#: the same for the S^2 NUFFT sums. Its 2-D fine grid's FFTs grow as sigma^2, and the angles and the
+#: coefficient conversions weigh as much as the spreading: 2.5 and 3.0 measured 5-17% faster at beta = 4 (N =
+#: 10^5, 10^6) and slower at beta = 9 (N = 10^4) and 30 (N = 10^5), so it stays 2
 SPHERE_NUFFT_UPSAMPFAC = 2.0
 #: points per FINUFFT transform: the chunks, and so the order of the sums, depend on the point count only
 NUFFT_CHUNK = 2 ** 17
 #: the S^1 cost model takes the NUFFT's chunks as transformed this many at a time (the 2-core machines it was
 #: measured on), whatever the thread count: the method auto picks, and so the bits of the sums, never depend
 #: on the threads (a run resumed with other threads continues bit for bit). With one thread, above ~2e5
-#: points at 3 < beta < 20, it picks the NUFFT where the fast sums are ~1.3-1.5x faster
+#: points at 3 < beta < 10, it picks the NUFFT where the fast sums are faster (~1.3-1.5x at factor 2)
 NUFFT_COST_THREADS = 2
 #: the fast S^2 sums are offered up to this degree (beyond, about beta > 400, direct sums are cheaper
 #: for every N one can afford, and the Legendre recurrence gets long)
@@ -136,30 +139,32 @@ PAIR_MIN_POINTS = 2048
 # direct sums then; with the conversions faster, they picked the direct sums at beta = 9, N = 500 (2.35 ms
 # against 1.28 ms by the NUFFT). Measured again with these constants (N = 100 .. 10^4): the pick within 10%
 # of the fastest in all 35 cases, the worst 1.08x.
-# S^1, measured 2026-11-27 by scripts/cost_model.py (AMD EPYC family 25 model 1, OMP_NUM_THREADS=1, best of
-# 7; beta = 1 .. 100, N = 30 .. 10^5, the sums at their sources) and fitted by relative least squares: direct
-# 1.36e-9 s per pair and (d + 6); fast 7.9e-5 + (1.60e-9 (K + 1) + 5.7e-9) per point and pass; nufft 1.66e-4
-# + 7.63e-8 per point and pass; the constants below are those / 1.36 (_C_DIRECT's unit). The constants
-# before (fast 2.0e-9 (K + 1) per point + 3e-5, nufft 4.5e-8 per point + 4e-5, measured at N = 1e6) priced a
-# NUFFT point as 22 modes of a fast sum's point where it costs ~44, and the NUFFT's fixed cost at a third of
-# this fit's: at beta = 5 and 10 (K = 26, 33) they picked the NUFFT from ~600 points on, which was 1.2x-1.9x
-# slower than the fast sums up to 10^5 points (one thread). The fit puts the fast sums ahead of the NUFFT at any N for K < 43 (beta < ~20, one thread) and
-# the direct sums ahead of both below ~100 points. Measured again with these constants: the pick within 10%
-# of the fastest in 54 of the 56 cases, the worst 1.56x at beta = 50, N = 3000 (at N = 3000 the NUFFT took
-# 550-760 us at every beta in every run, against 250-330 us at 1000 points), against 44 of 56 and 1.61x with
-# the constants before (times vary by 10-40% between runs on this machine). With two
-# threads the NUFFT of 3e5 and 1e6 points is the faster at beta = 5 and 10 (31 and 92 ms against 40 and 134
-# ms at beta = 5): hence p, with two threads taken whatever the count (NUFFT_COST_THREADS).
+# S^1, measured 2026-11-27 (evening) by scripts/cost_model.py --fit (AMD EPYC family 25 model 1,
+# OMP_NUM_THREADS=1, best of 7; beta = 1 .. 100, N = 30 .. 10^5, the sums at their sources) with the NUFFT at
+# upsampling factor 3 (CIRCLE_NUFFT_UPSAMPFAC), fitted by relative least squares: direct 1.32e-9 s per pair and
+# (d + 6); fast 7.44e-5 + (1.63e-9 (K + 1) + 5.92e-9) per point and pass; nufft 1.42e-4 + 6.15e-8 per point
+# and pass. The constants below are those / 1.32 (_C_DIRECT's unit). The same morning's fit at factor 2: direct
+# 1.36e-9, fast 7.9e-5 + (1.60e-9 (K + 1) + 5.7e-9), nufft 1.66e-4 + 7.63e-8: the factor took 19% off a NUFFT
+# point; the fast and direct sums' constants moved by up to 6% between the two runs (this machine's noise).
+# The constants before those (fast 2.0e-9 (K + 1) per point + 3e-5, nufft 4.5e-8 per point + 4e-5, measured
+# at N = 1e6) priced a NUFFT point as 22 modes of a fast sum's point where it costs ~44, and the NUFFT's fixed
+# cost at a third of the fit's: at beta = 5 and 10 (K = 26, 33) they picked the NUFFT from ~600 points on,
+# which was 1.2x-1.9x slower than the fast sums up to 10^5 points (one thread). The fit puts the fast sums
+# ahead of the NUFFT at any N for K < 33 (beta < ~10, one thread) and the direct sums ahead of both below
+# ~100 points. The pick was within 10% of the fastest in 54 of 56 cases with the morning's constants on the
+# morning's times, and in 51 of 56 (worst 1.20x) and 51 of 56 (worst 1.46x, beta = 10, N = 10^4: a NUFFT
+# 1.46x faster than the fast sums in that run and 1.13x in the other) with these on the two runs of the
+# evening, and 52 of 56 in a third run made with them (worst 1.41x: beta = 25, N = 3000, where the NUFFT
+# is slow in every run); times vary by 10-40% between runs on this machine, and the morning's constants
+# score the same on the evening's runs (52, 50 and 51 of 56). With two threads the NUFFT of 3e5 and 1e6
+# points is the faster at beta = 5 and 10 (at factor 2: 31 and 92 ms against 40 and 134 ms at beta = 5; at
+# 3, 88-91 ms at 1e6): hence p, with two threads taken whatever the count (NUFFT_COST_THREADS).
 _C_DIRECT = 1.0e-9
-_C_CIRCLE = 1.18e-9
-_C_CIRCLE_POINT = 4.2e-9
-_C_CIRCLE_CALL = 5.8e-5
+_C_CIRCLE = 1.23e-9
+_C_CIRCLE_POINT = 4.5e-9
+_C_CIRCLE_CALL = 5.6e-5
 _C_SPHERE = 1.2e-8
 _C_CALL = 3.0e-5
-# The S^1 NUFFT at sigma = 3 (CIRCLE_NUFFT_UPSAMPFAC; the fit above was at 2), measured again the same way
-# the same evening: nufft 1.42e-4 + 6.15e-8 per point and pass, direct 1.32e-9 in the same run, fast 7.44e-5
-# + (1.63e-9 (K + 1) + 5.92e-9) (within 5% of the fit above, left as they were); the NUFFT's two constants
-# are this run's / 1.32.
 _C_NUFFT = 4.66e-8
 _C_NUFFT_CALL = 1.08e-4
 _C_S2NUFFT = 2.5e-7
@@ -599,7 +604,8 @@ class SphereNufftSums:
     no array of (points x modes). At the poles phi is undefined: phi = 0 there, with e_theta, e_phi
     taken at the same phi (Pbar_lm vanishes at the poles for m != 0, so the phase of
     Psi does not matter; G is the limit along that meridian). Reproducibility as
-    :class:`CircleNufftSums`: single-threaded plans with upsampling factor 2, fixed chunks of
+    :class:`CircleNufftSums`: single-threaded plans with a fixed upsampling factor
+    (SPHERE_NUFFT_UPSAMPFAC = 2), fixed chunks of
     :func:`sphere_nufft_chunk` points (angles, transforms and the assembly of G per chunk) run
     concurrently and added in chunk order, so the same bits for any ``threads``.
 

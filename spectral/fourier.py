@@ -289,6 +289,10 @@ def series(a: np.ndarray, theta: np.ndarray | Sequence[float], *, k0: int = 0) -
 POINT_NUFFT_SIZE = 1 << 16
 #: FINUFFT's precision for :func:`point_coefficients` (its smallest reliable one in double precision)
 POINT_NUFFT_EPS = 1e-14
+#: FINUFFT's upsampling factor for :func:`point_coefficients`, fixed (not FINUFFT's choice): at 1e-14 its
+#: kernel is 13 points wide at 3 and 15 at 2. One thread, plan included, 2026-11-27: 695 against 724 us at n =
+#: 4096, K = 1024; 839 against 913 us at n = 8192; 6.7 against 7.4 ms at n = 10^5, K = 512
+POINT_NUFFT_UPSAMPFAC = 3.0
 
 
 def point_coefficients(theta: np.ndarray, w: np.ndarray, K: int) -> np.ndarray:
@@ -316,7 +320,7 @@ def point_coefficients(theta: np.ndarray, w: np.ndarray, K: int) -> np.ndarray:
         return out
     import finufft
     f = finufft.nufft1d1(theta, w.astype(complex), 2 * K - 1, eps=POINT_NUFFT_EPS, isign=-1, nthreads=1,
-                         upsampfac=2.0, modeord=0, spread_sort=0)
+                         upsampfac=POINT_NUFFT_UPSAMPFAC, modeord=0, spread_sort=0)
     out[:] = f[K - 1:]
     return out
 

@@ -356,9 +356,11 @@ def test_killed_or_interrupted_run_resumes_to_the_same_numbers(tmp_path, sig):
 
 def test_archive_names_its_libraries_and_a_resume_with_others_says_so(tmp_path):
     """The archive records the versions of the libraries whose kernels make a run's round-off (as the
-    installed distributions report them); a resume under other versions continues, says that its part
-    agrees with the uninterrupted run to round-off only, and records what it ran with."""
+    installed distributions report them) and attnpde's own; a resume under other versions continues, says
+    that its part agrees with the uninterrupted run to round-off only, and records what it ran with."""
     from importlib.metadata import version
+
+    import solvers
     cfg = write(tmp_path, LONG_PDE_CFG)
     out = tmp_path / "a.h5"
     assert _run_until_signalled(cfg, out, signal.SIGINT).returncode == 130
@@ -367,13 +369,20 @@ def test_archive_names_its_libraries_and_a_resume_with_others_says_so(tmp_path):
         for dist in ("numpy", "scipy", "pyFFTW", "shtns", "finufft", "h5py"):
             assert f"{dist.lower()} {version(dist)}" in here, (dist, here)
         f.attrs["libraries"] = here.replace(f"numpy {version('numpy')}", "numpy 1.0.0")
+        # and started by another version of attnpde (whose own numerical choices may round differently)
+        mine = str(f.attrs["software_version"])
+        assert mine == solvers.__version__
+        f.attrs["software_version"] = "0.0.1"
     r = cli("run", cfg, "--out", out, "--resume", "--quiet")
     assert r.returncode == 0, r.stderr
     assert "[resume] the run was started with: numpy 1.0.0" in r.stderr and "round-off" in r.stderr
+    assert f"started by attnpde 0.0.1 and continues with attnpde {mine}" in r.stderr
     with h5py.File(out) as f:
         assert str(f.attrs["libraries_resumed"]) == here and f.attrs["status"] == "finished"
+        assert str(f.attrs["software_resumed"]) == mine
     info = cli("info", out)
     assert "libraries: numpy 1.0.0" in info.stdout and f"resumed with: {here}" in info.stdout
+    assert f"resumed by attnpde {mine}" in info.stdout
 
 
 def test_resume_refuses_other_configuration_and_bad_files(tmp_path):

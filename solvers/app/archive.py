@@ -5,7 +5,8 @@ Layout (format ``attnpde-run``, version 2: version 1 plus named dimensions; both
     /                      attrs: format, format_version, software_version, created, updated, status,
                            config (the TOML text), command (the command line), name, libraries
                            (the numerical libraries' versions and the CPU: what a run's round-off
-                           depends on), libraries_resumed (those of a resume that ran with others)
+                           depends on), libraries_resumed (those of a resume that ran with others),
+                           software_resumed (the attnpde version of a resume by another version)
     /model                 attrs: d, beta, flow, attention, strength, noise
     /model/perceptron      datasets a, b, c | w; attrs activation, form   (absent without perceptron)
     /pde                   t (T) [dimension scale "t"], coeffs (T, n) complex (canonical layout, exact
@@ -95,7 +96,10 @@ class ArchiveError(ValueError):
     """A file that is not a readable attnpde archive (foreign, damaged, or of another format version)."""
 
 
-def _software_version() -> str:
+def software_version() -> str:
+    """attnpde's version (``solvers.__version__``): an archive's ``software_version``. A version changes
+    when this package's own numerical choices change a run's round-off (a resume by another version says
+    so, as for other libraries)."""
     from .. import __version__
     return __version__
 
@@ -884,7 +888,7 @@ class ArchiveWriter:
         if mode == "create":
             self._f = h5py.File(self.path, "w")
             _set_attrs(self.f, {"format": FORMAT, "format_version": FORMAT_VERSION,
-                                "software_version": _software_version(), "created": _now(), "config": config_text,
+                                "software_version": software_version(), "created": _now(), "config": config_text,
                                 "command": command, "name": name, "compression": compression,
                                 "libraries": libraries(), "status": "running", "updated": _now()}, new=True)
             if model is not None:

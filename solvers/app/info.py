@@ -183,6 +183,8 @@ def describe(path: str | Path) -> str:
         out.append(f"  libraries: {a['libraries']}")
     if a.get("libraries_resumed"):
         out.append(f"  resumed with: {a['libraries_resumed']}")
+    if a.get("software_resumed"):
+        out.append(f"  resumed by attnpde {a['software_resumed']}")
     if int(a.get("resumed", 0)):
         out.append(f"  resumed {int(a['resumed'])} time(s)")
     out += describe_model(run.model)

@@ -20,7 +20,7 @@ from typing import Callable
 
 import numpy as np
 
-from .archive import ArchiveError, ArchiveWriter, libraries, made_by, open_archive
+from .archive import ArchiveError, ArchiveWriter, libraries, made_by, open_archive, software_version
 from .config import ConfigError, RunConfig, parse_config
 from .executor import FORWARDED_SIGNAL as _FORWARDED_SIGNAL
 from .streams import say
@@ -279,13 +279,20 @@ def run_config(config: RunConfig, out: str | Path, *, resume: bool = False, forc
 
 
 def _note_libraries(writer: ArchiveWriter, log) -> None:
-    """A resume with other library versions or on another CPU than the run's start continues the same
-    grids and steps, but its round-off differs from the uninterrupted run's: say so, and keep both."""
+    """A resume with other library versions, on another CPU or by another version of attnpde than the
+    run's start continues the same grids and steps, but its round-off may differ from the uninterrupted
+    run's (the libraries' kernels; this package's own fixed choices, such as the NUFFT's upsampling
+    factor): say so, and keep both."""
     here, then = libraries(), writer.f.attrs.get("libraries")
     if then is not None and str(then) != here:
         log(f"[resume] the run was started with: {then}\n[resume] it continues with:   {here}\n"
             "[resume] the resumed part agrees with an uninterrupted run to round-off, not bit for bit")
         writer.annotate(libraries_resumed=here)
+    mine, made = software_version(), writer.f.attrs.get("software_version")
+    if made is not None and str(made) != mine:
+        log(f"[resume] the run was started by attnpde {made} and continues with attnpde {mine}: the resumed part "
+            "agrees with an uninterrupted run to round-off, not bit for bit")
+        writer.annotate(software_resumed=mine)
 
 
 def _complete(writer: ArchiveWriter, stage: str, outcome: RunOutcome, log) -> bool:
