@@ -83,8 +83,9 @@ import numpy as np
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
-__all__ = ["Atoms", "atoms_from_graph", "circle_neighbours", "circle_neighbour_chords", "circle_closest_chord", "single_linkage_clusters", "greedy_arc_labels",
-           "clusters", "cluster_spread", "spread_within", "arc_extent", "CLUSTER_RULES", "DEFAULT_PROMINENCE"]
+__all__ = ["Atoms", "atoms_from_graph", "circle_neighbours", "circle_neighbour_chords", "circle_closest_chord",
+           "single_linkage_clusters", "greedy_arc_labels", "clusters", "cluster_spread", "spread_within",
+           "arc_extent", "CLUSTER_RULES", "DEFAULT_PROMINENCE"]
 
 #: the clustering rules of :func:`clusters` (see the module docstring)
 CLUSTER_RULES = ("linkage", "paper")
@@ -403,21 +404,22 @@ def _ambiguous(d2: np.ndarray, chord: float, dev: float) -> bool:
     return bool(np.any((d2 >= lo * lo) & (d2 <= hi * hi)))
 
 
-def circle_closest_chord(x: np.ndarray) -> float | None:
+def circle_closest_chord(x: np.ndarray, near: tuple | None = None) -> float | None:
     """A lower bound of the smallest chord between two points of S^1, at most 8 dev + 4e-15 below it (dev
     of :func:`circle_neighbour_chords`: ~1e-16 for normalised points): the smallest neighbours' chord, less
-    what points off the circle or out of order could hide. None where :func:`circle_neighbour_chords` is."""
-    near = circle_neighbour_chords(x)
+    what points off the circle or out of order could hide. None where :func:`circle_neighbour_chords` is.
+    ``near``: ``circle_neighbour_chords(x)`` when the caller has it (None: computed here)."""
+    near = circle_neighbour_chords(x) if near is None else near
     if near is None:
         return None
     return max(0.0, float(np.sqrt(near[1].min())) - 4.0 * near[2] - _CIRCLE_SLACK)
 
 
-def _circle_linkage_labels(x: np.ndarray, chord: float) -> np.ndarray | None:
-    """:func:`_linkage_labels` for points of S^1 by their angular order (:func:`circle_neighbour_chords`):
-    a component is a run of neighbours within ``chord``. None where the general search must decide (see
-    there)."""
-    near = circle_neighbour_chords(x)
+def _circle_linkage_labels(x: np.ndarray, chord: float, near: tuple | None = None) -> np.ndarray | None:
+    """:func:`_linkage_labels` for points of S^1 by their angular order (:func:`circle_neighbour_chords`,
+    or ``near`` when the caller has it): a component is a run of neighbours within ``chord``. None where
+    the general search must decide (see there)."""
+    near = circle_neighbour_chords(x) if near is None else near
     if near is None or chord >= 2.0:
         return None
     order, d2, dev = near
@@ -435,7 +437,7 @@ def _circle_linkage_labels(x: np.ndarray, chord: float) -> np.ndarray | None:
     return labels
 
 
-def _linkage_labels(x: np.ndarray, chord: float) -> np.ndarray:
+def _linkage_labels(x: np.ndarray, chord: float, near: tuple | None = None) -> np.ndarray:
     """Connected components of the graph {|x_i - x_j| <= chord} (Euclidean), without listing its edges.
 
     On S^1 the components are runs of angular neighbours (:func:`_circle_linkage_labels`), unless a
@@ -449,7 +451,7 @@ def _linkage_labels(x: np.ndarray, chord: float) -> np.ndarray:
     """
     from scipy.spatial import cKDTree
 
-    labels = _circle_linkage_labels(x, chord)
+    labels = _circle_linkage_labels(x, chord, near)
     if labels is not None:
         return labels
     n, d = x.shape
@@ -509,7 +511,7 @@ def _linkage_labels(x: np.ndarray, chord: float) -> np.ndarray:
     return comp[inv]
 
 
-def single_linkage_clusters(x: np.ndarray, w: np.ndarray, radius: float
+def single_linkage_clusters(x: np.ndarray, w: np.ndarray, radius: float, near: tuple | None = None
                             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Single-linkage clusters of weighted unit vectors at geodesic distance <= radius.
 
@@ -517,13 +519,14 @@ def single_linkage_clusters(x: np.ndarray, w: np.ndarray, radius: float
     normalised weighted mean of its members. Links are chord distances <= 2 sin(radius/2) (the same
     relation as geodesic <= radius on the sphere); components are found on a grid of cubes that
     are cliques of the link graph, so memory stays O(N) even when clusters have collapsed (where the
-    number of linked pairs is O(N^2)).
+    number of linked pairs is O(N^2)). ``near``: :func:`circle_neighbour_chords` of x when the caller has
+    it (on S^1 the components come from that angular order).
     """
     x = np.asarray(x, dtype=float)
     w = np.asarray(w, dtype=float)
     n = x.shape[0]
     chord = 2.0 * np.sin(min(radius, np.pi) / 2.0) * (1 + 1e-12)
-    labels = _linkage_labels(x, chord) if n else np.zeros(0, dtype=int)
+    labels = _linkage_labels(x, chord, near) if n else np.zeros(0, dtype=int)
     return _weighted_clusters(x, w, labels)
 
 

@@ -301,10 +301,10 @@ def test_merging_with_a_carried_slack_makes_the_merges_of_a_search_at_every_step
         carried, fresh, slack, searches, skipped = nodes, nodes, None, 0, 0
         calls = lagrangian._closest_chord
 
-        def counted(p):
+        def counted(p, *rest):
             nonlocal searches
             searches += 1
-            return calls(p)
+            return calls(p, *rest)
         lagrangian._closest_chord = counted
         try:
             for step in range(300):
