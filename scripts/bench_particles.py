@@ -12,9 +12,10 @@ Cases (all in the same run, USA ascent with a ReLU perceptron of d units, i.i.d.
 "One velocity evaluation" is what the particle solver does per stage: Psi and G at the N particles
 (self-interaction included), the perceptron drift, and ``Model.velocity``. Timings are the best of a
 few repetitions (wall clock, one BLAS thread for fast/direct as the solver runs them; the naive
-reference keeps the BLAS default); the NUFFT's are the best of 5 after an untimed first evaluation, which
-makes its FINUFFT plans for the point count (a run makes them once). Naive / direct are skipped where they would need more than
-``naive_max_bytes`` of memory or an estimated ``max_seconds`` of time (the table says so).
+reference keeps the BLAS default); the NUFFT's are the best of 5 after an untimed first evaluation,
+which makes its FINUFFT plans for the point count (a run makes them once). Naive / direct are skipped
+where they would need more than ``naive_max_bytes`` of memory or an estimated ``max_seconds`` of time
+(the table says so).
 
 Targets (issue "Performance, second round"; the method "auto" picks): S^1 N = 1e6 <= 0.1 s at beta = 25
 and <= 0.15 s at beta = 100; S^2 beta = 4 N = 1e5 <= 0.1 s and N = 1e6 <= 1 s; S^1 N = 2e4 Bessel sums

@@ -2,9 +2,10 @@
 """Measure the interaction sums' costs on this machine and set them beside ``method="auto"``'s pick.
 
 ``InteractionSums(d, beta, method).fields(y, w)`` (d = 2 by default, ``--d 3`` for S^2; uniformly random
-points; the evaluation points are the sources, as in the particle solver and the continuation) is timed for every method at every (beta, N) of the grid, one thread, best of
-``--repeats`` loops of >= ``--min-time`` seconds each. Printed: the times, the method the cost model picks
-(``method_for``) and the fastest measured, and how much slower the pick is than the fastest. With
+points; the evaluation points are the sources, as in the particle solver and the continuation) is timed
+for every method at every (beta, N) of the grid, one thread, best of ``--repeats`` loops of >=
+``--min-time`` seconds each. Printed: the times, the method the cost model picks (``method_for``) and the
+fastest measured, and how much slower the pick is than the fastest. With
 ``--fit`` (S^1) the linear models of the code are fitted to the times (relative least squares):
 
     fast   a_fast + (b_fast (K + 1) + c_fast) (n_src + n_eval)
@@ -62,7 +63,8 @@ def measure(betas, sizes, min_time: float, repeats: int, seed: int = 0, d: int =
             fastest = min(t, key=t.get)
             rows.append({"beta": beta, "K": K, "N": N, "seconds": t, "auto": pick, "fastest": fastest,
                          "auto_over_fastest": t[pick] / t[fastest] if pick in t else None})
-            print(f"beta {beta:6g} {'K' if d == 2 else 'L'} {K:3d} N {N:7d}  " + "  ".join(f"{m} {1e6 * v:9.1f} us" for m, v in t.items())
+            times = "  ".join(f"{m} {1e6 * v:9.1f} us" for m, v in t.items())
+            print(f"beta {beta:6g} {'K' if d == 2 else 'L'} {K:3d} N {N:7d}  " + times
                   + f"  auto {pick:6s} fastest {fastest:6s}"
                   + (f"  auto/fastest {t[pick] / t[fastest]:.2f}" if pick in t else ""), flush=True)
     return rows
