@@ -271,6 +271,13 @@ class Model:
             out += drift
         return out
 
+    @property
+    def drive_gain(self) -> float | None:
+        """gamma when :meth:`drive` is affine in G, w = gamma G + drift (USA: the strength), else None (SA
+        divides by Psi; 'none' has no G). A solver that forms w in compiled code (``affine_flux`` of
+        ``solvers._compiled``: gamma G, then + drift, as :meth:`drive` does) takes gamma from here."""
+        return self.strength if self.attention == "unnormalized" else None
+
     def drift(self, x: np.ndarray) -> np.ndarray | None:
         """Perceptron drift at unit vectors x (n, d), or None without a perceptron."""
         return None if self.perceptron is None else self.perceptron.drift(x)

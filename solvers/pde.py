@@ -834,7 +834,7 @@ class PDERun(Integration):
         wall0 = time.perf_counter()
         stop, message = None, ""
         try:
-            # one BLAS thread: the loop's BLAS calls (stage sums, norms) are a few microseconds each; the
+            # one BLAS thread: the loop's BLAS calls (the norms) are a few microseconds each; the
             # first Ctrl-C stops the loop after its current step (solvers.interrupts), a second at once
             with blas_threads(1), graceful_stop() as self.stop_request:
                 if self.lag is None:

@@ -16,6 +16,7 @@ import numpy as np
 from spectral import fourier
 from spectral.fourier import FourierBasis
 from spectral.multipliers import kernel_bandwidth
+from ._compiled import kernels
 from .atoms import DEFAULT_PROMINENCE, Atoms, atoms_from_graph, circle_neighbours
 from .model import Model, density_values
 from .spaces import MIN_DEGREE
@@ -324,14 +325,16 @@ class CircleDiscretization:
         self._fwd = b.plan(1, "forward")
         # views into the transform buffers, taken once (the right-hand side runs six times a step)
         inv, fwd = self._inv, self._fwd
-        self._spec_rho = inv.spec[0, : self.K]
-        self._spec_rho_floats = self._spec_rho.view(float)       # a state's float layout
-        # what the c2r transform destroyed and must be zero again: row 0 from k = K on and every kernel row
-        # whole, one contiguous span of the buffer (one fill per call, not one per row and tail)
-        self._spec_zero = inv.spec.reshape(-1)[self.K:]
-        self._rho_head = inv.spec[0, : self.Ka]
+        # the kernel rows of the inverse transform's input (G, then Psi for SA) and their multipliers, for
+        # the compiled load of the input (``kernels.load_spectrum``: row 0 of inv.spec, rows of ncols)
         self._rows_kernel = [(inv.spec[r, : self.Ka], m)
                              for r, m in ((1, self._mult_G), (2, self._mult_psi))[: nrows - 1]]
+        self._ncols = inv.spec.shape[1]
+        self._mults = np.ascontiguousarray([m for _, m in self._rows_kernel], dtype=complex) \
+            if self._rows_kernel else None
+        # w = gamma G + drift when the drive is affine in G (USA), formed with the flux in compiled code
+        self._gain = model.drive_gain if self.Ka else None
+        self._mm = np.empty(4)           # min rho, max rho, min w, max w of the last stage (affine_flux)
         self._grid_rows = [inv.grid[r] for r in range(nrows)]
         self._rho_w = inv.grid[:2]       # rho and G, which rhs_flux overwrites with w
         self._flux, self._flux_hat = fwd.grid[0], fwd.spec[0, : self.K]
@@ -346,12 +349,14 @@ class CircleDiscretization:
         coefficients c, or with ``factor`` of those whose float layout (re, im interleaved) is c * factor
         (c and factor flat float arrays: a stage in factored form, see :meth:`rhs_flux`)."""
         if factor is None:
-            self._spec_rho[...] = c
-        else:
-            np.multiply(c, factor, out=self._spec_rho_floats)
-        self._spec_zero.fill(0.0)         # the c2r transform destroyed its input
-        for head, mult in self._rows_kernel:
-            np.multiply(self._rho_head, mult, out=head)
+            c = np.ascontiguousarray(c, dtype=complex)
+            if c.shape != (self.K,):
+                raise ValueError(f"expected {self.K} coefficients, got shape {c.shape}")
+        elif c.shape != (2 * self.K,):
+            raise ValueError(f"expected the {2 * self.K} floats of {self.K} coefficients, got shape {c.shape}")
+        # row 0 = c (times factor), the kernel rows = its head times their multipliers, zeros elsewhere (the
+        # c2r transform destroyed its input): one compiled pass (``kernels.load_spectrum``)
+        kernels.load_spectrum(c, factor, self._inv.spec, self._ncols, self._mults)
         self._inv.execute()
         rows = self._grid_rows
         return rows[0], (rows[1] if self.Ka else None), (rows[2] if len(rows) > 2 else None)
@@ -380,6 +385,15 @@ class CircleDiscretization:
         stepper's stage i as its weighted sum c and its e^{c_i h L} (node c_i; IFRungeKutta's ``scaled``),
         multiplied here into the transform's input."""
         rho, G, psi = self.fields(c, factor)
+        if self._gain is not None:
+            # w = gamma G + drift (Model.drive, USA) in G's row, the flux and, for the last stage, the extremes
+            # of rho and w: one compiled pass (``kernels.affine_flux``, the operations of Model.drive)
+            kernels.affine_flux(rho, G, self._gain, self.drift, self._flux, self._mm if last else None)
+            if last:
+                rho_lo, rho_hi, w_lo, w_hi = self._mm.tolist()
+                self.last = {"min_density": rho_lo, "max_density": rho_hi, "vmax": max(w_hi, -w_lo)}
+            self._fwd.execute()
+            return self._flux_hat
         # w in G's own row of the transform buffer (in place: no third array in cache)
         w = self.model.drive(G, psi, self.drift, out=G) if G is not None \
             else self.model.drive(self._zero, psi, self.drift, out=self._v)

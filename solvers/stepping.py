@@ -25,6 +25,8 @@ from typing import Callable
 
 import numpy as np
 
+from ._compiled import kernels
+
 __all__ = ["Tableau", "TABLEAUS", "IFRungeKutta", "StepController", "Integration", "Progress", "round_step"]
 
 
@@ -99,14 +101,16 @@ class IFRungeKutta:
     scaled : (n, D), (n, D, True) or None
         The right-hand side factored as N(t, u) = D * n(t, u, last), with D a fixed array of u's shape
         (a spectral derivative: the divergence of a flux; complex only for a complex state) and ``n``
-        returning an array that the stepper reads before its next call (a transform's output buffer).
+        returning an array that the stepper reads before its next call (a transform's output buffer;
+        C-contiguous, of u's shape, when the state is complex: the compiled product stores it).
         The stepper then applies D, with the factor e^{-c h L}, in the one multiplication that stores a
         stage, instead of the right-hand side forming N in a pass of its own; N itself is formed only for
         the last stage of an FSAL method (as ``np.multiply(n, D)``: a right-hand side that returns N must
         form it the same way, so that a restarted run repeats the uninterrupted one bit for bit). ``rhs``
         is still called where N itself is needed: the first stage without ``f0`` and the Lawson form.
         With a third entry True, ``n`` also takes a stage in factored form, ``n(t, v, False, factor)``:
-        the state whose flat float layout is ``v * factor`` (flat float arrays). In a step in the
+        the state whose flat float layout is ``v * factor`` (flat float arrays; ``v`` is a scratch row
+        the stepper writes again before the next call). In a step in the
         interaction picture with an integrating factor the stepper then hands the stages i = 1 .. s - 1
         (all but an FSAL method's last, which is u_new and formed here; stage 0 is ``f0`` or ``rhs``'s)
         as the weighted sum and e^{c_i h L}, and ``n`` forms their product where it copies its input
@@ -122,10 +126,11 @@ class IFRungeKutta:
 
     which is the Lawson form of the module docstring term by term (e^{(c_i - c_j) h L} =
     e^{c_i h L} e^{-c_j h L}), with the same round-off bound: the growing factors e^{-c_j h L} scale
-    every term of a mode alike. Each stage is then one weighted sum over the stacked g_j (one BLAS
-    matrix-vector product) instead of a pass per term, and a new step size costs one exponential (and
-    one reciprocal) per node c instead of one exponential per distinct difference c_i - c_j. The growing factors must stay far from overflow: when
-    h max|L| > ``MAX_EXPONENT`` the step uses the Lawson form directly (one factor per difference).
+    every term of a mode alike. Each stage is then one weighted sum over the stacked g_j (one call of
+    the compiled ``weighted_sum``, rows added in order: :meth:`_weighted`) instead of a pass per term,
+    and a new step size costs one exponential (and one reciprocal) per node c instead of one
+    exponential per distinct difference c_i - c_j. The growing factors must stay far from overflow:
+    when h max|L| > ``MAX_EXPONENT`` the step uses the Lawson form directly (one factor per difference).
     """
 
     #: largest h max|L| for the interaction picture: e^{600} ~ 4e260 leaves 1e47 of headroom for the
@@ -162,7 +167,7 @@ class IFRungeKutta:
         self._h = None
         self._F: dict[float, np.ndarray] = {}
         self._W, self._W_h = np.empty((s + 2, s + 1)), None
-        self._g = self._shape = None
+        self._g = self._shape = self._udtype = None
 
     # --- the Lawson form (stiff steps) ------------------------------------------------------------
     def _factors(self, h: float) -> dict:
@@ -211,9 +216,11 @@ class IFRungeKutta:
         flat = g.reshape(s + 1, -1)
         self._g = g
         self._flat = flat.view(float) if g.dtype == complex else flat
-        self._shape, self._dtype = u.shape, g.dtype
+        self._shape, self._dtype, self._udtype = u.shape, g.dtype, u.dtype
         self._flat_state = u.ndim == 1          # a state is its flat row: no reshape
         self._rows = [g[j, ...] for j in range(s + 1)]      # g[j] as views (0-d states too), made once
+        self._nflat = self._flat.shape[1]
+        self._scratch = np.empty(self._nflat)       # a factored stage's weighted sum (read at once by n)
         # (weights, stack rows) of each weighted sum (_weighted): views of the fixed arrays W and flat
         W, f = self._W, self._flat
         self._sums = [None] + [(W[i, : i + 1], f[: i + 1]) for i in range(1, s)] + \
@@ -224,6 +231,10 @@ class IFRungeKutta:
                 raise ValueError("a complex factor D of the right-hand side needs a complex state")
             D = np.broadcast_to(self._D, u.shape).astype(g.dtype)
             self._Dstage = D
+        # complex stages are stored by the compiled product (ar br - ai bi, ar bi + ai br, each operation
+        # rounded on its own on every CPU; numpy's complex product fuses them on CPUs with FMA); n must
+        # then return a C-contiguous array of u's shape
+        self._cstore = D is not None and g.dtype == complex
         if self.lin is not None:
             # c L per node on the flat float layout of a state (each L_k twice for complex states: the
             # factors then multiply float views, not complex arrays by real ones, which numpy casts)
@@ -258,18 +269,19 @@ class IFRungeKutta:
             self._W_h = h
         return self._W
 
-    def _weighted(self, i: int) -> np.ndarray:
+    def _weighted(self, i: int, factor: np.ndarray | None = None) -> np.ndarray:
         """Row i of the weights (:meth:`_weights`) applied to the stack [u, g_1, ...]: stage i (i < s), the
-        new state (i = s), the error estimate (i = s + 1), as a flat float row (a new array; :meth:`_state`
-        views it as a state). The pairs (weights, rows of the stack) are views made once (``_sums``).
+        new state (i = s), the error estimate (i = s + 1), times ``factor`` (e^{c h L} on the flat float
+        layout) when given, as a flat float row (a new array; :meth:`_state` views it as a state). The
+        pairs (weights, rows of the stack) are views made once (``_sums``).
 
-        A BLAS product (dgemv): 2.4 times faster than the equivalent einsum on 7 rows of 2050 floats.
-        Every output entry is a sum of at most s + 1 products whose order is the BLAS kernel's: the
-        round-off may differ between CPUs, as FFTW's SIMD codelets already make the transforms' do
-        (never the grids, plans or steps). The solvers run their loops with one BLAS thread
-        (``solvers._blas``): threaded BLAS on calls this small only waits for the other core."""
+        The compiled ``weighted_sum`` (``solvers._compiled``): the rows are added in order, each entry on
+        its own, so the round-off is the same on every CPU (a BLAS product's order of summation is its
+        kernel's, which differs between CPUs), and the product with the factor is in the same pass."""
         w, rows = self._sums[i]
-        return np.dot(w, rows)
+        out = np.empty(self._nflat)
+        kernels.weighted_sum(w, rows, out, factor)
+        return out
 
     def _state(self, flat: np.ndarray) -> np.ndarray:
         """A flat float row as a state (u's dtype and shape; a view)."""
@@ -292,7 +304,7 @@ class IFRungeKutta:
         tab = self.tableau
         s = tab.stages
         g = self._g
-        if g is None or u.shape != self._shape or g.dtype != np.result_type(u, float):
+        if g is None or u.shape != self._shape or u.dtype != self._udtype:
             self._buffers(u)
             g = self._g
         ex = self._exponentials(h) if lin is not None else None
@@ -307,25 +319,30 @@ class IFRungeKutta:
         state = self._state
         factored = self._factored and lin is not None
         sums = self._sums
+        wsum = kernels.weighted_sum
+        store = kernels.complex_multiply if self._cstore else _multiply
+        scratch = self._scratch
         for i in range(1, s):
             weights, stack = sums[i]
-            flat = np.dot(weights, stack)         # self._weighted(i), without its frame (six a step)
             last = tab.fsal and i == s - 1
             if factored and not last:
-                n = nfun(t + c[i] * h, flat, False, ex.decay_of[i])
-                np.multiply(n, ex.scaled_of[i], out=rows[i + 1])
+                # the weighted sum into a scratch row: n multiplies it by e^{c_i h L} where it copies it
+                wsum(weights, stack, scratch, None)
+                store(nfun(t + c[i] * h, scratch, False, ex.decay_of[i]), ex.scaled_of[i], rows[i + 1])
                 continue
-            if lin is not None:
-                flat *= ex.decay_of[i]
+            flat = np.empty(self._nflat)            # self._weighted(i), without its frame
+            wsum(weights, stack, flat, ex.decay_of[i] if lin is not None else None)
             U = state(flat)
             if last:
                 u_new = U          # the last FSAL stage is evaluated exactly at u_new
             if nfun is not None:
                 n = nfun(t + c[i] * h, U, last)
                 # the stage stored as (D e^{-c h L}) n: one pass (c = 0 or no L: D n)
-                np.multiply(n, ex.scaled_of[i] if lin is not None and c[i] != 0.0 else self._Dstage,
-                            out=rows[i + 1])
+                store(n, ex.scaled_of[i] if lin is not None and c[i] != 0.0 else self._Dstage, rows[i + 1])
                 if last:
+                    # numpy's product, as a right-hand side that returns N forms it (see ``scaled``): the
+                    # same bits as a restart's first stage on this machine (the spaces' D is real or
+                    # purely imaginary: fused or not, each part of the product is rounded once, alike)
                     k = np.multiply(n, self._D)
                 continue
             k = self.rhs(t + c[i] * h, U, last)
@@ -334,18 +351,17 @@ class IFRungeKutta:
                             out=self._flat[i + 1])
             else:
                 rows[i + 1][...] = k
+        decay_end = ex.decay_end if lin is not None else None
         if u_new is None:
-            flat = self._weighted(s)
-            if lin is not None:
-                flat *= ex.decay_end
-            u_new = self._state(flat)
+            u_new = self._state(self._weighted(s, decay_end))
         err = None
         if self._e is not None:
-            flat = self._weighted(s + 1)
-            if lin is not None:
-                flat *= ex.decay_end
-            err = self._state(flat)
+            err = self._state(self._weighted(s + 1, decay_end))
         return u_new, (k if tab.fsal else None), err
+
+
+def _multiply(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
+    np.multiply(a, b, out=out)
 
 
 class _Exponentials:
