@@ -66,8 +66,10 @@ static int get(PyObject *obj, Buf *buf, int writable, int optional, int kind, co
     return 0;
 }
 
-static int nargs_is(Py_ssize_t nargs, Py_ssize_t want, const char *fn)
+/* the start of every function: its argument count checked, its buffers marked as not held (nbuf of them) */
+static int start(const char *fn, Py_ssize_t nargs, Py_ssize_t want, Buf *bufs, int nbuf)
 {
+    memset(bufs, 0, (size_t)nbuf * sizeof *bufs);
     if (nargs != want) {
         PyErr_Format(PyExc_TypeError, "%s takes %zd arguments (%zd given)", fn, want, nargs);
         return 0;
@@ -185,10 +187,9 @@ static void minmax_loop(Py_ssize_t n, const double *x, double *lo, double *hi)
    (rows added in order; factor None: no product). stack holds len(w) rows of len(out) doubles. */
 static PyObject *weighted_sum(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (!nargs_is(nargs, 4, "weighted_sum"))
-        return NULL;
     Buf b[4];
-    memset(b, 0, sizeof b);
+    if (!start("weighted_sum", nargs, 4, b, 4))
+        return NULL;
     double *w, *x, *out, *fac;
     Py_ssize_t nw, nx, n, nf;
     if (get(args[0], &b[0], 0, 0, REAL, "w", &w, &nw) || get(args[1], &b[1], 0, 0, REAL, "stack", &x, &nx)
@@ -212,10 +213,9 @@ fail:
    (ar br - ai bi, ar bi + ai br). out may be a or b. */
 static PyObject *complex_multiply(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (!nargs_is(nargs, 3, "complex_multiply"))
-        return NULL;
     Buf b[3];
-    memset(b, 0, sizeof b);
+    if (!start("complex_multiply", nargs, 3, b, 3))
+        return NULL;
     double *a, *c, *out;
     Py_ssize_t na, nc, n;
     if (get(args[0], &b[0], 0, 0, CPLX, "a", &a, &na) || get(args[1], &b[1], 0, 0, CPLX, "b", &c, &nc)
@@ -240,10 +240,9 @@ fail:
    (mult: (rows - 1, Ka) complex, products as in complex_multiply) and zeros after them. */
 static PyObject *load_spectrum(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (!nargs_is(nargs, 5, "load_spectrum"))
-        return NULL;
     Buf b[4];
-    memset(b, 0, sizeof b);
+    if (!start("load_spectrum", nargs, 5, b, 4))
+        return NULL;
     double *c, *fac, *spec, *mult;
     Py_ssize_t nc, nf, ns, nm;
     Py_ssize_t ncols = PyNumber_AsSsize_t(args[3], PyExc_OverflowError);
@@ -284,10 +283,9 @@ fail:
    anywhere makes both of its extremes NaN (as numpy's minimum and maximum do). */
 static PyObject *affine_flux(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (!nargs_is(nargs, 6, "affine_flux"))
-        return NULL;
     Buf b[5];
-    memset(b, 0, sizeof b);
+    if (!start("affine_flux", nargs, 6, b, 5))
+        return NULL;
     double *rho, *g, *drift, *out, *mm;
     Py_ssize_t nr, ng, nd, no, nmm;
     const double gamma = PyFloat_AsDouble(args[2]);
