@@ -208,3 +208,17 @@ def test_the_variants_give_the_same_bits_and_so_does_a_whole_run():
     for other in results[1:]:
         for x, y in zip(results[0], other):
             np.testing.assert_array_equal(x, y)
+
+
+def test_an_install_without_the_compiled_loops_says_how_to_build_them(monkeypatch):
+    """No silent numpy fallback (it would round differently): importing the solvers without the extension
+    fails with the command that builds it."""
+    import importlib
+    import sys
+
+    import solvers
+    monkeypatch.setitem(sys.modules, "solvers._kernels", None)        # as if the .so were absent
+    monkeypatch.delattr(solvers, "_kernels")
+    monkeypatch.delitem(sys.modules, "solvers._compiled")
+    with pytest.raises(ImportError, match="scripts/setup"):
+        importlib.import_module("solvers._compiled")
