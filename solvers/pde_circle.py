@@ -325,13 +325,10 @@ class CircleDiscretization:
         self._fwd = b.plan(1, "forward")
         # views into the transform buffers, taken once (the right-hand side runs six times a step)
         inv, fwd = self._inv, self._fwd
-        # the kernel rows of the inverse transform's input (G, then Psi for SA) and their multipliers, for
-        # the compiled load of the input (``kernels.load_spectrum``: row 0 of inv.spec, rows of ncols)
-        self._rows_kernel = [(inv.spec[r, : self.Ka], m)
-                             for r, m in ((1, self._mult_G), (2, self._mult_psi))[: nrows - 1]]
+        # the multipliers of the inverse transform's kernel rows (G, then Psi for SA), for the compiled load
+        # of its input (``kernels.load_spectrum``: row 0 of inv.spec the density, rows of ncols entries)
         self._ncols = inv.spec.shape[1]
-        self._mults = np.ascontiguousarray([m for _, m in self._rows_kernel], dtype=complex) \
-            if self._rows_kernel else None
+        self._mults = np.stack([self._mult_G, self._mult_psi][: nrows - 1]) if nrows > 1 else None
         # w = gamma G + drift when the drive is affine in G (USA), formed with the flux in compiled code
         self._gain = model.drive_gain if self.Ka else None
         self._mm = np.empty(4)           # min rho, max rho, min w, max w of the last stage (affine_flux)
