@@ -45,6 +45,9 @@ def test_quick_bench_writes_records_of_the_common_form(tmp_path, capsys):
     # the looser sum_tol's record: its sums within the 1e-10 of the direct ones, and so the default's
     loose = next(r for r in records if "sum_tol=" in r["case"])
     assert loose["error_default"] <= loose["error_loose"] <= 1e-10
+    # the archive's record carries its HDF5 floor (the same snapshots as the plainest file), a fraction of the run
+    arch = next(r for r in records if "archive overhead" in r["case"])
+    assert arch["hdf5_floor_seconds"] > 0 and arch["hdf5_floor_fraction"] > 0
     mem = next(r for r in records if "peak memory" in r["case"])
     assert mem["peak_gib"] > 0
     # the printed table has one line per record (plus notes)
