@@ -7,7 +7,7 @@ handful of calls (scripts/PERFORMANCE.md, eighteenth session).
 Reproducibility: every result is a fixed sequence of IEEE double operations, the same on every machine.
 Each output entry is computed on its own (vectorising over entries changes no bits), sums over the rows
 of a stack run in row order, and the build disables the contraction of a * b + c into a fused
-multiply-add (-ffp-contract=off, pyproject.toml), which some CPUs have and others lack. Arrays are passed
+multiply-add (-ffp-contract=off, setup.py), which some CPUs have and others lack. Arrays are passed
 as objects with the buffer protocol (numpy arrays), which must be C-contiguous, of float64 (complex128 seen
 as pairs of float64) and of the sizes stated; a mismatch raises ValueError.
 */
@@ -133,18 +133,22 @@ static int has_avx2(void)
    because of NaN and signed zeros), elsewhere one lane. */
 #if defined(__x86_64__) || defined(_M_X64)
 #include <emmintrin.h>
+#endif
 static void minmax_loop(Py_ssize_t n, const double *x, double *lo, double *hi)
 {
+    double a = INFINITY, b = -INFINITY;
+    int nan = 0;
+    Py_ssize_t j = 0;
+#if defined(__x86_64__) || defined(_M_X64)
     __m128d l0 = _mm_set1_pd(INFINITY), l1 = l0, h0 = _mm_set1_pd(-INFINITY), h1 = h0;
     __m128d bad = _mm_setzero_pd();
-    Py_ssize_t j = 0;
     for (; j + 4 <= n; j += 4) {
-        const __m128d a = _mm_loadu_pd(x + j), b = _mm_loadu_pd(x + j + 2);
-        l0 = _mm_min_pd(l0, a);
-        l1 = _mm_min_pd(l1, b);
-        h0 = _mm_max_pd(h0, a);
-        h1 = _mm_max_pd(h1, b);
-        bad = _mm_or_pd(bad, _mm_or_pd(_mm_cmpunord_pd(a, a), _mm_cmpunord_pd(b, b)));
+        const __m128d u = _mm_loadu_pd(x + j), v = _mm_loadu_pd(x + j + 2);
+        l0 = _mm_min_pd(l0, u);
+        l1 = _mm_min_pd(l1, v);
+        h0 = _mm_max_pd(h0, u);
+        h1 = _mm_max_pd(h1, v);
+        bad = _mm_or_pd(bad, _mm_or_pd(_mm_cmpunord_pd(u, u), _mm_cmpunord_pd(v, v)));
     }
     double l[4], h[4], f[2];
     _mm_storeu_pd(l, l0);
@@ -152,12 +156,12 @@ static void minmax_loop(Py_ssize_t n, const double *x, double *lo, double *hi)
     _mm_storeu_pd(h, h0);
     _mm_storeu_pd(h + 2, h1);
     _mm_storeu_pd(f, bad);
-    int nan = f[0] != 0.0 || f[1] != 0.0;     /* a lane's mask: all bits 0 (+0.0) or all 1 (a NaN) */
-    double a = l[0], b = h[0];
-    for (int k = 1; k < 4; k++) {
+    nan = f[0] != 0.0 || f[1] != 0.0;     /* a lane's mask: all bits 0 (+0.0) or all 1 (a NaN) */
+    for (int k = 0; k < 4; k++) {
         a = l[k] < a ? l[k] : a;
         b = h[k] > b ? h[k] : b;
     }
+#endif
     for (; j < n; j++) {
         const double v = x[j];
         nan |= v != v;
@@ -167,21 +171,6 @@ static void minmax_loop(Py_ssize_t n, const double *x, double *lo, double *hi)
     *lo = nan ? NAN : a;
     *hi = nan ? NAN : b;
 }
-#else
-static void minmax_loop(Py_ssize_t n, const double *x, double *lo, double *hi)
-{
-    double a = INFINITY, b = -INFINITY;
-    int nan = 0;
-    for (Py_ssize_t j = 0; j < n; j++) {
-        const double v = x[j];
-        nan |= v != v;
-        a = v < a ? v : a;
-        b = v > b ? v : b;
-    }
-    *lo = nan ? NAN : a;
-    *hi = nan ? NAN : b;
-}
-#endif
 
 /* weighted_sum(w, stack, out, factor): out[j] = (w[0] stack[0, j] + w[1] stack[1, j] + ...) * factor[j]
    (rows added in order; factor None: no product). stack holds len(w) rows of len(out) doubles. */

@@ -6,11 +6,11 @@
    registers (one pass over out, not one per row); each entry sees the operations of the row-by-row form,
    in the same order. GCC / clang vector types of 4 doubles (two SSE2 registers, or one AVX2 register):
    they only say "these four entries, alike". */
-#if defined(__GNUC__)
 LOOP_ATTR static void LOOP_NAME(wsum)(Py_ssize_t nw, const double *w, const double *x, Py_ssize_t n,
                                       const double *fac, double *out)
 {
     Py_ssize_t j = 0;
+#if defined(__GNUC__)
     for (; j + 16 <= n; j += 16) {
         const v4d w0 = {w[0], w[0], w[0], w[0]};
         v4d a = w0 * V4(x + j), b = w0 * V4(x + j + 4), c = w0 * V4(x + j + 8),
@@ -34,6 +34,7 @@ LOOP_ATTR static void LOOP_NAME(wsum)(Py_ssize_t nw, const double *w, const doub
         V4(out + j + 8) = c;
         V4(out + j + 12) = d;
     }
+#endif
     for (; j < n; j++) {
         double acc = w[0] * x[j];
         for (Py_ssize_t r = 1; r < nw; r++)
@@ -41,18 +42,6 @@ LOOP_ATTR static void LOOP_NAME(wsum)(Py_ssize_t nw, const double *w, const doub
         out[j] = fac ? acc * fac[j] : acc;
     }
 }
-#else
-LOOP_ATTR static void LOOP_NAME(wsum)(Py_ssize_t nw, const double *w, const double *x, Py_ssize_t n,
-                                      const double *fac, double *out)
-{
-    for (Py_ssize_t j = 0; j < n; j++) {
-        double acc = w[0] * x[j];
-        for (Py_ssize_t r = 1; r < nw; r++)
-            acc = acc + w[r] * x[r * n + j];
-        out[j] = fac ? acc * fac[j] : acc;
-    }
-}
-#endif
 
 /* out = a * b on n / 2 complex numbers (re, im pairs): (ar br - ai bi, ar bi + ai br) */
 LOOP_ATTR static void LOOP_NAME(cmul)(Py_ssize_t n, const double *a, const double *b, double *out)
