@@ -7,7 +7,10 @@ measure sigma,
     lambda_l(beta, d) = Gamma(d/2) (2/beta)^(d/2 - 1) ive(l + d/2 - 1, beta),
 
 with ``ive`` the exponentially scaled modified Bessel function of the first kind.
-d = 2 gives lambda_k = ive(k, beta) for the Fourier modes exp(i k theta).
+d = 2 gives lambda_k = ive(k, beta) for the Fourier modes exp(i k theta). For beta > 1 they are
+evaluated so (scipy's ive, the prefactor in logs); for 0 < beta <= 1 from the power series of I_nu with
+the powers of beta and 2 cancelled by hand, which stays exact to ~1e-15 relative where ive underflows
+(beta below ~1e-200: g_1 -> 1/d) and takes only IEEE arithmetic and one libm exp.
 
 This module knows nothing of the model: it only evaluates these multipliers and the
 multipliers of the kernel divided by beta (the "potential" multipliers), with their exact
@@ -35,6 +38,47 @@ def _check(beta: float, d: int, lmax: int) -> None:
         raise ValueError(f"beta must be finite and >= 0, got {beta!r}")
     if lmax < 0:
         raise ValueError(f"lmax must be >= 0, got {lmax!r}")
+
+
+# At and below this beta the multipliers come from the power series of I_nu with the powers of beta and 2
+# cancelled by hand (_series); above it from scipy's ive. Below beta ~ 1e-200, ive(l + d/2 - 1, beta)
+# underflows while beta^(1 - d/2) rescales it (g_1 -> 1/d), and its prefactor in logs loses
+# |log prefactor| x 1e-16 (1e-12 at d = 50, beta = 1e-150): the series has neither problem.
+_SERIES_BETA = 1.0
+
+
+def _series(beta: float, d: int, lmax: int, potential: bool) -> np.ndarray:
+    """lambda_l (or g_l = lambda_l / beta) for 0 < beta <= _SERIES_BETA.
+
+    With nu = l + d/2 - 1 and I_nu(z) = (z/2)^nu sum_k (z^2/4)^k / (k! Gamma(nu + k + 1)),
+
+        lambda_l = exp(-beta) c_l S_l,   c_l = Gamma(d/2) (beta/2)^l / Gamma(l + d/2),
+        S_l = sum_k (beta^2/4)^k / (k! (nu + 1)_k),
+
+    c_l by the recurrence c_l = c_{l-1} beta / (2 (l - 1 + d/2)) (for g_l: c_l / beta, started at
+    g's c_1 = 1/d, so that no power of beta underflows). Each term of S_l is at most 1/16 of the one
+    before (beta <= 1), so 24 terms reach the double precision."""
+    l = np.arange(lmax + 1, dtype=float)
+    ratio = beta / (2.0 * (l[1:] - 1.0 + 0.5 * d))          # c_l / c_{l-1}, l >= 1
+    c = np.empty(lmax + 1)
+    if potential:
+        c[0] = 1.0 / beta
+        if lmax >= 1:
+            c[1] = 1.0 / d
+            with np.errstate(under="ignore"):
+                c[2:] = np.cumprod(ratio[1:]) / d
+    else:
+        c[0] = 1.0
+        with np.errstate(under="ignore"):
+            c[1:] = np.cumprod(ratio)
+    nu = l + 0.5 * d - 1.0
+    q = 0.25 * beta * beta
+    term, total = np.ones(lmax + 1), np.ones(lmax + 1)
+    with np.errstate(under="ignore"):
+        for k in range(1, 25):
+            term = term * q / (k * (nu + k))
+            total += term
+        return math.exp(-beta) * c * total
 
 
 def _scaled_bessel(beta: float, d: int, lmax: int, power: float) -> np.ndarray:
@@ -74,6 +118,8 @@ def zonal_multipliers(beta: float, d: int, lmax: int) -> np.ndarray:
         out = np.zeros(lmax + 1)
         out[0] = 1.0
         return out
+    if beta <= _SERIES_BETA:
+        return _series(beta, d, lmax, potential=False)
     return _scaled_bessel(beta, d, lmax, power=1.0 - 0.5 * d)
 
 
@@ -94,6 +140,8 @@ def potential_multipliers(beta: float, d: int, lmax: int) -> np.ndarray:
         if lmax >= 1:
             out[1] = 1.0 / d
         return out
+    if beta <= _SERIES_BETA:
+        return _series(beta, d, lmax, potential=True)
     return _scaled_bessel(beta, d, lmax, power=-0.5 * d)
 
 

@@ -56,6 +56,30 @@ def test_beta_to_zero_limits(d):
     assert np.array_equal(zonal_multipliers(0.0, d, 3), [1, 0, 0, 0])
 
 
+@pytest.mark.parametrize("d", [2, 3, 5, 50])
+def test_small_beta_asymptotics_where_ive_underflows(d):
+    # lambda_l ~ Gamma(d/2) (beta/2)^l / Gamma(l + d/2) as beta -> 0, so g_l / beta^(l-1) -> 1/d (l = 1) and
+    # 1/(d(d+2)) (l = 2); below beta ~ 1e-200 scipy's ive(l + d/2 - 1, beta) underflows while g_1 does not
+    for beta in [1e-150, 1e-200, 1e-250, 1e-300, 5e-324]:
+        g = potential_multipliers(beta, d, 3)
+        assert g[1] == pytest.approx(1.0 / d, rel=1e-13)
+        if beta >= 1e-250:
+            assert g[2] / beta == pytest.approx(1.0 / (d * (d + 2)), rel=1e-12)
+        assert zonal_multipliers(beta, d, 3)[0] == pytest.approx(1.0, rel=1e-15)
+
+
+@pytest.mark.parametrize("d", [2, 3, 5, 10, 50])
+def test_series_below_beta_one_agrees_with_ive(d):
+    # two independent evaluations where both hold: the series (beta <= 1) and scipy's ive with its prefactor
+    from spectral.multipliers import _scaled_bessel
+    for beta in [1e-3, 0.05, 0.5, 1.0]:
+        for potential, power in [(False, 1.0 - 0.5 * d), (True, -0.5 * d)]:
+            got = (potential_multipliers if potential else zonal_multipliers)(beta, d, 40)
+            ref = _scaled_bessel(beta, d, 40, power)
+            keep = ref > 1e-16 * ref[0]
+            assert np.allclose(got[keep], ref[keep], rtol=1e-12, atol=0)
+
+
 @pytest.mark.parametrize("d", [2, 3])
 def test_large_beta_is_finite_and_decaying(d):
     for beta in [50.0, 200.0, 1000.0]:
