@@ -139,7 +139,15 @@ STOP_WINDOW_MIN = 2
 
 @dataclass
 class StopRule:
-    """The reference stopping rule (the main paper §4, its code's defaults).
+    """The stopping rule of the main paper's experiments (its §4; The model §5), with this package's defaults.
+
+    A run stops when the cluster count at radius r = min(scale / sqrt(beta), pi / (2 d)) is unchanged over
+    ``window`` snapshots and the largest drift is at most ``drift_tol``. The released code also asks that no
+    cluster be wider than r, uses greedy arcs on S^1 and drift_tol 1e-4: ``StopRule(rule="paper",
+    drift_tol=1e-4)`` is that rule. The defaults differ on all three: single linkage on every sphere, no
+    spread condition, drift_tol 5e-4. So a stationary set that has not concentrated (in descent with ReLU,
+    mass frozen where every unit is inactive) stops a default run; its "clusters" are then chains of
+    particles within r of one another, not atoms.
 
     Attributes
     ----------
