@@ -398,3 +398,42 @@ def test_an_interrupted_worker_finishes_its_task_as_interrupted_and_starts_no_ot
         assert first.result(timeout=60) == outcome
         with pytest.raises(TaskInterrupted):
             second.result(timeout=60)
+
+
+SPHERE = """
+[model]
+d = 3
+beta = 1.0
+flow = "descent"
+[model.perceptron]
+units = 3
+activation = "relu"
+seed = 5
+[pde]
+degree = 16
+t_final = 0.2
+"""
+
+
+def test_sphere_sweep_with_local_workers_finishes(tmp_path):
+    """A sweep of S^2 members on local workers, OpenMP at two threads. The sweep's own process has run
+    SHTns (libgomp) before it forks its workers, and libgomp is not fork-safe: the worker's first parallel
+    region of two threads waited forever for the owner's OpenMP threads, which a fork does not copy (every
+    such sweep hung at its first member, and Ctrl-C did not stop it). The workers now set one OpenMP thread
+    through the runtime's API (solvers.app.executor.run_single_threaded)."""
+    (tmp_path / "s.toml").write_text(SPHERE)
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="2")
+    cmd = [sys.executable, "-m", "solvers.app.cli", "sweep", str(tmp_path / "s.toml"), "--beta", "1,2",
+           "--workers", "2", "--out", str(tmp_path / "out")]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True)
+    try:
+        _, err = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        pytest.fail("the sweep of S^2 members did not end within 120 s (its workers hang)")
+    assert proc.returncode == 0, err
+    for beta in (1, 2):
+        run = load(tmp_path / "out" / f"s_beta{beta}.h5")
+        assert run.status == "finished" and run.pde.t[-1] == pytest.approx(0.2)

@@ -201,15 +201,43 @@ def _local_task(fn: Callable, *args: Any) -> Any:
         _show()
 
 
+# The OpenMP runtimes a process may hold (SHTns links the system's libgomp, FINUFFT's wheel brings its own).
+_OPENMP_LIBRARIES = ("libgomp", "libomp", "libiomp5")
+
+
+def _openmp_one_thread() -> None:
+    """One thread for the parallel regions that this thread starts, in every OpenMP runtime already loaded.
+
+    A runtime reads OMP_NUM_THREADS once, when it is loaded: in a worker forked from an owner that had
+    loaded it (every sweep of S^2: SHTns), the variable set for the task changes nothing. And libgomp is
+    not fork-safe: the owner's pool of OpenMP threads is copied into the worker without its threads, so the
+    worker's first region of two or more threads waits for them forever (SHTns's ``shtns_create``: an
+    S^2 sweep with local workers hung at its first member, measured). A region of one thread uses no pool."""
+    import ctypes
+
+    try:
+        with open("/proc/self/maps") as maps:
+            paths = {line.split(None, 5)[-1].strip() for line in maps if any(n in line for n in _OPENMP_LIBRARIES)}
+    except OSError:                     # not Linux: no fork by default, and the variable is read at load
+        return
+    for path in sorted(paths):
+        try:
+            ctypes.CDLL(path).omp_set_num_threads(1)
+        except (OSError, AttributeError):           # not a runtime after all (no such symbol)
+            pass
+
+
 def run_single_threaded(fn: Callable, *args: Any) -> Any:
     """``fn(*args)`` with one thread per library (see the module docstring). The variables are set before
     the task builds its solvers (the NUFFT sums read OMP_NUM_THREADS then; the FFTW and SHTns transforms
     take theirs from the configuration, ``pde.threads``, default 1); OpenBLAS read its own when it was
-    loaded, so it is set through its API for the duration of the task."""
+    loaded, so it is set through its API for the duration of the task, and the OpenMP runtimes already
+    loaded through theirs (:func:`_openmp_one_thread`)."""
     from .._blas import blas_threads
 
     for name in THREAD_VARIABLES:
         os.environ[name] = "1"
+    _openmp_one_thread()
     with blas_threads(1):
         return fn(*args)
 
