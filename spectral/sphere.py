@@ -63,16 +63,23 @@ def _import_shtns_quietly():
     import os
     import sys
 
-    sys.stdout.flush()
-    saved = os.dup(1)
+    if sys.stdout is not None:              # None: the process started with fd 1 closed
+        sys.stdout.flush()
+    try:
+        saved = os.dup(1)
+    except OSError:                         # fd 1 closed: closed again after the import
+        saved = None
     null = os.open(os.devnull, os.O_WRONLY)
     try:
         os.dup2(null, 1)
         import shtns as module
         ctypes.CDLL(None).fflush(None)        # flush C stdio while it still points to /dev/null
     finally:
-        os.dup2(saved, 1)
-        os.close(saved)
+        if saved is None:
+            os.close(1)
+        else:
+            os.dup2(saved, 1)
+            os.close(saved)
         os.close(null)
     return module
 

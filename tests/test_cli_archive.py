@@ -210,6 +210,32 @@ def test_a_run_whose_message_reader_is_gone_runs_to_its_end(tmp_path):
     assert bad.returncode == 2 and "Traceback" not in bad.stderr and "--out" in bad.stderr, bad.stderr
 
 
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+@pytest.mark.parametrize("stderr", ["closed", "full"])
+def test_a_run_whose_messages_cannot_be_written_runs_to_its_end(tmp_path, stderr):
+    """`attnpde run CFG 2>&-` and `2>/dev/full`. Closed, descriptor 2 was the next file opened, and the
+    run failed at its first message with its archive left "running"; full, each message raised ENOSPC and
+    the run ended "failed". Both now run to their end, the archive finished and whole; `info > /dev/full`
+    says in one line that it cannot write, with no traceback."""
+    cfg = write(tmp_path, PDE_CFG.format(t_final=0.5, save_every=0.25, max_degree=256))
+    full = open("/dev/full", "w")
+    try:
+        proc = subprocess.run([sys.executable, "-m", "solvers.app.cli", "run", str(cfg)], cwd=ROOT,
+                              env=dict(os.environ, PYTHONPATH=str(ROOT)), stdout=subprocess.PIPE, text=True,
+                              timeout=300, **({"stderr": full} if stderr == "full" else
+                                              {"preexec_fn": lambda: os.close(2)}))
+        info = subprocess.run([sys.executable, "-m", "solvers.app.cli", "info", str(cfg.with_suffix(".h5"))],
+                              cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)), stdout=full,
+                              stderr=subprocess.PIPE, text=True, timeout=300)
+    finally:
+        full.close()
+    assert proc.returncode == 0 and "(finished)" in proc.stdout, proc.stdout
+    run = load(cfg.with_suffix(".h5"))
+    assert run.status == "finished" and run.pde.t[-1] == 0.5
+    assert info.returncode == 1 and info.stderr.strip() == (
+        "attnpde: error: cannot write the output: [Errno 28] No space left on device"), info.stderr
+
+
 def test_batches_written_behind_the_run_are_the_run(tmp_path, monkeypatch):
     """flush_interval = 0: every snapshot goes to the writer's background thread while the solver goes on;
     the archive holds exactly what solve_pde returns in memory, every restart state included."""

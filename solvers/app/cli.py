@@ -386,6 +386,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str] | None) -> int:
+    from .streams import standard_streams
+
+    standard_streams()
     try:
         _ARGV[:] = sys.argv[1:] if argv is None else list(argv)
         args = build_parser().parse_args(_attach_list_values(_ARGV))
@@ -401,6 +404,14 @@ def _main(argv: list[str] | None) -> int:
         from .streams import silence
         silence(sys.stdout)
         return EXIT_BROKEN_PIPE
+    except OSError as e:
+        if e.filename is not None:          # a file of the command's, not its output: not ours to take
+            raise
+        # the output cannot be written (``attnpde info A > /dev/full``): say so, as a shell tool does
+        from .streams import say, silence
+        silence(sys.stdout)
+        say(f"attnpde: error: cannot write the output: {e}")
+        return EXIT_FAILED
 
 
 if __name__ == "__main__":
