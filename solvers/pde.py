@@ -376,6 +376,16 @@ class PDEResult:
         return "\n".join(lines)
 
 
+def _above(x: float, bound: float) -> str:
+    """``x`` (> ``bound``) with three significant digits, or as many more as it takes to read above the
+    bound: a tail of 1.0004e-4 against a tolerance of 1e-4 is 1.0004e-04, not 1.00e-04."""
+    for digits in range(2, 17):
+        text = f"{x:.{digits}e}"
+        if float(text) > bound:
+            return text
+    return repr(x)
+
+
 def _check_restart_settings(saved: dict | None, now: dict) -> None:
     """ValueError listing what differs between a restart state's settings and this run's."""
     if saved is None:
@@ -954,10 +964,10 @@ class PDERun(Integration):
         if self.continues and chk is not None and chk[0] != "non-finite":
             return "handoff", (chk[0], f"at t = {self.t:.6g}: {chk[1]}")
         if self.continues and tail > opts.tail_tol:
-            return "handoff", ("resolution", f"at t = {self.t:.6g} the spectral tail {tail:.2e} > tail_tol "
-                                             f"{opts.tail_tol:.0e} at the handoff degree {self.cap}")
+            return "handoff", ("resolution", f"at t = {self.t:.6g} the spectral tail {_above(tail, opts.tail_tol)} > "
+                                             f"tail_tol {opts.tail_tol:g} at the handoff degree {self.cap}")
         if chk is None and tail > opts.tail_max and self.degree >= self.cap:
-            chk = ("resolution", f"spectral tail {tail:.2e} > tail_max {opts.tail_max:.0e} at the "
+            chk = ("resolution", f"spectral tail {_above(tail, opts.tail_max)} > tail_max {opts.tail_max:g} at the "
                                  f"maximal resolution {self.max_degree}")
             if opts.continuation == "none" and self.model.noise > 0:
                 chk = (chk[0], chk[1] + " (no Lagrangian continuation with noise: the flow has no "
