@@ -49,7 +49,7 @@ def _config_and_list(path: str, text: str, flag: str):
     from .config import ConfigError, load_config
     from .sweep import parse_list
     try:
-        return load_config(path), parse_list(text, flag), None
+        return load_config(path), parse_list(text, flag, "100,1000,10000" if flag == "--n" else "1,5,25"), None
     except ConfigError as e:
         return None, None, _config_error(path, e)
     except ValueError as e:
@@ -275,8 +275,21 @@ _SCHEDULER_HELP = ("a running Dask scheduler (tcp://HOST:PORT, or the file of `d
                    "the tasks run on its workers instead of local processes (README: Running on a Dask cluster)")
 
 
+class _Version(argparse.Action):
+    """--version: the package's version (that of its archives' ``software_version``)."""
+
+    def __init__(self, option_strings, dest, **kw) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kw)
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        from .. import __version__
+        print(f"attnpde {__version__}")
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="attnpde", description="Mean-field attention PDE and particle runs")
+    ap.add_argument("--version", action=_Version, help="print attnpde's version and exit")
     sub = ap.add_subparsers(dest="command", required=True)
     r = sub.add_parser("run", help="run a configuration into an HDF5 archive")
     r.add_argument("config", help="TOML configuration")

@@ -525,9 +525,9 @@ def load_config(path: str | Path) -> RunConfig:
     try:
         text = p.read_bytes().decode("utf-8")
     except OSError as e:
-        raise ConfigError("", f"cannot read {p}: {e.strerror}") from None
+        raise ConfigError("", f"{path}: cannot read: {e.strerror}") from None
     except UnicodeDecodeError:
-        raise ConfigError("", f"{p}: not a UTF-8 TOML file (an archive? give the .toml configuration)") from None
+        raise ConfigError("", f"{path}: not a UTF-8 TOML file (an archive? give the .toml configuration)") from None
     cfg = parse_config(text, str(p))
     if not cfg.name:
         cfg.name = p.stem

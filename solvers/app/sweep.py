@@ -31,15 +31,16 @@ from .config import ConfigError, RunConfig, dump_toml, parse_config
 __all__ = ["parse_list", "sweep", "member_config", "partial_path"]
 
 
-def parse_list(text: str, what: str) -> list[float]:
-    """'1,5,25' -> [1.0, 5.0, 25.0]; refuses empty, non-numeric, negative or non-finite entries."""
+def parse_list(text: str, what: str, example: str = "1,5,25") -> list[float]:
+    """'1,5,25' -> [1.0, 5.0, 25.0]; refuses empty, non-numeric, negative or non-finite entries (``example``:
+    a valid list, for the message)."""
     vals = []
     for tok in text.split(","):
         tok = tok.strip()
         try:
             v = float(tok)
         except ValueError:
-            raise ValueError(f"{what}: {tok!r} is not a number (give comma-separated values, e.g. 1,5,25)") from None
+            raise ValueError(f"{what}: {tok!r} is not a number (give comma-separated values, e.g. {example})") from None
         if not math.isfinite(v) or v < 0:
             raise ValueError(f"{what}: values must be finite and >= 0, got {tok!r}")
         vals.append(v)
