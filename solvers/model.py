@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from spectral.multipliers import potential_multipliers, zonal_multipliers
+from spectral.multipliers import MIN_BETA, potential_multipliers, zonal_multipliers
 from . import validators as check
 from .perceptron import Perceptron, tangent_project
 
@@ -161,6 +161,9 @@ class Model:
         beta = _number("beta", self.beta)
         if not (math.isfinite(beta) and beta >= 0):
             raise ValueError(f"Model: beta must be finite and >= 0, got {self.beta!r}")
+        if 0 < beta < MIN_BETA:
+            raise ValueError(f"Model: beta must be 0 or >= {MIN_BETA:g} (below, 1/beta overflows: use beta = 0 "
+                             f"for the limit), got {self.beta!r}")
         object.__setattr__(self, "beta", beta)
         if self.flow not in FLOWS:
             raise ValueError(f"Model: flow must be one of {FLOWS}, got {self.flow!r}")

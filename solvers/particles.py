@@ -187,7 +187,7 @@ class StopRule:
 
     @classmethod
     def from_arg(cls, stop) -> "StopRule | None":
-        """None/False: no rule; True: the reference rule; a dict of fields; or a StopRule."""
+        """None/False: no rule; True: the default rule (see the class); a dict of fields; or a StopRule."""
         if stop is None or stop is False:
             return None
         if stop is True:
@@ -200,7 +200,8 @@ class StopRule:
                 raise ValueError(f"stop: unknown field(s) {unknown}; allowed: window, drift_tol, scale, rule, "
                                  "spread_factor")
             return cls(**stop)
-        raise ValueError(f"stop must be None, True, a dict (window, drift_tol, scale) or a StopRule, got {stop!r}")
+        raise ValueError("stop must be None, True, a dict (window, drift_tol, scale, rule, spread_factor) or a "
+                         f"StopRule, got {stop!r}")
 
 
 @dataclass

@@ -24,6 +24,7 @@ import numpy as np
 from scipy.special import gammaln, ive
 
 __all__ = [
+    "MIN_BETA",
     "zonal_multipliers",
     "potential_multipliers",
     "kernel_bandwidth",
@@ -31,11 +32,18 @@ __all__ = [
 ]
 
 
+#: the smallest beta > 0: below it g_0 = lambda_0 / beta (~ 1 / beta) overflows, and 0 * g_0 (the gradient
+#: of the constant mode) is NaN
+MIN_BETA = 1e-300
+
+
 def _check(beta: float, d: int, lmax: int) -> None:
     if not (isinstance(d, (int, np.integer)) and d >= 2):
         raise ValueError(f"d must be an integer >= 2, got {d!r}")
     if not (np.isfinite(beta) and beta >= 0):
         raise ValueError(f"beta must be finite and >= 0, got {beta!r}")
+    if 0 < beta < MIN_BETA:
+        raise ValueError(f"beta must be 0 or >= {MIN_BETA:g} (below, 1/beta overflows), got {beta!r}")
     if lmax < 0:
         raise ValueError(f"lmax must be >= 0, got {lmax!r}")
 
@@ -56,8 +64,9 @@ def _series(beta: float, d: int, lmax: int, potential: bool) -> np.ndarray:
         S_l = sum_k (beta^2/4)^k / (k! (nu + 1)_k),
 
     c_l by the recurrence c_l = c_{l-1} beta / (2 (l - 1 + d/2)) (for g_l: c_l / beta, started at
-    g's c_1 = 1/d, so that no power of beta underflows). Each term of S_l is at most 1/16 of the one
-    before (beta <= 1), so 24 terms reach the double precision."""
+    g's c_1 = 1/d, so that no power of beta underflows). Each term of S_l is at most 1/4 of the one
+    before and the k-th at most 1/(4^k k!^2) of the first (beta <= 1), so 24 terms are more than the
+    double precision needs."""
     l = np.arange(lmax + 1, dtype=float)
     ratio = beta / (2.0 * (l[1:] - 1.0 + 0.5 * d))          # c_l / c_{l-1}, l >= 1
     c = np.empty(lmax + 1)

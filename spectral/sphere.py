@@ -69,9 +69,10 @@ def _import_shtns_quietly():
         saved = os.dup(1)
     except OSError:                         # fd 1 closed: closed again after the import
         saved = None
-    null = os.open(os.devnull, os.O_WRONLY)
+    null = os.open(os.devnull, os.O_WRONLY)         # fd 1 itself when fd 1 was closed
     try:
-        os.dup2(null, 1)
+        if null != 1:
+            os.dup2(null, 1)
         import shtns as module
         ctypes.CDLL(None).fflush(None)        # flush C stdio while it still points to /dev/null
     finally:
@@ -80,7 +81,8 @@ def _import_shtns_quietly():
         else:
             os.dup2(saved, 1)
             os.close(saved)
-        os.close(null)
+        if null != 1:
+            os.close(null)
     return module
 
 

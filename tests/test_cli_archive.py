@@ -227,8 +227,13 @@ def test_a_run_whose_messages_cannot_be_written_runs_to_its_end(tmp_path, stderr
         info = subprocess.run([sys.executable, "-m", "solvers.app.cli", "info", str(cfg.with_suffix(".h5"))],
                               cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)), stdout=full,
                               stderr=subprocess.PIPE, text=True, timeout=300)
+        # bad input is still bad input (2) when its one line cannot be written
+        missing = subprocess.run([sys.executable, "-m", "solvers.app.cli", "run", str(tmp_path / "none.toml")],
+                                 cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)), stdout=subprocess.PIPE,
+                                 stderr=full, timeout=300)
     finally:
         full.close()
+    assert missing.returncode == 2
     assert proc.returncode == 0 and "(finished)" in proc.stdout, proc.stdout
     run = load(cfg.with_suffix(".h5"))
     assert run.status == "finished" and run.pde.t[-1] == 0.5

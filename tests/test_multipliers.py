@@ -60,12 +60,16 @@ def test_beta_to_zero_limits(d):
 def test_small_beta_asymptotics_where_ive_underflows(d):
     # lambda_l ~ Gamma(d/2) (beta/2)^l / Gamma(l + d/2) as beta -> 0, so g_l / beta^(l-1) -> 1/d (l = 1) and
     # 1/(d(d+2)) (l = 2); below beta ~ 1e-200 scipy's ive(l + d/2 - 1, beta) underflows while g_1 does not
-    for beta in [1e-150, 1e-200, 1e-250, 1e-300, 5e-324]:
+    for beta in [1e-150, 1e-200, 1e-250, 1e-300]:
         g = potential_multipliers(beta, d, 3)
         assert g[1] == pytest.approx(1.0 / d, rel=1e-13)
         if beta >= 1e-250:
             assert g[2] / beta == pytest.approx(1.0 / (d * (d + 2)), rel=1e-12)
+        assert np.all(np.isfinite(g * np.arange(4)))           # g_0 ~ 1/beta, times k = 0 in the gradients
         assert zonal_multipliers(beta, d, 3)[0] == pytest.approx(1.0, rel=1e-15)
+    for beta in [1e-310, 5e-324]:                 # 1/beta overflows: refused, not NaN gradients
+        with pytest.raises(ValueError, match="beta must be 0 or >= 1e-300"):
+            potential_multipliers(beta, d, 3)
 
 
 @pytest.mark.parametrize("d", [2, 3, 5, 10, 50])

@@ -437,3 +437,8 @@ def test_sphere_sweep_with_local_workers_finishes(tmp_path):
     for beta in (1, 2):
         run = load(tmp_path / "out" / f"s_beta{beta}.h5")
         assert run.status == "finished" and run.pde.t[-1] == pytest.approx(0.2)
+    # SHTns asks for its own thread count (pde.threads), which a forked worker cannot run: refused up front
+    (tmp_path / "t.toml").write_text(SPHERE.replace("[pde]", "[pde]\nthreads = 2"))
+    r = _cli("sweep", tmp_path / "t.toml", "--beta", "1,2", "--out", tmp_path / "t", cwd=tmp_path)
+    assert r.returncode == 2 and "pde.threads = 2" in r.stderr and "--scheduler" in r.stderr, r.stderr
+    assert not (tmp_path / "t").exists()

@@ -24,12 +24,14 @@ import signal
 import sys
 from pathlib import Path
 
+from .streams import say
+
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE      # what a shell reports for a tool killed by SIGPIPE
 
 
 def _err(msg: str) -> int:
-    print(f"attnpde: error: {msg}", file=sys.stderr)
+    say(f"attnpde: error: {msg}")
     return EXIT_BAD_INPUT
 
 
@@ -125,7 +127,7 @@ def cmd_run(args) -> int:
     except (RunRefused, ArchiveError) as e:
         return _err(str(e))
     except RunFailed as e:
-        print(f"attnpde: error: {e}", file=sys.stderr)
+        say(f"attnpde: error: {e}")
         return EXIT_FAILED
     except OSError as e:
         # creating the archive (the checks above cannot foresee every file system); a stage's own
@@ -218,11 +220,10 @@ def cmd_sweep(args) -> int:
     except (RunRefused, ArchiveError, ValueError, FileExistsError, SchedulerError) as e:
         return _err(str(e))
     except TaskLost as e:
-        print(f"attnpde: error: {e}; the members that finished are complete, continue with --resume",
-              file=sys.stderr)
+        say(f"attnpde: error: {e}; the members that finished are complete, continue with --resume")
         return EXIT_FAILED
     except RunFailed as e:
-        print(f"attnpde: error: {e}", file=sys.stderr)
+        say(f"attnpde: error: {e}")
         return EXIT_FAILED
     except OSError as e:
         return _err(f"{out_dir}: {e.strerror or e}")
@@ -262,7 +263,7 @@ def cmd_validate(args) -> int:
     except (RunRefused, ArchiveError, ValueError, SchedulerError) as e:
         return _err(str(e))
     except TaskLost as e:
-        print(f"attnpde: error: {e}", file=sys.stderr)
+        say(f"attnpde: error: {e}")
         return EXIT_FAILED
     print(res.table)
     png = plot_validation(res, out.with_suffix(".png"),
@@ -409,7 +410,7 @@ def _main(argv: list[str] | None) -> int:
     except (KeyboardInterrupt, ImportError) as e:
         if isinstance(e, ImportError) and not _SIGNALS:
             raise
-        print("attnpde: interrupted" + (" (SIGTERM)" if _SIGNALS[:1] == [signal.SIGTERM] else ""), file=sys.stderr)
+        say("attnpde: interrupted" + (" (SIGTERM)" if _SIGNALS[:1] == [signal.SIGTERM] else ""))
         return _interrupted_exit()
     except BrokenPipeError:
         # the reader of our output went away (``attnpde info A | head``): stop quietly, as a shell tool does;
@@ -421,7 +422,7 @@ def _main(argv: list[str] | None) -> int:
         if e.filename is not None:          # a file of the command's, not its output: not ours to take
             raise
         # the output cannot be written (``attnpde info A > /dev/full``): say so, as a shell tool does
-        from .streams import say, silence
+        from .streams import silence
         silence(sys.stdout)
         say(f"attnpde: error: cannot write the output: {e}")
         return EXIT_FAILED

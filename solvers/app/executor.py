@@ -221,9 +221,12 @@ def _openmp_one_thread() -> None:
     except OSError:                     # not Linux: no fork by default, and the variable is read at load
         return
     for path in sorted(paths):
+        # a library replaced on disk since it was loaded is listed "(deleted)", under the name it was loaded
+        # by; RTLD_NOLOAD finds the loaded one by that name and never loads a second copy
+        path = path.removesuffix(" (deleted)")
         try:
-            ctypes.CDLL(path).omp_set_num_threads(1)
-        except (OSError, AttributeError):           # not a runtime after all (no such symbol)
+            ctypes.CDLL(path, mode=os.RTLD_NOLOAD).omp_set_num_threads(1)
+        except (OSError, AttributeError):           # not loaded under that name, or not a runtime
             pass
 
 

@@ -217,6 +217,14 @@ def sweep(config: RunConfig, betas: list[float], out_dir: Path, *, workers: int 
                               "it or --force to start it again")
     finished = _check_members(members, paths, resume)
     todo = [(m, p) for m, p, done in zip(members, paths, finished) if not done]
+    threads = int((config.pde or {}).get("threads", 1))
+    if scheduler is None and config.model.d >= 3 and threads > 1:
+        # the owner has run SHTns (checks above), and libgomp is not fork-safe: a worker forked after that
+        # waits forever in its first OpenMP region of two or more threads (solvers.app.executor)
+        raise ValueError(f"pde.threads = {threads}: a sweep's local workers are forked processes, in which "
+                         "SHTns can run one OpenMP thread only (more would wait forever: OpenMP is not "
+                         "fork-safe); set pde.threads = 1 (the members already run in parallel), or give "
+                         "--scheduler to run them on a Dask cluster")
     # connected (or refused) before anything is written
     pool = open_pool(min(workers, len(todo)), scheduler) if todo else None
     with pool or contextlib.nullcontext():
