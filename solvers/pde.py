@@ -376,6 +376,12 @@ class PDEResult:
         return "\n".join(lines)
 
 
+def _sci(x: float) -> str:
+    """``x`` in e-notation with the digits it has: 1e-04, 2.5e-04 (``:g`` writes 0.0001)."""
+    mantissa, exponent = f"{x:.15e}".split("e")
+    return mantissa.rstrip("0").rstrip(".") + "e" + exponent
+
+
 def _above(x: float, bound: float) -> str:
     """``x`` (> ``bound``) with three significant digits, or as many more as it takes to read above the
     bound: a tail of 1.0004e-4 against a tolerance of 1e-4 is 1.0004e-04, not 1.00e-04."""
@@ -965,9 +971,9 @@ class PDERun(Integration):
             return "handoff", (chk[0], f"at t = {self.t:.6g}: {chk[1]}")
         if self.continues and tail > opts.tail_tol:
             return "handoff", ("resolution", f"at t = {self.t:.6g} the spectral tail {_above(tail, opts.tail_tol)} > "
-                                             f"tail_tol {opts.tail_tol:g} at the handoff degree {self.cap}")
+                                             f"tail_tol {_sci(opts.tail_tol)} at the handoff degree {self.cap}")
         if chk is None and tail > opts.tail_max and self.degree >= self.cap:
-            chk = ("resolution", f"spectral tail {_above(tail, opts.tail_max)} > tail_max {opts.tail_max:g} at the "
+            chk = ("resolution", f"spectral tail {_above(tail, opts.tail_max)} > tail_max {_sci(opts.tail_max)} at the "
                                  f"maximal resolution {self.max_degree}")
             if opts.continuation == "none" and self.model.noise > 0:
                 chk = (chk[0], chk[1] + " (no Lagrangian continuation with noise: the flow has no "
