@@ -138,6 +138,16 @@ class NodeAtoms(Atoms):
         return f"NodeAtoms({len(self)}: {rows}; diffuse {self.diffuse:.4f})"
 
 
+def not_stationary_note(stop_reason: str, t_stop: float) -> str | None:
+    """The line that says what node groups are when the continuation ended before "stationary" (None when it
+    reached it): the measure at that time, in which the groups that still move may yet merge or grow (a
+    ReLU perceptron's dead zone never stops drifting: README "The PDE to its atoms")."""
+    if stop_reason == "stationary":
+        return None
+    return (f"not stationary at the end ({stop_reason}): these node groups are the measure at t = {t_stop:.6g}, "
+            "and those still moving may yet merge or grow")
+
+
 def node_atoms(nodes: Nodes, radius: float) -> NodeAtoms:
     """Atoms of a node measure: single-linkage groups at geodesic ``radius`` holding >= 2 initial nodes,
     with a node within ``radius`` of their centre (module docstring)."""

@@ -363,6 +363,9 @@ class PDEResult:
             lines.append(f"  atoms (node groups within {atoms.radius:.2g} rad): {len(atoms)}; diffuse mass "
                          f"{atoms.diffuse:.4f}" + (f" ± {atoms.diffuse_error:.1e}" if atoms.diffuse_error is not None
                                                    else ""))
+            note = lagrangian.not_stationary_note(self.stop_reason, self.t_stop)
+            if note:
+                lines.append(f"  {note}")
             for k in range(min(len(atoms), 12)):
                 err = "" if atoms.mass_errors is None else f" ± {atoms.mass_errors[k]:.1e}"
                 lines.append(f"    mass {atoms.masses[k]:.4f}{err} at {np.round(atoms.positions[k], 4).tolist()}")

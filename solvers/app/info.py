@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..lagrangian import not_stationary_note
 from .archive import load
 
 __all__ = ["describe", "describe_model", "describe_pde", "describe_particles"]
@@ -97,8 +98,11 @@ def describe_pde(r, atoms: dict) -> list[str]:
     if r.lagrangian is not None:
         out += _continuation_lines(r)
     if "pde" in atoms:
-        out += _pde_atoms_lines(*atoms["pde"], atoms.get("pde:attrs", {}), atoms.get("pde:mass_errors"),
-                                atoms.get("pde:position_errors"), atoms.get("pde:extents"))
+        attrs = atoms.get("pde:attrs", {})
+        lines = _pde_atoms_lines(*atoms["pde"], attrs, atoms.get("pde:mass_errors"),
+                                 atoms.get("pde:position_errors"), atoms.get("pde:extents"))
+        note = not_stationary_note(r.stop_reason, r.t_stop) if attrs.get("kind") == "node groups" else None
+        out += lines[:1] + ([f"  {note}"] if note else []) + lines[1:]       # under the atoms' first line
     return out
 
 
