@@ -138,14 +138,16 @@ class NodeAtoms(Atoms):
         return f"NodeAtoms({len(self)}: {rows}; diffuse {self.diffuse:.4f})"
 
 
-def not_stationary_note(stop_reason: str, t_stop: float) -> str | None:
-    """The line that says what node groups are when the continuation ended before "stationary" (None when it
-    reached it): the measure at that time, in which the groups that still move may yet merge or grow (a
-    ReLU perceptron's dead zone never stops drifting: README "The PDE to its atoms")."""
-    if stop_reason == "stationary":
+def not_stationary_note(stop_reason: str, t_last: float, groups: int) -> str | None:
+    """The line that says what the ``groups`` node groups of the last snapshot (at ``t_last``) are when the
+    continuation ran to t_final still moving: the measure at that time, in which the groups that still move
+    may yet merge or grow (a ReLU perceptron's dead zone never stops drifting: README "The PDE to its
+    atoms"). None for any other end: "stationary"; an interruption (which the run's message already
+    explains, and which may have come after the stop, in the error-estimate rerun); or no group at all."""
+    if stop_reason != "t_final" or groups == 0:
         return None
-    return (f"not stationary at the end ({stop_reason}): these node groups are the measure at t = {t_stop:.6g}, "
-            "and those still moving may yet merge or grow")
+    return (f"not stationary at t_final: these node groups are the measure at t = {t_last:.6g}, and those still "
+            "moving may yet merge or grow")
 
 
 def node_atoms(nodes: Nodes, radius: float) -> NodeAtoms:

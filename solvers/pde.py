@@ -363,7 +363,7 @@ class PDEResult:
             lines.append(f"  atoms (node groups within {atoms.radius:.2g} rad): {len(atoms)}; diffuse mass "
                          f"{atoms.diffuse:.4f}" + (f" ± {atoms.diffuse_error:.1e}" if atoms.diffuse_error is not None
                                                    else ""))
-            note = lagrangian.not_stationary_note(self.stop_reason, self.t_stop)
+            note = lagrangian.not_stationary_note(self.stop_reason, float(self.t[-1]), len(atoms))
             if note:
                 lines.append(f"  {note}")
             for k in range(min(len(atoms), 12)):
@@ -706,12 +706,12 @@ class PDERun(Integration):
         if self.degree >= self.cap and self.continues and tail > opts.tail_tol:
             raise ValueError(f"initial data refused before any step: the initial density is not resolved at the "
                              f"handoff degree {self.cap} (spectral tail or miss at check points {tail:.2e} > "
-                             f"tail_tol {opts.tail_tol:.0e}), so the continuation has no resolved state to start "
+                             f"tail_tol {_sci(opts.tail_tol)}), so the continuation has no resolved state to start "
                              "from; raise handoff_degree (and max_degree), or start from a smoother density")
         if self.degree >= self.cap and tail > opts.tail_max:
             raise ValueError(f"initial data refused before any step: the initial density is not resolved at "
                              f"max_degree = {self.max_degree} (spectral tail or miss at check points {tail:.2e} > "
-                             f"tail_max {opts.tail_max:.0e}; the run would stop at once with 'resolution'); raise "
+                             f"tail_max {_sci(opts.tail_max)}; the run would stop at once with 'resolution'); raise "
                              "max_degree, or start from a smoother density")
         chk = self._check_state(diag)
         if chk is not None:

@@ -42,8 +42,7 @@ def _check(beta: float, d: int, lmax: int) -> None:
         raise ValueError(f"d must be an integer >= 2, got {d!r}")
     if not (np.isfinite(beta) and beta >= 0):
         raise ValueError(f"beta must be finite and >= 0, got {beta!r}")
-    if 0 < beta < MIN_BETA:
-        raise ValueError(f"beta must be 0 or >= {MIN_BETA:g} (below, 1/beta overflows), got {beta!r}")
+
     if lmax < 0:
         raise ValueError(f"lmax must be >= 0, got {lmax!r}")
 
@@ -143,6 +142,8 @@ def potential_multipliers(beta: float, d: int, lmax: int) -> np.ndarray:
     so gradients are continuous in beta; only the l = 0 entry (which has no gradient) drops 1/beta.
     """
     _check(beta, d, lmax)
+    if 0 < beta < MIN_BETA:
+        raise ValueError(f"beta must be 0 or >= {MIN_BETA:g} (below, 1/beta overflows), got {beta!r}")
     if beta == 0.0:
         out = np.zeros(lmax + 1)
         out[0] = -1.0

@@ -101,7 +101,8 @@ def describe_pde(r, atoms: dict) -> list[str]:
         attrs = atoms.get("pde:attrs", {})
         lines = _pde_atoms_lines(*atoms["pde"], attrs, atoms.get("pde:mass_errors"),
                                  atoms.get("pde:position_errors"), atoms.get("pde:extents"))
-        note = not_stationary_note(r.stop_reason, r.t_stop) if attrs.get("kind") == "node groups" else None
+        note = (not_stationary_note(r.stop_reason, float(r.t[-1]), len(atoms["pde"][1]))
+                if attrs.get("kind") == "node groups" else None)
         out += lines[:1] + ([f"  {note}"] if note else []) + lines[1:]       # under the atoms' first line
     return out
 

@@ -218,7 +218,7 @@ def sweep(config: RunConfig, betas: list[float], out_dir: Path, *, workers: int 
     finished = _check_members(members, paths, resume)
     todo = [(m, p) for m, p, done in zip(members, paths, finished) if not done]
     threads = int((config.pde or {}).get("threads", 1))
-    if scheduler is None and config.model.d >= 3 and threads > 1:
+    if todo and scheduler is None and config.model.d >= 3 and threads > 1:
         # the owner has run SHTns (checks above), and libgomp is not fork-safe: a worker forked after that
         # waits forever in its first OpenMP region of two or more threads (solvers.app.executor)
         raise ValueError(f"pde.threads = {threads}: a sweep's local workers are forked processes, in which "
