@@ -705,13 +705,13 @@ class PDERun(Integration):
         tail = max(self.disc.tail(self.u), self._miss)
         if self.degree >= self.cap and self.continues and tail > opts.tail_tol:
             raise ValueError(f"initial data refused before any step: the initial density is not resolved at the "
-                             f"handoff degree {self.cap} (spectral tail or miss at check points {tail:.2e} > "
-                             f"tail_tol {_sci(opts.tail_tol)}), so the continuation has no resolved state to start "
+                             f"handoff degree {self.cap} (spectral tail or miss at check points "
+                             f"{_above(tail, opts.tail_tol)} > tail_tol {_sci(opts.tail_tol)}), so the continuation has no resolved state to start "
                              "from; raise handoff_degree (and max_degree), or start from a smoother density")
         if self.degree >= self.cap and tail > opts.tail_max:
             raise ValueError(f"initial data refused before any step: the initial density is not resolved at "
-                             f"max_degree = {self.max_degree} (spectral tail or miss at check points {tail:.2e} > "
-                             f"tail_max {_sci(opts.tail_max)}; the run would stop at once with 'resolution'); raise "
+                             f"max_degree = {self.max_degree} (spectral tail or miss at check points "
+                             f"{_above(tail, opts.tail_max)} > tail_max {_sci(opts.tail_max)}; the run would stop at once with 'resolution'); raise "
                              "max_degree, or start from a smoother density")
         chk = self._check_state(diag)
         if chk is not None:

@@ -42,7 +42,6 @@ def _check(beta: float, d: int, lmax: int) -> None:
         raise ValueError(f"d must be an integer >= 2, got {d!r}")
     if not (np.isfinite(beta) and beta >= 0):
         raise ValueError(f"beta must be finite and >= 0, got {beta!r}")
-
     if lmax < 0:
         raise ValueError(f"lmax must be >= 0, got {lmax!r}")
 

@@ -24,7 +24,7 @@ import signal
 import sys
 from pathlib import Path
 
-from .streams import say
+from .streams import say, silence, standard_streams
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE      # what a shell reports for a tool killed by SIGPIPE
@@ -400,8 +400,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str] | None) -> int:
-    from .streams import standard_streams
-
     standard_streams()
     try:
         _ARGV[:] = sys.argv[1:] if argv is None else list(argv)
@@ -415,14 +413,12 @@ def _main(argv: list[str] | None) -> int:
     except BrokenPipeError:
         # the reader of our output went away (``attnpde info A | head``): stop quietly, as a shell tool does;
         # stdout is silenced so that the interpreter's flush at exit does not fail a second time
-        from .streams import silence
         silence(sys.stdout)
         return EXIT_BROKEN_PIPE
     except OSError as e:
         if e.filename is not None:          # a file of the command's, not its output: not ours to take
             raise
         # the output cannot be written (``attnpde info A > /dev/full``): say so, as a shell tool does
-        from .streams import silence
         silence(sys.stdout)
         say(f"attnpde: error: cannot write the output: {e}")
         return EXIT_FAILED
