@@ -7,7 +7,11 @@
    the ratio is the cost of everything else: stepping, error control, monitoring, snapshots.
 2. ``archive_overhead``: the run written by ``attnpde``'s runner into an HDF5 archive (one snapshot per
    0.1 time units) against the same run (same snapshots, hence the same steps) from ``solve_pde``
-   with no output. Repeats alternate the order of the two; the ratio is min / min. Because a 5% target
+   with no output. Repeats alternate the order of the two; the ratio is median / median, and the target
+   is met when both it and the median of the paired ratios (runs adjacent in time) are within it: min /
+   min, the rule of the other rows, moved from 1.00 to 1.17 for the same code on one machine type (the
+   minimum of 15 archived runs now and then as fast as that of 15 plain ones), so it stays in the
+   record as ``ratio_min_min`` only. Because a 5% target
    on a one-second run is within the noise of a shared machine, each record also carries the time
    spent inside ``ArchiveWriter`` on the run's thread during the archived runs (measured by wrapping its
    methods), which is the write cost the run waits for, independent of load on the other core, and the
@@ -286,8 +290,9 @@ def _minimal_file(result, path: Path) -> float:
 
 def archive_overhead(d: int = 2, degree: int = 1024, t_final: float = 10.0, save_every: float = 0.1,
                      repeats: int = 5, apply_target: bool = True) -> dict:
-    """Best-of-``repeats`` wall times of the run written by the runner into an archive against the same
-    run with no output (alternating order), plus the time inside ArchiveWriter (median over repeats)."""
+    """Median wall times of the run written by the runner into an archive against the same run with no
+    output (``repeats`` of each, alternating order), plus the time inside ArchiveWriter (median over
+    repeats). Met: median / median and the median of paired ratios both within the target."""
     model = _model(d)
     dirty = [_dirty_kib()]
     cfg = parse_config(CONFIG.format(d=d, degree=degree, t_final=t_final, save=f"save_every = {save_every}"))
@@ -322,8 +327,10 @@ def archive_overhead(d: int = 2, degree: int = 1024, t_final: float = 10.0, save
     # would leave the next one dirty pages to compete with)
     with tempfile.TemporaryDirectory() as tmp:
         minimal = [_minimal_file(r, Path(tmp) / f"m{i}.h5") for i in range(repeats)]
-    ratio = min(archived) / min(plain)
+    base = statistics.median(plain)
+    ratio = statistics.median(archived) / base
     paired = statistics.median(x / y for x, y in zip(archived, plain))      # runs adjacent in time
+    judged = max(ratio, paired)
     w, a, b = statistics.median(inside), statistics.median(atoms), statistics.median(behind)
     # where the extra time goes (paired medians): in the integration (its snapshot callbacks, progress
     # lines, and whatever the writer's other threads cost it) and around it (the archive's own writes)
@@ -334,22 +341,23 @@ def archive_overhead(d: int = 2, degree: int = 1024, t_final: float = 10.0, save
     floor = statistics.median(minimal) if None not in minimal else None
     return {"case": f"archive overhead: {_res(d, degree)} to t={t_final:g}, snapshot every {save_every:g} "
                     f"({nsnap} snapshots, {size / 1e6:.1f} MB)",
-            "seconds": min(archived), "floor_seconds": min(plain), "ratio": ratio,
-            "target": (f"<= {ARCHIVE_TARGET:g}x the same run without output" if apply_target
+            "seconds": statistics.median(archived), "floor_seconds": base, "ratio": ratio,
+            "target": (f"<= {ARCHIVE_TARGET:g}x the same run without output (medians)" if apply_target
                        else "none (quick mode)"),
-            "met": bool(ratio <= ARCHIVE_TARGET) if apply_target else None,
-            "paired_ratio_median": paired,
-            "writer_seconds": w, "writer_fraction": w / min(plain), "atoms_seconds": a, "behind_seconds": b,
+            "met": bool(judged <= ARCHIVE_TARGET) if apply_target else None,
+            "paired_ratio_median": paired, "ratio_min_min": min(archived) / min(plain),
+            "writer_seconds": w, "writer_fraction": w / base, "atoms_seconds": a, "behind_seconds": b,
             "extra_during_run_seconds": during, "extra_around_run_seconds": around,
-            "hdf5_floor_seconds": floor, "hdf5_floor_fraction": None if floor is None else floor / min(plain),
+            "hdf5_floor_seconds": floor, "hdf5_floor_fraction": None if floor is None else floor / base,
             "archive_bytes": size, "dirty_kib_start": dirty[0], "dirty_kib_end": dirty[1],
             "repeats": repeats, "snapshots": nsnap, "same_steps": same,
-            "note": f"min / min of {repeats} (median of paired ratios {paired:.3f}); inside ArchiveWriter "
-                    f"{1e3 * w:.0f} ms = {100 * w / min(plain):.1f}% of the plain run (incl. atoms {1e3 * a:.0f} ms), "
+            "note": f"median / median of {repeats} (median of paired ratios {paired:.3f}, min / min "
+                    f"{min(archived) / min(plain):.3f}); inside ArchiveWriter "
+                    f"{1e3 * w:.0f} ms = {100 * w / base:.1f}% of the plain run (incl. atoms {1e3 * a:.0f} ms), "
                     f"{1e3 * b:.0f} ms more written behind the run; extra time (paired medians) "
                     f"{1e3 * during:+.1f} ms during the integration, {1e3 * around:+.1f} ms around it"
                     + ("" if floor is None else f"; the same snapshots as a minimal HDF5 file (no names, attributes, "
-                       f"compression or restart state) {1e3 * floor:.1f} ms = {100 * floor / min(plain):.1f}%")
+                       f"compression or restart state) {1e3 * floor:.1f} ms = {100 * floor / base:.1f}%")
                     + ("" if None in dirty else f"; dirty page cache {dirty[0] / 1024:.0f} -> "
                        f"{dirty[1] / 1024:.0f} MiB")
                     + ("" if same else "; RUNS TOOK DIFFERENT STEPS")}
