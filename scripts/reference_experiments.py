@@ -9,7 +9,10 @@ explicit Euler with dt = 0.1, one snapshot every 10 steps, and the stopping rule
 (single linkage at geodesic radius min(0.5 / sqrt(beta), pi / (2 d))) unchanged over 5 snapshots and
 max_i |v(x_i)| <= 5e-4; at most 200000 steps.
 
-Setups: S^1 ascent (d = 2) and descent in d = 4, 5, 7, each for beta in {1, 5, 25}.
+Setups: S^1 ascent (d = 2) and descent in d = 4, 5, 7, 10, 20, 50 (The model §5's dimensions), each for
+beta in {1, 5, 25}; ``--dims`` takes any d >= 2 (d = 2 runs ascent, every other d descent). A run takes
+up to about 2 minutes on 2 cores (d = 10, 20, 50 at beta = 1 and 25: 131, 72, 35, 45, 26 and 36 s;
+direct sums).
 For each run: stop reason and time, number of clusters, their masses (heaviest first), how many are
 single particles (mass 1/N: in descent, particles frozen where every ReLU unit is inactive).
 """
@@ -30,7 +33,7 @@ from solvers.particles import cluster_radius  # noqa: E402
 
 PARTICLE_SEED = 42
 PERCEPTRON_SEED = 111
-SETUPS = [(2, "ascent"), (4, "descent"), (5, "descent"), (7, "descent")]
+DIMS = [2, 4, 5, 7, 10, 20, 50]
 BETAS = [1.0, 5.0, 25.0]
 
 
@@ -55,18 +58,22 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--n", type=int, default=1000, help="particles (default 1000, the paper's)")
     ap.add_argument("--betas", type=float, nargs="+", default=BETAS)
-    ap.add_argument("--dims", type=int, nargs="+", default=[d for d, _ in SETUPS],
-                    help="which setups (2 = S^1 ascent; others descent)")
+    ap.add_argument("--dims", type=int, nargs="+", default=DIMS,
+                    help="the dimensions d of S^(d-1), each >= 2 (2 = S^1 ascent; others descent; default "
+                         + " ".join(map(str, DIMS)) + ")")
     ap.add_argument("--max-steps", type=int, default=200_000)
     ap.add_argument("--json", type=Path, help="write the records to this file")
     args = ap.parse_args(argv)
+    bad = [d for d in args.dims if d < 2]
+    if bad or args.n < 2 or any(not b > 0 for b in args.betas):
+        ap.error(f"--dims must be >= 2 (got {bad})" if bad else "--n must be >= 2" if args.n < 2
+                 else f"--betas must be > 0 (got {args.betas})")
     print(f"particle seed {PARTICLE_SEED}, perceptron seed {PERCEPTRON_SEED} (Perceptron.random(d, d, 'relu', 1.0)), "
           f"N = {args.n}, explicit Euler dt = 0.1, snapshot every 10 steps, stop: 5 snapshots, drift <= 5e-4",
           flush=True)
     records = []
-    for d, flow in SETUPS:
-        if d not in args.dims:
-            continue
+    for d in dict.fromkeys(args.dims):                 # in the order given, once each
+        flow = "ascent" if d == 2 else "descent"
         p = Perceptron.random(d, d, "relu", 1.0, seed=PERCEPTRON_SEED)
         print(f"\nS^{d - 1} {flow}, ReLU perceptron c = {np.round(p.c, 4).tolist()}", flush=True)
         for beta in args.betas:

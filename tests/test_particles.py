@@ -265,6 +265,18 @@ def test_reference_experiment_script_smoke():
     assert sum(rec["masses"]) == pytest.approx(1.0) and rec["clusters"] == len(rec["masses"])
 
 
+def test_reference_experiment_script_runs_the_dimensions_asked_or_refuses(capsys):
+    # The model §5 lists d = 4, 5, 7, 10, 20, 50; a dimension the script cannot run is refused, not skipped
+    ref = _script("reference_experiments")
+    assert {4, 5, 7, 10, 20, 50} <= set(ref.DIMS)
+    for argv in (["--dims", "1"], ["--betas", "0"], ["--n", "1"]):
+        with pytest.raises(SystemExit) as e:
+            ref.main(argv)
+        assert e.value.code == 2
+    assert ref.main(["--dims", "3", "--betas", "5", "--n", "60", "--max-steps", "50"]) == 0
+    assert "S^2 descent" in capsys.readouterr().out
+
+
 # --- restart, stop reasons ----------------------------------------------------------------------------
 @pytest.mark.parametrize("integrator, noise, stop", [("euler", 0.0, True), ("euler", 0.1, None),
                                                      ("adaptive", 0.0, None), ("rk4", 0.1, None)])
