@@ -284,7 +284,8 @@ def plot_counts(records, fits, setups, path: Path, min_beta: float, title: str) 
             _, _, mk, col = SETUPS[s]
             sb = np.array([r["sqrt_beta"] for r in rows])
             f = fits.get(s, {}).get(key, {})
-            lab = s + (f": slope {f['slope']:.2f}, intercept {f['intercept']:.2f} (R² {f['r2']:.2f})"
+            lab = s + ((f": slope {f['slope']:.2f}, intercept {f['intercept']:.2f} "
+                        + ("(one count at every beta)" if np.isnan(f["r2"]) else f"(R² {f['r2']:.2f})"))
                        if "slope" in f else "")
             ax.plot(sb, [r[key] for r in rows], mk, color=col, ms=6, label=lab, mfc="none" if s == "S1-0" else col)
             if "slope" in f:
@@ -523,7 +524,8 @@ def main(argv=None) -> int:
         for key in ("clusters", "heavy_clusters", "clusters_greedy"):
             f = fits[s][key]
             if "slope" in f:
-                print(f"  {s:5s} {key:15s} slope {f['slope']:6.3f}  intercept {f['intercept']:6.3f}  R^2 {f['r2']:.3f}"
+                r2 = "- (one count at every beta)" if np.isnan(f["r2"]) else f"{f['r2']:.3f}"
+                print(f"  {s:5s} {key:15s} slope {f['slope']:6.3f}  intercept {f['intercept']:6.3f}  R^2 {r2}"
                       f"  ({f['n_points']} points, beta {f['beta_range'][0]:g}..{f['beta_range'][1]:g})")
             else:
                 print(f"  {s:5s} {key:15s} too few points")
