@@ -385,6 +385,31 @@ def test_killed_or_interrupted_run_resumes_to_the_same_numbers(tmp_path, sig):
     assert done.pde.nsteps == ref.nsteps and np.array_equal(done.pde.steps["dt"], ref.steps["dt"])
 
 
+def test_a_run_killed_before_its_first_snapshot_resumes_from_t_0_and_says_so(tmp_path):
+    # the archive exists (its model, its status "running") but holds no snapshot: info and the resume say
+    # that the stages start over, and the resumed run is the uninterrupted one
+    cfg = write(tmp_path, PDE_CFG.format(t_final=0.5, save_every=0.1, max_degree=64)
+                + "[particles]\nn = 50\nt_final = 0.5\nsave_every = 0.1\n")
+    cut, full = tmp_path / "cut.h5", tmp_path / "full.h5"
+    script = ("import os, sys\nfrom solvers.app import archive, cli\n"
+              "archive.ArchiveWriter.pde_snapshot = lambda self, snap: os._exit(9)\n"
+              f"sys.exit(cli.main(['run', {str(cfg)!r}, '--out', {str(cut)!r}, '--quiet']))\n")
+    proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)),
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 9, proc.stderr
+    run = load(cut)
+    assert run.status == "running" and run.pde is None and run.particles is None
+    info = cli("info", cut).stdout
+    assert "continues it from pde: its start, t = 0 (no snapshot of it was written); particles: its start" in info, info
+    r = cli("run", cfg, "--out", cut, "--resume", "--quiet")
+    assert r.returncode == 0, r.stderr
+    assert "[pde] the archive holds no snapshot of this stage: it starts from t = 0" in r.stderr, r.stderr
+    assert cli("run", cfg, "--out", full, "--quiet").returncode == 0
+    done, ref = load(cut), load(full)
+    assert done.status == "finished"
+    assert np.array_equal(done.pde.coeffs, ref.pde.coeffs) and np.array_equal(done.particles.x, ref.particles.x)
+
+
 def test_archive_names_its_libraries_and_a_resume_with_others_says_so(tmp_path):
     """The archive records the versions of the libraries whose kernels make a run's round-off (as the
     installed distributions report them) and attnpde's own; a resume under other versions continues, says

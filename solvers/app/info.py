@@ -7,9 +7,15 @@ and a validation study render themselves (`Comparison.summary`, `ValidationResul
 from __future__ import annotations
 
 import shlex
+import sys
 from pathlib import Path
 
 import numpy as np
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
 
 from ..lagrangian import not_stationary_note
 from .archive import load
@@ -125,18 +131,32 @@ def describe_particles(r, atoms: dict) -> list[str]:
     return out
 
 
+def _stages(run) -> set[str] | None:
+    """The solver stages ([pde], [particles]) of the archive's configuration; None if it records none that
+    parses."""
+    try:
+        return {k for k in tomllib.loads(str(run.attrs.get("config", ""))) if k in ("pde", "particles")} or None
+    except tomllib.TOMLDecodeError:
+        return None
+
+
 def _resume_points(run) -> str:
-    """Where a resume of each unfinished stage continues: its last snapshot, or a state kept after it (where
-    an interruption stopped it, or its last checkpoint)."""
-    where = []
+    """Where a resume of each unfinished stage continues: its last snapshot, a state kept after it (where
+    an interruption stopped it, or its last checkpoint), or t = 0 for a stage of the configuration that
+    wrote no snapshot (killed before its first)."""
+    where, stages = [], _stages(run)
     for name, res in (("pde", run.pde), ("particles", run.particles)):
-        r = getattr(res, "restart", None) if res is not None else None
+        if res is None:
+            if stages is not None and name in stages:
+                where.append(f"{name}: its start, t = 0 (no snapshot of it was written)")
+            continue
+        r = getattr(res, "restart", None)
         if r is None or res.stop_reason not in ("interrupted", "killed"):
             continue
         last = r.get("last_snapshot_t")
         where.append(f"{name}: t = {float(r['t']):.6g}, a state kept after its last snapshot" if last is not None
                      and float(r["t"]) > float(last) else f"{name}: its last snapshot, t = {float(r['t']):.6g}")
-    return "; ".join(where) if where else "its last snapshot"
+    return "; ".join(where) if where else "where it stopped (its solver stages are complete)"
 
 
 def _resume_command(command: str, path: Path) -> str:

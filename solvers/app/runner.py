@@ -368,6 +368,8 @@ def _run_pde(config: RunConfig, writer: ArchiveWriter, resume: bool, progress, l
     if restart is not None or prepared is None:
         prepared = prepare_pde(config.model, **args, restart=restart, **kw)
     if restart is None:
+        if resume:
+            log("[pde] the archive holds no snapshot of this stage: it starts from t = 0")
         space = space_for(config.model.d)[1]
         opts = PDEOptions.from_kwargs(kw)
         grid = space.output_grid(opts.output_points or space.default_output_points)
@@ -444,6 +446,8 @@ def _run_particles(config: RunConfig, writer: ArchiveWriter, resume: bool, progr
             kw.pop(k, None)
         log(f"[particles] resuming from {_resume_point(restart)}")
     else:
+        if resume:
+            log("[particles] the archive holds no snapshot of this stage: it starts from t = 0")
         log(f"[particles] N = {kw['n']} on S^{config.model.d - 1}, t_final {t_final}")
     solver_keys = {"n", "init", "seed", "integrator", "dt", "t_final", "save_every", "stop", "density"}
     options = ParticleOptions.from_kwargs({k: v for k, v in kw.items() if k not in solver_keys}).to_dict()
