@@ -6,7 +6,8 @@
 - ``w1`` (S^1 only): the exact 1-Wasserstein distance on the circle (arc length), from the CDFs:
   W1 = min_c ∫ |F - G - c| dtheta, F the PDE's CDF (exact from its coefficients), G the particles';
 - ``mmd``: the kernel distance MMD^2 = ∬ k d(rho - mu) d(rho - mu) with the positive-definite kernel
-  k(x, y) = exp(kappa(<x,y> - 1)), computed spectrally: sum_l lambda_l(kappa) sum_m |rho_lm - mu_lm|^2
+  k(x, y) = exp(b (<x,y> - 1)) with b = ``mmd_beta``, computed spectrally: sum_l lambda_l(b) sum_m
+  |rho_lm - mu_lm|^2
   (coefficients w.r.t. sigma-orthonormal harmonics, lambda_l the Funk–Hecke multipliers of k);
 - ``moment_gap``: max over 1 <= l <= L of |rho_lm - mu_lm| (same normalisation);
 - ``cdf_drift`` (S^1 only): max_i |F_t(theta_i(t)) - F_0(theta_i(0))| — the exact flow keeps each
@@ -268,7 +269,7 @@ def compare(pde, particles, *, moments: int = 8, mmd_beta: float = 4.0, atom_thr
     Parameters
     ----------
     moments : largest degree L of the moment gap
-    mmd_beta : kappa of the MMD kernel exp(kappa(<x,y> - 1))
+    mmd_beta : b of the MMD kernel exp(b (<x,y> - 1))
     atom_threshold : density level (uniform = 1) of the smoothed measures that makes an atom
     atom_radius : radius (rad) of the cap whose mass is an atom's mass, and largest position error of a
         matched pair; default min(cluster radius min(cluster_scale / sqrt(beta), pi / (2 d)), 0.1)
@@ -347,7 +348,7 @@ def compare(pde, particles, *, moments: int = 8, mmd_beta: float = 4.0, atom_thr
                 for kind, res in (("pde", pde), ("particles", particles)) if len(res.t)}
     return Comparison(concentration=conc, t=np.asarray(pde.t)[ip], w1=w1, mmd=mmd, moment_gap=mgap, energy_gap=egap,
                       cdf_drift=cdf_drift, matched_atoms=pairs, unmatched_pde=up, unmatched_particles=uq,
-                      kernel=f"exp(kappa(<x,y> - 1)), kappa = {mmd_beta:g}", moments_degree=moments,
+                      kernel=f"exp(mmd_beta (<x,y> - 1)), mmd_beta = {mmd_beta:g}", moments_degree=moments,
                       options={"moments": moments, "mmd_beta": mmd_beta, "atom_threshold": atom_threshold,
                                "atom_radius": radius, "smoothing": h, "min_mass": min_mass,
                                "cluster_scale": cluster_scale})

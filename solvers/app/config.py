@@ -376,7 +376,7 @@ def _check_compare(compare: dict, pde: dict, d: int) -> None:
                 break
         unit = 10.0 ** (math.floor(math.log10(lo)) - 2) if lo > 0 else 1.0
         limit = float(f"{math.floor(lo / unit) * unit:.3g}")
-        raise ConfigError("compare.mmd_beta", f"{mmd_beta:g} makes the MMD kernel exp(kappa(<x,y> - 1)) need harmonic "
+        raise ConfigError("compare.mmd_beta", f"{mmd_beta:g} makes the MMD kernel exp(mmd_beta (<x,y> - 1)) need harmonic "
                                               f"degrees above {top}, the largest the PDE resolves ({what}): set "
                                               f"mmd_beta <= {limit:g}")
 
