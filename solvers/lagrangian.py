@@ -46,8 +46,7 @@ show up as nodes that coincide.
   its nodes from its centre: a group still contracting along a straight or gently bent chain of linked
   nodes (common on S^1 at t_final, where a chain is never left out) is an atom whose extent says how far
   it is from a point. ``atom_radius`` defaults to a tenth of the initial
-  node spacing (``space.node_spacing``: 2 pi / N on S^1; on S^2 the smaller of sqrt(4 pi / N) and the
-  distance between the closest two nodes, those of the Gauss grid's polar rings): nodes that never
+  node spacing (``space.node_spacing``: 2 pi / N on S^1, sqrt(4 pi / N) on S^2): nodes that never
   compressed stay farther apart.
 - Error estimate (:func:`estimate_atoms`): the same continuation from the same handoff state with twice
   the nodes, to the same time; atoms matched by position; the error of a mass (position) is its

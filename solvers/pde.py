@@ -114,8 +114,7 @@ class PDEOptions:
     drift_tol : float
         Stop with "stationary" when max |v| over the nodes is below this (radians per unit time).
     atom_radius : float or None
-        Grouping radius of the atoms of a node measure (default a tenth of the initial node spacing,
-        ``space.node_spacing``: on S^2 at most a tenth of the closest two nodes' distance).
+        Grouping radius of the atoms of a node measure (default a tenth of the initial node spacing).
     error_estimate : bool
         After the run, repeat the continuation from the handoff state with twice the nodes to the same
         time: the atoms then carry error estimates (``PDEResult.atoms``).
@@ -1033,15 +1032,15 @@ class PDERun(Integration):
                         "nodes": len(nodes), "clipped_mass": clipped, "description": desc,
                         "max_weight": float(nodes.w.max()),
                         "smoothing": float(self.space.smoothing_scale(g["degree"])),
-                        "atom_radius": self._atom_radius(nodes)}
+                        "atom_radius": self._atom_radius(len(nodes))}
         self.t, self.save_index, self.degree = g["t"], g["save_index"], g["degree"]
         self.lag = self._new_phase(nodes, g["t"])
         self.disc = self.u = None
         self._scaled = None             # it holds the discretisation's rhs_flux: let the transforms go
         return None, ""
 
-    def _atom_radius(self, nodes) -> float:
-        return self.opts.atom_radius or 0.1 * self.space.node_spacing(nodes.x)
+    def _atom_radius(self, n: int) -> float:
+        return self.opts.atom_radius or 0.1 * self.space.node_spacing(n)
 
     def _lagrangian(self) -> tuple[str, str]:
         lag = self.lag

@@ -250,11 +250,9 @@ class CircleSpace:
         return 64.0 * 3 * int(degree)
 
     @staticmethod
-    def node_spacing(x: np.ndarray) -> float:
-        """The spacing of the handoff nodes ``x`` (n, 2) that the default atom radius is a tenth of: their
-        mean spacing 2 pi / n (radians). The nodes carry equal masses, so where the density has begun to
-        concentrate they are closer than that: the concentration the atoms measure, not a grid's."""
-        return 2.0 * np.pi / len(x)
+    def node_spacing(n: int) -> float:
+        """Mean spacing 2 pi / n of n nodes (radians)."""
+        return 2.0 * np.pi / n
 
     @staticmethod
     def partition(n: int) -> tuple[np.ndarray, np.ndarray]:

@@ -296,19 +296,9 @@ class SphereSpace:
         return 0.9 * float(1 << 30) * ((int(degree) + 1) / 1024.0) ** 2
 
     @staticmethod
-    def node_spacing(x: np.ndarray) -> float:
-        """The spacing of the handoff nodes ``x`` (n, 3) that the default atom radius is a tenth of: the
-        smaller of their mean spacing sqrt(4 pi / n) and the distance between the closest two (radians).
-        The nodes sit on a Gauss grid, whose rings near the poles are much closer than the mean spacing
-        (at 64 x 128: 0.0018 rad against 0.039), so a tenth of the mean linked a polar ring's nodes into a
-        'node group' before any of them had moved."""
-        from scipy.spatial import cKDTree
-
-        mean = math.sqrt(4.0 * math.pi / len(x))
-        if len(x) < 2:
-            return mean
-        chord = float(cKDTree(x).query(x, k=2)[0][:, 1].min())
-        return min(mean, 2.0 * math.asin(min(chord / 2.0, 1.0)))
+    def node_spacing(n: int) -> float:
+        """Mean spacing sqrt(4 pi / n) of n nodes (radians)."""
+        return math.sqrt(4.0 * math.pi / n)
 
     @staticmethod
     def partition(n: int) -> tuple[np.ndarray, np.ndarray]:

@@ -107,35 +107,6 @@ def test_handoff_nodes_are_quadratures_of_the_handoff_density():
     assert np.abs(got - cs).max() < 1e-12
 
 
-def test_handoff_nodes_that_have_not_moved_form_no_atoms():
-    """Atoms of a node measure are nodes the flow brought together: the handoff nodes themselves, before
-    any step, form none. On S^2 they sit on a Gauss grid, whose polar rings are far closer than the mean
-    spacing; a tenth of the mean (the default before) linked a polar ring into a 'node group'."""
-    L = 127
-    cs = SphereSpace.project(lambda x: np.exp(2.0 * x[:, 2]), L)      # mass everywhere, most in the north
-    cs = cs / SphereSpace.mass(cs)
-    nodes, _, _ = handoff_nodes(SphereSpace, cs, L, 2 * 64 ** 2)
-    assert len(nodes) == 8192
-    radius = 0.1 * SphereSpace.node_spacing(nodes.x)
-    first_ring = np.arccos(np.max(np.abs(nodes.x[:, 2])))              # the Gauss grid's polar colatitude
-    assert radius <= 0.1 * 2 * np.pi * np.sin(first_ring) / 128 * (1 + 1e-9)
-    assert len(node_atoms(nodes, radius)) == 0 and node_atoms(nodes, radius).diffuse == pytest.approx(1.0)
-    # where the density is clipped (rho <= 0 at part of the south polar ring) an arc of that ring is left:
-    # its mean lies within a tenth of the mean spacing of its middle node, so the old default made it a group
-    x, w = nodes.x, nodes.w
-    ring = x[:, 2] < -np.cos(first_ring) + 1e-12
-    arc = ring & (np.mod(np.arctan2(x[:, 1], x[:, 0]), 2 * np.pi) < 14 * 2 * np.pi / 128)
-    keep = ~ring | arc
-    left = Nodes(x[keep], w[keep] / w[keep].sum(), np.ones(int(keep.sum()), dtype=np.int64))
-    assert int(arc.sum()) == 14
-    assert len(node_atoms(left, 0.1 * math.sqrt(4 * np.pi / len(left)))) == 1
-    assert len(node_atoms(left, 0.1 * SphereSpace.node_spacing(left.x))) == 0
-    c = np.zeros(65, dtype=complex)
-    c[0], c[1] = 1 / (2 * np.pi), 0.3 / (2 * np.pi)
-    nodes, _, _ = handoff_nodes(CircleSpace, c, 64, 2048)
-    assert len(node_atoms(nodes, 0.1 * CircleSpace.node_spacing(nodes.x))) == 0
-
-
 def test_negative_quadrature_weights_are_clipped_and_reported():
     """A handoff density with a Gibbs undershoot: the negative part is clipped, its mass recorded, and the
     node measure is a probability measure."""
