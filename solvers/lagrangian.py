@@ -150,6 +150,19 @@ def not_stationary_note(stop_reason: str, t_last: float, groups: int) -> str | N
             "moving may yet merge or grow")
 
 
+#: what a listing adds to a node group whose mass is not above its mass error (:func:`unresolved`)
+UNRESOLVED = " (not resolved: its mass is within its error)"
+
+
+def unresolved(masses, errors) -> np.ndarray:
+    """Which node groups have a mass no larger than its error estimate (:func:`estimate_atoms`): groups the
+    node count does not resolve, e.g. a few nodes still on their way, or the nodes of a polar ring of the
+    S^2 Gauss grid, closer than the default radius from the start, that the clipping of rho <= 0 left as an
+    arc. All False without errors."""
+    masses = np.asarray(masses, dtype=float)
+    return np.zeros(masses.shape, bool) if errors is None else np.asarray(errors, dtype=float) >= masses
+
+
 def node_atoms(nodes: Nodes, radius: float) -> NodeAtoms:
     """Atoms of a node measure: single-linkage groups at geodesic ``radius`` holding >= 2 initial nodes,
     with a node within ``radius`` of their centre (module docstring)."""

@@ -366,9 +366,11 @@ class PDEResult:
             note = lagrangian.not_stationary_note(self.stop_reason, float(self.t[-1]), len(atoms))
             if note:
                 lines.append(f"  {note}")
+            loose = lagrangian.unresolved(atoms.masses, atoms.mass_errors)
             for k in range(min(len(atoms), 12)):
                 err = "" if atoms.mass_errors is None else f" ± {atoms.mass_errors[k]:.1e}"
-                lines.append(f"    mass {atoms.masses[k]:.4f}{err} at {np.round(atoms.positions[k], 4).tolist()}")
+                lines.append(f"    mass {atoms.masses[k]:.4f}{err} at {np.round(atoms.positions[k], 4).tolist()}"
+                             + (lagrangian.UNRESOLVED if loose[k] else ""))
         elif len(atoms):
             lines.append(f"  atoms (rho >= 10): {len(atoms)}, masses "
                          + ", ".join(f"{w:.4f}" for w in atoms.masses[:12])

@@ -17,7 +17,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-from ..lagrangian import not_stationary_note
+from ..lagrangian import UNRESOLVED, not_stationary_note, unresolved
 from .archive import load
 
 __all__ = ["describe", "describe_model", "describe_pde", "describe_particles"]
@@ -28,13 +28,13 @@ def _vec(v) -> str:
 
 
 def _atoms_lines(positions, masses, limit: int = 8, errors=None, position_errors=None, extents=None) -> list[str]:
-    lines = []
+    lines, loose = [], unresolved(masses, errors)
     for k, (p, m) in enumerate(list(zip(positions, masses))[:limit]):
         err = "" if errors is None else f" ± {errors[k]:.1e}"
         where = ("" if position_errors is None else f" ± {position_errors[k]:.1e} rad"
                  if np.isfinite(position_errors[k]) else " (no partner in the rerun)")
         size = "" if extents is None or not np.isfinite(extents[k]) else f", nodes within {extents[k]:.1e} rad of it"
-        lines.append(f"      mass {m:.4f}{err} at {_vec(p)}{where}{size}")
+        lines.append(f"      mass {m:.4f}{err} at {_vec(p)}{where}{size}" + (UNRESOLVED if loose[k] else ""))
     if len(masses) > limit:
         lines.append(f"      ... {len(masses) - limit} more (total mass {np.sum(masses):.4f})")
     return lines
@@ -77,7 +77,8 @@ def _pde_atoms_lines(pos, mass, attrs: dict, errs, position_errors=None, extents
     # archives before extents grouped without the centre condition (lagrangian.node_atoms)
     rule = (f"nodes linked within {attrs['radius']:.2g} rad, >= 2 initial nodes" +
             (f", one within {attrs['radius']:.2g} rad of the centre" if extents is not None else ""))
-    return ([f"  atoms: {len(mass)} node groups ({rule}; mass >= 0.01: {heavy}), total mass "
+    resolved = "" if errs is None else f", mass above its error: {int(np.sum(~unresolved(mass, errs)))}"
+    return ([f"  atoms: {len(mass)} node groups ({rule}; mass >= 0.01: {heavy}{resolved}), total mass "
              f"{np.sum(mass):.4f}; diffuse mass "
              f"{attrs['diffuse']:.4f}" + (f" ± {attrs['diffuse_error']:.1e}" if errs is not None else "") + est]
             + _atoms_lines(pos, mass, errors=errs, position_errors=position_errors, extents=extents))
