@@ -450,6 +450,20 @@ def test_resume_refuses_other_configuration_and_bad_files(tmp_path):
     r = cli("run", other, "--out", out, "--resume")
     assert r.returncode == 2 and "different configuration" in r.stderr and "model.beta" in r.stderr
     assert "model.beta: 1.0 in the archive, 2.0 in the configuration" in r.stderr, r.stderr
+    # how often the archive is written may change on resume (it changes no number); the run's name may not
+    named = write(tmp_path, LONG_PDE_CFG.replace('name = "t"', 'name = "u"\ncheckpoint_interval = 10.0'), "named.toml")
+    r = cli("run", named, "--out", out, "--resume")
+    assert r.returncode == 2 and "run.name" in r.stderr and "checkpoint_interval" not in r.stderr, r.stderr
+    often = write(tmp_path, LONG_PDE_CFG.replace('name = "t"', 'name = "t"\ncheckpoint_interval = 10.0\n'
+                                                 'flush_interval = 0.5'), "often.toml")
+    r = cli("run", often, "--out", out, "--resume", "--quiet")
+    assert r.returncode == 0, r.stderr
+    assert "[resume] run.checkpoint_interval: absent in the archive, 10.0 in the configuration" in r.stderr
+    done = load(out)
+    assert done.status == "finished" and "run.flush_interval" in done.attrs["resumed_with"]
+    assert "resumed with other archive settings: run.checkpoint_interval" in cli("info", out).stdout
+    assert cli("run", cfg, "--out", tmp_path / "ref.h5", "--quiet").returncode == 0
+    assert np.array_equal(done.pde.coeffs, load(tmp_path / "ref.h5").pde.coeffs)
     # foreign and damaged files
     foreign = tmp_path / "foreign.h5"
     with h5py.File(foreign, "w") as f:

@@ -213,6 +213,8 @@ def describe(path: str | Path) -> str:
         out.append(f"  resumed by attnpde {a['software_resumed']}")
     if int(a.get("resumed", 0)):
         out.append(f"  resumed {int(a['resumed'])} time(s)")
+    if a.get("resumed_with"):
+        out.append(f"  resumed with other archive settings: {a['resumed_with']}")
     out += describe_model(run.model)
     if run.pde is not None:
         out += describe_pde(run.pde, run.atoms)

@@ -160,11 +160,16 @@ def _differences(a: dict, b: dict, path: str = "") -> list[str]:
     return out
 
 
-def check_resumable(path: Path, config: RunConfig, command: str = "") -> None:
+#: [run] keys a resume may change: how often the archive is written, which changes no number of the run
+RESUME_MAY_CHANGE = ("run.checkpoint_interval", "run.flush_interval")
+
+
+def check_resumable(path: Path, config: RunConfig, command: str = "") -> list[str]:
     """Refuse (RunRefused/ArchiveError) unless ``path`` is an unfinished run of the same configuration,
     written by the same kind of command as ``command`` (:func:`~solvers.app.archive.made_by`): a study of
     ``attnpde validate`` does not resume (resumed as a run, it became a plain run archive without its
-    study), and a sweep's member resumes with its sweep."""
+    study), and a sweep's member resumes with its sweep. Returns the differences a resume may make
+    (:data:`RESUME_MAY_CHANGE`), for the caller to say."""
     with open_archive(path) as f:
         status = str(f.attrs.get("status", ""))
         text = str(f.attrs.get("config", ""))
@@ -186,12 +191,15 @@ def check_resumable(path: Path, config: RunConfig, command: str = "") -> None:
     except ConfigError as e:
         raise ArchiveError(f"{path}: damaged archive: its configuration does not parse ({e})") from None
     diff = _differences(archived.raw, config.raw)
+    allowed = [x for x in diff if x.split(":", 1)[0] in RESUME_MAY_CHANGE]
+    diff = [x for x in diff if x not in allowed]
     if diff:
         more = f"; and {len(diff) - 8} more" if len(diff) > 8 else ""
         raise RunRefused(f"{path}: was made with a different configuration ({len(diff)} difference(s); a key "
                          "given in one and left to its default in the other counts): " + "; ".join(diff[:8]) + more)
     if resumes_pde:
         _check_grids(path, config, grids)
+    return allowed
 
 
 def _check_grids(path: Path, config: RunConfig, grids) -> None:
@@ -244,10 +252,14 @@ def run_config(config: RunConfig, out: str | Path, *, resume: bool = False, forc
     if resume:
         if not out.exists():
             raise RunRefused(f"{out}: no archive to resume (run without --resume to start)")
-        check_resumable(out, config, command)
+        changes = check_resumable(out, config, command)
+        for change in changes:
+            log(f"[resume] {change} (how often the archive is written: the resume uses the configuration's)")
         writer = ArchiveWriter(out, "resume", command=command,
                                flush_interval=config.raw.get("run", {}).get("flush_interval", 1.0))
         _note_libraries(writer, log)
+        if changes:
+            writer.annotate(resumed_with="; ".join(changes))
     else:
         writer = new_archive(config, out, force=force, command=command, hint=" or --resume to continue it")
     outcome = RunOutcome(path=out, status="running")
