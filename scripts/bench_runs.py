@@ -8,10 +8,10 @@
 2. ``archive_overhead``: the run written by ``attnpde``'s runner into an HDF5 archive (one snapshot per
    0.1 time units) against the same run (same snapshots, hence the same steps) from ``solve_pde``
    with no output. Repeats alternate the order of the two; the ratio is median / median, and the target
-   is met when both it and the median of the paired ratios (runs adjacent in time) are within it: min /
+   is met when both it and the median of the paired ratios (runs adjacent in time) are within it. min /
    min, the rule of the other rows, moved from 1.00 to 1.17 for the same code on one machine type (the
-   minimum of 15 archived runs now and then as fast as that of 15 plain ones), so it stays in the
-   record as ``ratio_min_min`` only. Because a 5% target
+   minimum of 15 archived runs now and then as fast as that of 15 plain ones); it stays in the record as
+   ``ratio_min_min`` only. Because a 5% target
    on a one-second run is within the noise of a shared machine, each record also carries the time
    spent inside ``ArchiveWriter`` on the run's thread during the archived runs (measured by wrapping its
    methods), which is the write cost the run waits for, independent of load on the other core, and the
@@ -395,7 +395,7 @@ def archive_jobs(quick: bool = False) -> list:
                 lambda: snapshot_cost(2, 64, 1.0, 0.1, repeats=1)]
     # repeats: a 2-core guest moves a whole run by 10-30% from one repeat to the next (the nineteenth
     # session measured the S^2 archive at 1.10x and 1.02x, the K = 4096 one at 1.10x with a paired median of
-    # 0.90, with 4 and 3 repeats): min / min needs enough pairs to find an undisturbed run of each kind
+    # 0.90, with 4 and 3 repeats): the medians need enough pairs to stand for the run and not for a disturbance
     return [lambda: archive_overhead(2, 1024, repeats=15),     # the case of the target: a 0.3 s run
             lambda: archive_overhead(2, 4096, repeats=5),      # the same model, a run of several seconds
             lambda: archive_overhead(3, 127, repeats=5),       # the sphere: the largest archive per second

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import time
 from pathlib import Path
@@ -65,9 +66,10 @@ def main(argv=None) -> int:
     ap.add_argument("--json", type=Path, help="write the records to this file")
     args = ap.parse_args(argv)
     bad = [d for d in args.dims if d < 2]
-    if bad or args.n < 2 or any(not b > 0 for b in args.betas):
+    if bad or args.n < 2 or args.max_steps < 1 or any(not 0 < b < math.inf for b in args.betas):
         ap.error(f"--dims must be >= 2 (got {bad})" if bad else "--n must be >= 2" if args.n < 2
-                 else f"--betas must be > 0 (got {args.betas})")
+                 else "--max-steps must be >= 1" if args.max_steps < 1
+                 else f"--betas must be finite and > 0 (got {args.betas})")
     print(f"particle seed {PARTICLE_SEED}, perceptron seed {PERCEPTRON_SEED} (Perceptron.random(d, d, 'relu', 1.0)), "
           f"N = {args.n}, explicit Euler dt = 0.1, snapshot every 10 steps, stop: 5 snapshots, drift <= 5e-4",
           flush=True)

@@ -461,9 +461,18 @@ def test_resume_refuses_other_configuration_and_bad_files(tmp_path):
     assert "[resume] run.checkpoint_interval: absent in the archive, 10.0 in the configuration" in r.stderr
     done = load(out)
     assert done.status == "finished" and "run.flush_interval" in done.attrs["resumed_with"]
-    assert "resumed with other archive settings: run.checkpoint_interval" in cli("info", out).stdout
+    assert "resumed with other archive settings: resume 1: run.checkpoint_interval" in cli("info", out).stdout
     assert cli("run", cfg, "--out", tmp_path / "ref.h5", "--quiet").returncode == 0
     assert np.array_equal(done.pde.coeffs, load(tmp_path / "ref.h5").pde.coeffs)
+    # a configuration without a [run] table: the resume may add one with these settings alone
+    bare = write(tmp_path, LONG_PDE_CFG.replace('[run]\nname = "t"\n', ""), "bare.toml")
+    cut = tmp_path / "b.h5"
+    assert _run_until_signalled(bare, cut, signal.SIGINT).returncode == 130
+    later = write(tmp_path, "[run]\ncheckpoint_interval = 10.0\n" + bare.read_text(), "later.toml")
+    r = cli("run", later, "--out", cut, "--resume", "--quiet")
+    assert r.returncode == 0, r.stderr
+    assert load(cut).attrs["resumed_with"] == ("resume 1: run.checkpoint_interval: absent in the archive, "
+                                               "10.0 in the configuration")
     # foreign and damaged files
     foreign = tmp_path / "foreign.h5"
     with h5py.File(foreign, "w") as f:

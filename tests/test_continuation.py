@@ -107,22 +107,28 @@ def test_handoff_nodes_are_quadratures_of_the_handoff_density():
     assert np.abs(got - cs).max() < 1e-12
 
 
-def test_a_node_group_within_its_mass_error_is_listed_as_not_resolved():
+def test_a_node_group_within_its_mass_error_is_listed_as_not_resolved(tmp_path):
     """A group of nodes whose mass is no larger than its error estimate is not an atom the node count
     resolves; the summary and `attnpde info` say so. Here (S^2, ascent, GeLU, von Mises data at the north
     pole, t_final before the collapse) the nodes of an arc of the Gauss grid's south polar ring, closer
     than the default radius from the start and left as an arc by the clipping, hold 4e-6 of the mass
     against an error floor of 2.4e-3 (found by a new user)."""
+    from solvers.app.config import parse_config
+    from solvers.app.info import describe
+    from solvers.app.runner import run_config
     from solvers.lagrangian import UNRESOLVED, unresolved
 
-    m = Model(3, 3.0, "ascent", perceptron=Perceptron.random(3, 3, "gelu", 1.0, seed=5))
-    init = lambda x: np.exp(2.0 * (x[..., 2] - 1.0))                                     # noqa: E731
-    r = solve_pde(m, 2.0, 32, initial=init, save_every=0.5)
+    cfg = parse_config('[model]\nd = 3\nbeta = 3.0\nflow = "ascent"\n[model.perceptron]\nunits = 3\n'
+                       'activation = "gelu"\nseed = 5\n[initial]\nkind = "von_mises"\nmu = [0.0, 0.0, 1.0]\n'
+                       'kappa = 2.0\n[pde]\ndegree = 32\nt_final = 2.0\nsave_every = 0.5\n')
+    r = run_config(cfg, tmp_path / "a.h5", progress=False, log=lambda s: None).pde
     a = r.atoms()
     assert isinstance(a, NodeAtoms) and a.mass_errors is not None and len(a) >= 1
     loose = unresolved(a.masses, a.mass_errors)
     assert loose.all() and np.all(a.masses < 1e-3) and np.all(a.mass_errors > 1e-3)
     assert r.summary().count(UNRESOLVED) == len(a)
+    info = describe(tmp_path / "a.h5")
+    assert info.count(UNRESOLVED) == min(len(a), 8) and "mass above its error: 0)" in info, info
     assert not unresolved([0.3, 0.002], [1e-3, 2.4e-3])[0] and unresolved([0.3, 0.002], [1e-3, 2.4e-3])[1]
     assert not unresolved([0.3], None).any()
 

@@ -269,7 +269,7 @@ def test_reference_experiment_script_runs_the_dimensions_asked_or_refuses(capsys
     # The model §5 lists d = 4, 5, 7, 10, 20, 50; a dimension the script cannot run is refused, not skipped
     ref = _script("reference_experiments")
     assert {4, 5, 7, 10, 20, 50} <= set(ref.DIMS)
-    for argv in (["--dims", "1"], ["--betas", "0"], ["--n", "1"]):
+    for argv in (["--dims", "1"], ["--betas", "0"], ["--betas", "inf"], ["--n", "1"], ["--max-steps", "0"]):
         with pytest.raises(SystemExit) as e:
             ref.main(argv)
         assert e.value.code == 2

@@ -112,6 +112,25 @@ def test_finished_part_is_kept_not_recomputed(tmp_path, uninterrupted):
     assert (out / "m_beta2.h5").read_bytes() == done and not (out / "m_beta2.h5.part").exists()
 
 
+def test_resume_may_change_how_often_the_archives_are_written(tmp_path, uninterrupted):
+    """[run] checkpoint_interval and flush_interval change no number: a sweep --resume with other values
+    keeps the finished members (also one finished before its rename) and refuses any other change."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "m_beta1.h5").write_bytes((uninterrupted / "m_beta1.h5").read_bytes())
+    done = (uninterrupted / "m_beta2.h5").read_bytes()
+    (out / "m_beta2.h5.part").write_bytes(done)
+    cfg = tmp_path / "m.toml"
+    cfg.write_text(CFG.replace('name = "m"', 'name = "m"\ncheckpoint_interval = 5.0\nflush_interval = 0.5'))
+    r = _cli("sweep", cfg, "--beta", "1,2", "--out", out, "--resume", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "kept as m_beta2.h5" in r.stderr and "[pde] S^1" not in r.stderr, r.stderr
+    assert (out / "m_beta2.h5").read_bytes() == done
+    cfg.write_text(CFG.replace("tail_max = 1e-2", "tail_max = 2e-2"))
+    r = _cli("sweep", cfg, "--beta", "1,2", "--out", out, "--resume", cwd=tmp_path)
+    assert r.returncode == 2 and "another configuration" in r.stderr, r.stderr
+
+
 # Members still in their spectral steps seconds after they start, on any machine: the noise keeps the run
 # Eulerian (no handoff to the quick node steps, no error-estimate rerun before t_final) and dt_max bounds
 # it below by 1e6 steps (some 40 us each). With t_final alone a fast machine (AMD EPYC family 26) ended

@@ -6,7 +6,9 @@ Layout (format ``attnpde-run``, version 2: version 1 plus named dimensions; both
                            config (the TOML text), command (the command line), name, libraries
                            (the numerical libraries' versions and the CPU: what a run's round-off
                            depends on), libraries_resumed (those of a resume that ran with others),
-                           software_resumed (the attnpde version of a resume by another version)
+                           software_resumed (the attnpde version of a resume by another version),
+                           resumed_with (the [run] settings each resume changed: checkpoint_interval,
+                           flush_interval)
     /model                 attrs: d, beta, flow, attention, strength, noise
     /model/perceptron      datasets a, b, c | w; attrs activation, form   (absent without perceptron)
     /pde                   t (T) [dimension scale "t"], coeffs (T, n) complex (canonical layout, exact

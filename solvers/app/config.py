@@ -367,7 +367,7 @@ def _check_compare(compare: dict, pde: dict, d: int) -> None:
                                              f"got {moments}: lower moments")
     mmd_beta = compare.get("mmd_beta", 4.0)
     if not _mmd_degree_fits(mmd_beta, d, top):
-        # the largest kappa whose kernel fits, to 3 significant digits, rounded down (bisection in log kappa)
+        # the largest mmd_beta whose kernel fits, to 3 significant digits, rounded down (bisection in log mmd_beta)
         lo, hi = 0.0, mmd_beta
         for _ in range(60):
             mid = math.sqrt(max(lo, 1e-3) * hi)

@@ -7,18 +7,13 @@ and a validation study render themselves (`Comparison.summary`, `ValidationResul
 from __future__ import annotations
 
 import shlex
-import sys
 from pathlib import Path
 
 import numpy as np
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
-
 from ..lagrangian import UNRESOLVED, not_stationary_note, unresolved
 from .archive import load
+from .config import ConfigError, parse_config
 
 __all__ = ["describe", "describe_model", "describe_pde", "describe_particles"]
 
@@ -133,12 +128,12 @@ def describe_particles(r, atoms: dict) -> list[str]:
 
 
 def _stages(run) -> set[str] | None:
-    """The solver stages ([pde], [particles]) of the archive's configuration; None if it records none that
-    parses."""
+    """The solver stages ("pde", "particles") of the archive's configuration; None if it does not parse."""
     try:
-        return {k for k in tomllib.loads(str(run.attrs.get("config", ""))) if k in ("pde", "particles")} or None
-    except tomllib.TOMLDecodeError:
+        cfg = parse_config(str(run.attrs.get("config", "")))
+    except ConfigError:
         return None
+    return {s for s in ("pde", "particles") if getattr(cfg, s) is not None}
 
 
 def _resume_points(run) -> str:
@@ -157,7 +152,9 @@ def _resume_points(run) -> str:
         last = r.get("last_snapshot_t")
         where.append(f"{name}: t = {float(r['t']):.6g}, a state kept after its last snapshot" if last is not None
                      and float(r["t"]) > float(last) else f"{name}: its last snapshot, t = {float(r['t']):.6g}")
-    return "; ".join(where) if where else "where it stopped (its solver stages are complete)"
+    if where:
+        return "; ".join(where)
+    return "its last snapshot" if stages is None else "where it stopped (its solver stages are complete)"
 
 
 def _resume_command(command: str, path: Path) -> str:

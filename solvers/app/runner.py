@@ -164,6 +164,30 @@ def _differences(a: dict, b: dict, path: str = "") -> list[str]:
 RESUME_MAY_CHANGE = ("run.checkpoint_interval", "run.flush_interval")
 
 
+def _without_resume_settings(raw: dict) -> dict:
+    """``raw`` without the keys of :data:`RESUME_MAY_CHANGE` (a table they leave empty: absent)."""
+    out = {k: dict(v) if isinstance(v, dict) else v for k, v in raw.items()}
+    for key in RESUME_MAY_CHANGE:
+        table, name = key.split(".")
+        if isinstance(out.get(table), dict):
+            out[table].pop(name, None)
+            if not out[table]:
+                del out[table]
+    return out
+
+
+def resume_differences(archived: dict, given: dict) -> tuple[list[str], list[str]]:
+    """(the differences between the archive's configuration ``archived`` and ``given`` that refuse a resume,
+    those it may make: :data:`RESUME_MAY_CHANGE`), each as :func:`_differences` words it."""
+    refuse = _differences(_without_resume_settings(archived), _without_resume_settings(given))
+    allowed = []
+    for key in RESUME_MAY_CHANGE:
+        table, name = key.split(".")
+        a, b = archived.get(table, {}), given.get(table, {})
+        allowed += _differences({name: a[name]} if name in a else {}, {name: b[name]} if name in b else {}, table)
+    return refuse, allowed
+
+
 def check_resumable(path: Path, config: RunConfig, command: str = "") -> list[str]:
     """Refuse (RunRefused/ArchiveError) unless ``path`` is an unfinished run of the same configuration,
     written by the same kind of command as ``command`` (:func:`~solvers.app.archive.made_by`): a study of
@@ -190,9 +214,7 @@ def check_resumable(path: Path, config: RunConfig, command: str = "") -> list[st
         archived = parse_config(text, str(path))
     except ConfigError as e:
         raise ArchiveError(f"{path}: damaged archive: its configuration does not parse ({e})") from None
-    diff = _differences(archived.raw, config.raw)
-    allowed = [x for x in diff if x.split(":", 1)[0] in RESUME_MAY_CHANGE]
-    diff = [x for x in diff if x not in allowed]
+    diff, allowed = resume_differences(archived.raw, config.raw)
     if diff:
         more = f"; and {len(diff) - 8} more" if len(diff) > 8 else ""
         raise RunRefused(f"{path}: was made with a different configuration ({len(diff)} difference(s); a key "
@@ -259,7 +281,10 @@ def run_config(config: RunConfig, out: str | Path, *, resume: bool = False, forc
                                flush_interval=config.raw.get("run", {}).get("flush_interval", 1.0))
         _note_libraries(writer, log)
         if changes:
-            writer.annotate(resumed_with="; ".join(changes))
+            # every resume's changes kept (the archive's config stays the start's, which each compares with)
+            earlier = str(writer.f.attrs.get("resumed_with", ""))
+            here = f"resume {int(writer.f.attrs.get('resumed', 1))}: " + "; ".join(changes)
+            writer.annotate(resumed_with=f"{earlier} | {here}" if earlier else here)
     else:
         writer = new_archive(config, out, force=force, command=command, hint=" or --resume to continue it")
     outcome = RunOutcome(path=out, status="running")

@@ -104,10 +104,13 @@ def _finished(part: Path, cfg: RunConfig) -> bool:
     """Whether the member archive ``part`` is finished, from the configuration ``cfg``."""
     from .archive import ArchiveError
 
+    from .runner import resume_differences
+
     try:
-        return _finished_config(part) == cfg.raw
+        archived = _finished_config(part)
     except (ArchiveError, OSError):
         return False
+    return archived is not None and not resume_differences(archived, cfg.raw)[0]
 
 
 def _member(text: str, source: str, out: str, resume: bool) -> dict:
@@ -161,14 +164,14 @@ def _check_members(members: list[RunConfig], paths: list[Path], resume: bool) ->
     others run: a configuration the new beta makes invalid, an archive that cannot be resumed. Returns,
     per member, whether its archive is already finished (with --resume: skipped, not refused)."""
     from .archive import SWEEP_COMMAND
-    from .runner import RunRefused, _prepare_particles, _prepare_pde, check_resumable
+    from .runner import RunRefused, _prepare_particles, _prepare_pde, check_resumable, resume_differences
 
     finished = []
     for m, p in zip(members, paths):
         if resume and p.exists():
             archived = _finished_config(p)
             if archived is not None:
-                if archived != m.raw:
+                if resume_differences(archived, m.raw)[0]:
                     raise RunRefused(f"{p}: is finished, but was made with another configuration than "
                                      f"{m.source}; use --force to run it again")
                 finished.append(True)
