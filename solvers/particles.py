@@ -636,7 +636,9 @@ def prepare_particles(model: Model, n: int | None = None, x0: np.ndarray | None 
         run can be repeated).
     integrator : {"euler", "rk4", "adaptive"}
     dt : float, optional
-        Step of "euler" / "rk4" (default 0.1, the reference experiments'); first step of "adaptive".
+        Step of "euler" / "rk4" (default 0.1, the reference experiments'); first step of "adaptive". A step
+        that would pass a snapshot time or t_final is shortened to land on it (so a dt above t_final makes
+        one step of t_final).
     save_every : float, optional
         Snapshot interval in time units (steps are shortened to land on snapshot times). Default:
         10 dt with a stopping rule (one snapshot every 10 steps, as the reference; 1.0 for "adaptive"
