@@ -103,7 +103,6 @@ def _finished_config(path: Path) -> dict | None:
 def _finished(part: Path, cfg: RunConfig) -> bool:
     """Whether the member archive ``part`` is finished, from the configuration ``cfg``."""
     from .archive import ArchiveError
-
     from .runner import resume_differences
 
     try:
