@@ -8,6 +8,27 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 
+def pytest_addoption(parser):
+    parser.addoption("--all", action="store_true", default=False,
+                     help="run the slow lane too (tests marked slow); without it only the fast lane runs")
+
+
+def pytest_collection_modifyitems(config, items):
+    """The fast lane leaves out tests marked ``slow`` unless ``--all`` is given, a ``-m`` expression chooses,
+    or the test is named on the command line by its node id."""
+    if config.getoption("--all") or config.getoption("markexpr"):
+        return
+    named = [a.split("[")[0] for a in config.args if "::" in a]
+    keep, slow = [], []
+    for item in items:
+        base = item.nodeid.split("[")[0]
+        explicit = any(a.endswith(base) or base.endswith(a) for a in named)
+        (slow if item.get_closest_marker("slow") and not explicit else keep).append(item)
+    if slow:
+        config.hook.pytest_deselected(items=slow)
+        items[:] = keep
+
+
 @pytest.fixture
 def check_step_diagnostics():
     """A check for either discretisation (circle, sphere): the diagnostics its last stage records while forming

@@ -7,6 +7,8 @@ import importlib.util
 import json
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 KEYS = {"case", "seconds", "floor_seconds", "ratio", "target", "met"}
 
@@ -19,6 +21,7 @@ def _bench():
     return mod
 
 
+@pytest.mark.slow
 def test_quick_bench_writes_records_of_the_common_form(tmp_path, capsys):
     bench = _bench()
     out = tmp_path / "bench.json"

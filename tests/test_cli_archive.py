@@ -59,7 +59,7 @@ BASE = '[model]\nd = 2\nbeta = 1.0\nflow = "ascent"\n'
 PDE = '[pde]\ndegree = 32\nt_final = 1.0\n'
 
 
-@pytest.mark.parametrize("text, path, what", [
+BAD_CONFIGS = [
     (BASE + PDE + "[extra]\nx = 1\n", "extra", "unknown key"),
     (BASE + "betta = 2\n" + PDE, "model.betta", "unknown key"),
     (BASE + PDE + "tolerance = 1e-3\n", "pde.tolerance", "unknown key"),
@@ -90,12 +90,20 @@ PDE = '[pde]\ndegree = 32\nt_final = 1.0\n'
     (BASE + PDE + "[compare]\nmoments = 4\n", "compare", "needs both"),
     (BASE, "", "nothing to run"),
     (BASE + PDE + "[pde\n", "", "not valid TOML"),
-])
-def test_bad_configuration_is_refused(tmp_path, text, path, what):
+]
+
+
+@pytest.mark.parametrize("text, path, what", BAD_CONFIGS)
+def test_bad_configuration_is_refused(text, path, what):
     with pytest.raises(ConfigError) as e:
         parse_config(text)
     assert e.value.path == path and what in str(e.value), str(e.value)
-    # the command line: exit status 2, one clear line naming the key path, no traceback, no file
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("text, path, what", BAD_CONFIGS)
+def test_bad_configuration_is_refused_by_the_command(tmp_path, text, path, what):
+    """The command line: exit status 2, one clear line naming the key path, no traceback, no file."""
     cfg = write(tmp_path, text)
     r = cli("run", cfg)
     assert r.returncode == 2, r.stderr
@@ -111,6 +119,7 @@ def test_example_configurations_are_valid():
 
 
 # --- run, archive, load ------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_round_trip_run_archive_load(tmp_path):
     cfg = write(tmp_path, PDE_CFG.format(t_final=1.0, save_every=0.25, max_degree=512))
     r = cli("run", cfg, "--quiet")
@@ -173,6 +182,7 @@ def test_ctrl_c_while_the_command_starts_ends_it_in_one_line(tmp_path, delay):
     assert "interrupted" in err, err
 
 
+@pytest.mark.slow
 def test_a_run_whose_message_reader_is_gone_runs_to_its_end(tmp_path):
     """`attnpde run CFG 2>&1 | head` once head has exited: the run's messages (stderr) go nowhere, and the
     run is not lost for it: it ends, its archive finished and whole, and the command's own output (stdout,
@@ -210,6 +220,7 @@ def test_a_run_whose_message_reader_is_gone_runs_to_its_end(tmp_path):
     assert bad.returncode == 2 and "Traceback" not in bad.stderr and "--out" in bad.stderr, bad.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
 @pytest.mark.parametrize("stderr", ["closed", "full"])
 def test_a_run_whose_messages_cannot_be_written_runs_to_its_end(tmp_path, stderr):
@@ -264,6 +275,7 @@ def test_batches_written_behind_the_run_are_the_run(tmp_path, monkeypatch):
         assert state["snapshots"] == 21 and state["t"] == ref.t[-1]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("batches, direct_chunks", [
     ("one", [(0, 32), (32, 64), (64, 96)]), ("of 50", [(0, 32), (14, 46)]), ("of 1", [])])
 def test_chunks_compressed_off_the_thread_are_hdf5_chunks_of_the_rows(tmp_path, monkeypatch, batches, direct_chunks):
@@ -326,6 +338,7 @@ def test_an_error_in_a_background_write_is_raised(tmp_path):
         assert f.attrs["status"] == "running" and "pde" in f
 
 
+@pytest.mark.slow
 def test_existing_archive_is_not_overwritten(tmp_path):
     cfg = write(tmp_path, PDE_CFG.format(t_final=0.2, save_every=0.1, max_degree=256))
     assert cli("run", cfg, "--quiet").returncode == 0
@@ -358,6 +371,7 @@ def _full_and_cut(tmp_path, cfg, sig, after=3):
     return full, cut, proc
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT])
 def test_killed_or_interrupted_run_resumes_to_the_same_numbers(tmp_path, sig):
     text = LONG_PDE_CFG
@@ -385,6 +399,7 @@ def test_killed_or_interrupted_run_resumes_to_the_same_numbers(tmp_path, sig):
     assert done.pde.nsteps == ref.nsteps and np.array_equal(done.pde.steps["dt"], ref.steps["dt"])
 
 
+@pytest.mark.slow
 def test_a_run_killed_before_its_first_snapshot_resumes_from_t_0_and_says_so(tmp_path):
     # the archive exists (its model, its status "running") but holds no snapshot: info and the resume say
     # that the stages start over, and the resumed run is the uninterrupted one
@@ -410,6 +425,7 @@ def test_a_run_killed_before_its_first_snapshot_resumes_from_t_0_and_says_so(tmp
     assert np.array_equal(done.pde.coeffs, ref.pde.coeffs) and np.array_equal(done.particles.x, ref.particles.x)
 
 
+@pytest.mark.slow
 def test_archive_names_its_libraries_and_a_resume_with_others_says_so(tmp_path):
     """The archive records the versions of the libraries whose kernels make a run's round-off (as the
     installed distributions report them) and attnpde's own; a resume under other versions continues, says
@@ -441,6 +457,7 @@ def test_archive_names_its_libraries_and_a_resume_with_others_says_so(tmp_path):
     assert f"resumed by attnpde {mine}" in info.stdout
 
 
+@pytest.mark.slow
 def test_resume_refuses_other_configuration_and_bad_files(tmp_path):
     cfg = write(tmp_path, LONG_PDE_CFG)
     out = tmp_path / "a.h5"
@@ -491,6 +508,7 @@ def test_resume_refuses_other_configuration_and_bad_files(tmp_path):
             load(bad)
 
 
+@pytest.mark.slow
 def test_run_resume_and_info_tell_a_run_from_a_sweep_member_and_a_validate_study(tmp_path):
     """An unfinished archive says which command wrote it (its ``command`` attribute). `attnpde info` gives the
     resume that applies, and `run --resume` refuses a validate study (it does not resume; resumed as a run it
@@ -565,6 +583,7 @@ def test_the_archive_records_the_arguments_given_to_main(tmp_path):
         assert f.attrs["command"] == f"attnpde run {cfg} --out {out} --quiet", f.attrs["command"]
 
 
+@pytest.mark.slow
 def test_sweep_writes_one_archive_per_beta(tmp_path):
     cfg = write(tmp_path, PDE_CFG.format(t_final=0.5, save_every=0.25, max_degree=256), "sw.toml")
     r = cli("sweep", cfg, "--beta", "0.5,2", "--workers", "2", "--out", tmp_path / "sw")
@@ -610,7 +629,7 @@ save_every = 0.1
 """
 
 
-@pytest.mark.parametrize("text, path, what", [
+BAD_PARTICLE_CONFIGS = [
     (BASE + "[particles]\nn = 10\nt_final = 1.0\n[particles.stop]\nwindows = 3\n", "particles.stop.windows",
      "unknown key"),
     (BASE + "[particles]\nn = 0\nt_final = 1.0\n", "particles.n", ">= 1"),
@@ -622,11 +641,21 @@ save_every = 0.1
     (BASE + '[initial]\nkind = "von_mises"\nmu = [1.0, 0.0]\nkappa = 2.0\n'
      '[particles]\nn = 10\nt_final = 1.0\ninit = "quasi-uniform"\n', "particles.init", "uniform density only"),
     (BASE + "[particles]\nn = 10\nt_final = 1.0\nsave_every = 2.0\n", "particles.save_every", "<= particles.t_final"),
-])
-def test_bad_particle_configuration_is_refused(tmp_path, text, path, what):
-    test_bad_configuration_is_refused(tmp_path, text, path, what)
+]
 
 
+@pytest.mark.parametrize("text, path, what", BAD_PARTICLE_CONFIGS)
+def test_bad_particle_configuration_is_refused(text, path, what):
+    test_bad_configuration_is_refused(text, path, what)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("text, path, what", BAD_PARTICLE_CONFIGS)
+def test_bad_particle_configuration_is_refused_by_the_command(tmp_path, text, path, what):
+    test_bad_configuration_is_refused_by_the_command(tmp_path, text, path, what)
+
+
+@pytest.mark.slow
 def test_particle_round_trip_with_comparison_and_plots(tmp_path):
     from solvers import simulate_particles
     text = PDE_CFG.format(t_final=1.0, save_every=0.25, max_degree=512) + (
@@ -660,6 +689,7 @@ def test_particle_round_trip_with_comparison_and_plots(tmp_path):
     assert {"spacetime.png", "final.png", "energy.png"} <= {p.name for p in (tmp_path / "png").glob("*.png")}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT])
 def test_killed_particle_run_resumes_to_the_same_numbers(tmp_path, sig):
     # noise > 0: the resumed run must also continue the random stream where the killed one stood
@@ -697,6 +727,7 @@ save_every = 1.0
 """
 
 
+@pytest.mark.slow
 def test_a_resumed_archive_from_before_the_step_stiffness_keeps_its_series_aligned(tmp_path):
     """Euler at h gamma = 2.5 > 2 (beyond its stability bound from the first steps). A run cut after 3
     snapshots, made to look like an archive written before the step stiffness was recorded (no
@@ -746,6 +777,7 @@ save_every = 0.5
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig, after", [(signal.SIGKILL, 3), (signal.SIGINT, 3), (signal.SIGKILL, 13)])
 def test_continuation_resumes_to_the_same_numbers(tmp_path, sig, after):
     """A run past its handoff (the Lagrangian continuation, default options) cut after its third snapshot,
@@ -776,6 +808,7 @@ def test_continuation_resumes_to_the_same_numbers(tmp_path, sig, after):
     assert done.atoms["pde:attrs"]["diffuse"] == ref.atoms["pde:attrs"]["diffuse"]
 
 
+@pytest.mark.slow
 def test_an_interrupt_in_the_error_estimate_rerun_keeps_the_atoms_without_error_bars(tmp_path):
     """Ctrl-C in the error-estimate rerun: the solution had reached t_final, so the archive keeps its atoms
     (those of the uninterrupted run, bit for bit) without error bars, and info says why they are missing;

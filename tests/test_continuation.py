@@ -17,6 +17,7 @@ from spectral import sphere
     (2, 64, 512, 1024, 1e-12, 1e-9),
     (3, 32, 128, 32768, 1e-10, 1e-8),           # the Gauss grid 128 x 256: nlat > L
 ])
+@pytest.mark.slow
 def test_continuation_agrees_with_the_eulerian_solver(d, degree, max_degree, nodes, node_rtol, tol):
     """From a resolved smooth state (GeLU, beta = 4, handoff forced at t = 0.5), the continuation and the
     Eulerian solver agree at t = 1 in every coefficient up to degree 64 (measured 2.6e-13 on S^1,
@@ -36,6 +37,7 @@ def test_continuation_agrees_with_the_eulerian_solver(d, degree, max_degree, nod
 
 
 # --- exact results of the terminal state ---------------------------------------------------------------------
+@pytest.mark.slow
 def test_three_fold_perturbation_collapses_into_three_equal_atoms():
     """Pure attention (USA, ascent, beta = 5) from rho_0 = 1 + 0.2 cos(3 theta): the flow keeps the
     three-fold symmetry, so the terminal state is three atoms of mass exactly 1/3 at 0, 2 pi / 3, 4 pi / 3
@@ -62,6 +64,7 @@ def test_three_fold_perturbation_collapses_into_three_equal_atoms():
     assert np.all(np.diff(r.energy) > -1e-12)
 
 
+@pytest.mark.slow
 def test_the_default_relu_run_that_stalled_now_finishes():
     """Circle, beta = 6, ascent, ReLU (2 units), default options, t_final = 12: the Eulerian run hands off
     when 1024 modes no longer hold the jump at the dead-zone boundary, and the continuation carries the
@@ -107,6 +110,7 @@ def test_handoff_nodes_are_quadratures_of_the_handoff_density():
     assert np.abs(got - cs).max() < 1e-12
 
 
+@pytest.mark.slow
 def test_a_node_group_within_its_mass_error_is_listed_as_not_resolved(tmp_path):
     """A group of nodes whose mass is no larger than its error estimate is not an atom the node count
     resolves; the summary and `attnpde info` say so. Here (S^2, ascent, GeLU, von Mises data at the north
@@ -191,6 +195,7 @@ def test_a_ring_of_nodes_is_not_an_atom_and_a_chain_has_its_extent():
     assert len(at) == 0 and at.diffuse == pytest.approx(1.0)
 
 
+@pytest.mark.slow
 def test_data_symmetric_about_an_axis_collapses_onto_the_axis_only():
     """Attention alone (ascent, beta = 3) from a von Mises density about the north pole on S^2: the model
     and the data are invariant under rotations about that axis, so an atom off the axis would come with

@@ -107,6 +107,7 @@ def test_circle_fast_sums_at_their_sources_equal_the_sums_at_the_same_points_giv
             assert np.array_equal(u[0], at_sources[0]) and np.array_equal(u[1], at_sources[1]), n
 
 
+@pytest.mark.slow
 def test_circle_nufft_sums_are_reproducible_and_follow_sum_tol():
     """The same bits on every call and for any thread count (fixed chunks added in a fixed order;
     FINUFFT's own multithreaded type 1 is not reproducible); a looser sum_tol gives a looser

@@ -168,6 +168,7 @@ def uninterrupted(tmp_path_factory):
     return get
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", list(COMMAND_CASES))
 def test_a_run_stopped_between_snapshots_resumes_from_there_to_the_same_numbers(tmp_path, case, uninterrupted):
     text, t_signal, sig = COMMAND_CASES[case]
@@ -203,6 +204,7 @@ def test_a_run_stopped_between_snapshots_resumes_from_there_to_the_same_numbers(
         assert np.array_equal(done.atoms["pde:mass_errors"], ref.atoms["pde:mass_errors"])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", ["spectral", "particles"])
 def test_a_killed_run_resumes_from_its_last_checkpoint_to_the_same_numbers(tmp_path, case):
     """kill -9 between snapshots: the archive holds the state of the last checkpoint ([run]
@@ -233,6 +235,7 @@ def test_a_killed_run_resumes_from_its_last_checkpoint_to_the_same_numbers(tmp_p
             assert np.array_equal(a.steps[k], b.steps[k]), k
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", ["spectral", "particles"])
 def test_a_signal_in_the_last_step_lets_the_run_finish(tmp_path, case):
     """The step that lands on t_final ends the run for its own reason: a Ctrl-C that came during it does
@@ -251,6 +254,7 @@ def test_a_signal_in_the_last_step_lets_the_run_finish(tmp_path, case):
     assert np.array_equal(a.t, b.t) and a.nsteps == b.nsteps        # no snapshot twice
 
 
+@pytest.mark.slow
 def test_a_signal_in_the_step_that_ends_a_stage_stops_before_the_next_stage(tmp_path):
     cfg = tmp_path / "c.toml"
     cfg.write_text(COMMAND_CASES["spectral"][0] + _PARTICLES)          # the PDE to t = 1, then particles
@@ -285,6 +289,7 @@ def test_sigterm_waits_for_an_archive_write_as_ctrl_c_does():
         signal.signal(signal.SIGTERM, old)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case, write", [("spectral", "12"), ("particles", "12"), ("spectral", "batch:2"),
                                          ("particles", "batch:2")])
 def test_a_kill_inside_a_restart_write_leaves_the_previous_state_whole(tmp_path, case, write):

@@ -330,6 +330,7 @@ def _rotated(c: np.ndarray, R: np.ndarray) -> np.ndarray:
     return b.to_canonical(b.analys(vals))
 
 
+@pytest.mark.slow
 def test_rotated_pde_state_gives_the_rotated_atoms():
     """The state where a ReLU descent run from uniform data stops (L = 128, two atoms forming against the
     dead-zone boundaries, Gibbs oscillations beside the jumps), rotated by three random rotations: the

@@ -29,6 +29,7 @@ def rec(summary, setup, beta):
     return next(r for r in summary["records"] if r["setup"] == setup and r["beta"] == beta)
 
 
+@pytest.mark.slow
 def test_outputs_written(quick):
     out, summary = quick
     for name in ("clusters_vs_sqrt_beta.png", "cluster_masses.png", "final_states.png", "summary.json"):

@@ -23,7 +23,7 @@ def equiangular_rhs(beta, n, attention):
 
 @pytest.mark.parametrize("n, d, sums", [(2, 2, "fast"), (3, 3, "fast"), (4, 6, "direct")])
 @pytest.mark.parametrize("attention", ["unnormalized", "normalized"])
-@pytest.mark.parametrize("beta, T, dt", [(0.5, 4.0, 0.01), (2.5, 4.0, 0.0025)])
+@pytest.mark.parametrize("beta, T, dt", [(0.5, 4.0, 0.01), pytest.param(2.5, 4.0, 0.0025, marks=pytest.mark.slow)])
 def test_equiangular_particles_follow_the_scalar_ode(n, d, sums, attention, beta, T, dt):
     """n orthonormal vectors stay equiangular; rho(t) solves the ODE of The model §3.4 (unshifted gamma = e^beta).
     Two values of beta, neither 1: at beta = 1 a kernel exp(beta <x, y> - 1) would equal exp(beta (<x, y> - 1)).
@@ -72,8 +72,8 @@ def test_fast_and_direct_runs_agree(d, beta, attention):
 
 
 # --- the circle inside the sphere: S^2 particles on the equator are S^1 particles ----------------------
-@pytest.mark.parametrize("attention", ["unnormalized", "normalized"])
-@pytest.mark.parametrize("flow", ["ascent", "descent"])
+@pytest.mark.parametrize("attention", ["unnormalized", pytest.param("normalized", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("flow", ["ascent", pytest.param("descent", marks=pytest.mark.slow)])
 def test_equatorial_particles_on_the_sphere_are_circle_particles(attention, flow):
     """With every a_k in the plane z = 0, the field at a point of the equator is tangent to it, so
     particles on the equator stay there and follow the S^1 system: two code paths (Bessel sums on S^1,
@@ -164,7 +164,7 @@ def test_random_and_quasi_uniform_inits():
 
 
 # --- noise: Brownian motion on the sphere -----------------------------------------------------------
-@pytest.mark.parametrize("d", [2, 3])
+@pytest.mark.parametrize("d", [2, pytest.param(3, marks=pytest.mark.slow)])
 def test_noise_follows_the_heat_kernel(d):
     """Without drift, E<x(t), x(0)> = exp(-nu (d - 1) t) (first eigenvalue of the Laplacian)."""
     nu, T = 0.5, 1.0

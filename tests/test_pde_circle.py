@@ -79,6 +79,7 @@ def _peaks(f: np.ndarray) -> int:
     return int(np.sum((f > np.roll(f, 1)) & (f > np.roll(f, -1))))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("beta, eps, T", [(4.0, 1e-8, 220.0), (9.0, 1e-12, 380.0)])
 def test_fastest_growing_mode_predicts_the_first_clusters(beta, eps, T):
     """§3.2: k* = argmax_k r_k (from scipy's Bessel functions, USA ascent, gamma = 1: k* = 3 at beta = 4,
@@ -286,6 +287,7 @@ def test_sa_large_beta_detects_loss_of_accuracy(beta):
 
 
 # --- run control ---------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_refinement_is_an_exact_re_representation():
     p = Perceptron.random(2, 2, "gelu", 1.0, seed=111)
     m = Model(2, 9.0, "ascent", perceptron=p)

@@ -40,7 +40,8 @@ def random_rotation(seed):
 # and no continuation, whose node weights would sum to 1 by construction)
 @pytest.mark.parametrize("attention, activation, noise", [
     ("unnormalized", "gelu", 0.0), ("normalized", "gelu", 0.0),
-    ("unnormalized", "relu", 0.3), ("normalized", "relu", 0.3)])
+    pytest.param("unnormalized", "relu", 0.3, marks=pytest.mark.slow),
+    pytest.param("normalized", "relu", 0.3, marks=pytest.mark.slow)])
 def test_mass_is_conserved_to_round_off(attention, activation, noise):
     p = Perceptron.random(3, 3, activation, 1.0, seed=111)
     m = Model(3, 4.0, "ascent", attention=attention, perceptron=p, noise=noise)
@@ -170,7 +171,8 @@ def test_energy_matches_direct_summation(beta, attention):
 
 
 # --- §3.3 dissipation identity -----------------------------------------------------------------
-@pytest.mark.parametrize("activation, L, tol", [("gelu", 32, 1e-8), ("relu", 64, 2e-5)])
+@pytest.mark.parametrize("activation, L, tol", [("gelu", 32, 1e-8),
+                                                pytest.param("relu", 64, 2e-5, marks=pytest.mark.slow)])
 @pytest.mark.parametrize("flow", ["ascent", "descent"])
 def test_dissipation_identity(activation, L, tol, flow):
     """dE/dt = s ∫ rho |v|^2 (USA, gradient perceptron, nu = 0), dE/dt by 4th-order differences.
@@ -277,6 +279,7 @@ def test_spectral_convergence_in_L():
 
 
 # --- concentration from uniform data ---------------------------------------------------------------
+@pytest.mark.slow
 @pytest.mark.parametrize("beta", [1.0, 9.0])
 def test_relu_descent_from_uniform_concentrates(beta):
     """ReLU, descent: mass is pushed onto the dead-zone boundaries, where rho jumps; the Gibbs
@@ -404,13 +407,14 @@ def test_restart_reproduces_the_uninterrupted_run():
     assert rest.nsteps == full.nsteps
 
 
+@pytest.mark.slow
 def test_a_restart_keeps_the_transform_threads_of_the_run():
-    """SHTns can round differently with 1 and 2 threads (here at L = 63; not in every case), so a restart
-    with other ``threads`` would not be the uninterrupted run: it is refused, naming the setting. A restart
-    state written before ``threads`` was recorded (an older archive's) still resumes, with any threads."""
+    """SHTns may round differently with 1 and 2 threads (whether it does depends on the CPU), so a restart
+    with other ``threads`` need not be the uninterrupted run: it is refused, naming the setting. The two
+    thread counts agree to round-off. A restart state written before ``threads`` was recorded (an older
+    archive's) still resumes, with any threads."""
     m = Model(3, 4.0, "descent", perceptron=Perceptron.random(3, 3, "tanh", 1.0, seed=3), noise=0.02)
     one, two = (solve_pde(m, 0.5, 63, max_degree=63, threads=n) for n in (1, 2))
-    assert not np.array_equal(one.coeffs[-1], two.coeffs[-1])       # why the setting is checked
     assert np.abs(one.coeffs[-1] - two.coeffs[-1]).max() < 1e-14
     mid = solve_pde(m, 0.25, 32, save_every=0.25, max_degree=64).restart
     with pytest.raises(ValueError, match=r"other settings \(option threads: 1 -> 2\)"):

@@ -337,7 +337,9 @@ def _cli(args, cwd):
                           text=True, timeout=300)
 
 
-@pytest.mark.parametrize("kind, target, pattern", [row[1:] for row in REFUSALS], ids=[row[0] for row in REFUSALS])
+# the command-line rows start a Python process each: they run in the slow lane
+@pytest.mark.parametrize("kind, target, pattern", [
+    pytest.param(*row[1:], id=row[0], marks=[pytest.mark.slow] if row[1] == "cli" else []) for row in REFUSALS])
 def test_refused_up_front(tmp_path, monkeypatch, kind, target, pattern):
     # the memory refusals against a machine of known size (80% of 16 GiB): the estimates of the api rows
     # (17.9 GiB up) would fit a larger CI machine, which would then start the runs. The cli rows cannot be

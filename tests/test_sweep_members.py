@@ -58,6 +58,7 @@ def uninterrupted(tmp_path_factory):
     return d / "out"
 
 
+@pytest.mark.slow
 def test_killed_member_is_absent_and_resume_continues_it(tmp_path, uninterrupted):
     cfg = tmp_path / "m.toml"
     cfg.write_text(CFG)
@@ -83,6 +84,7 @@ def test_killed_member_is_absent_and_resume_continues_it(tmp_path, uninterrupted
         assert f.attrs["resumed"], "the member was started again, not continued"
 
 
+@pytest.mark.slow
 def test_damaged_part_is_started_again(tmp_path, uninterrupted):
     cfg = tmp_path / "m.toml"
     cfg.write_text(CFG)
@@ -112,6 +114,7 @@ def test_finished_part_is_kept_not_recomputed(tmp_path, uninterrupted):
     assert (out / "m_beta2.h5").read_bytes() == done and not (out / "m_beta2.h5.part").exists()
 
 
+@pytest.mark.slow
 def test_resume_may_change_how_often_the_archives_are_written(tmp_path, uninterrupted):
     """[run] checkpoint_interval and flush_interval change no number: a sweep --resume with other values
     keeps the finished members (also one finished before its rename) and refuses any other change."""
@@ -170,6 +173,7 @@ def _stopped_after_a_step(part: Path) -> bool:
             and "its state is kept" in run.pde.message and run.pde.restart["t"] >= run.pde.t[-1])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("who, sig", [("group", signal.SIGINT), ("parent", signal.SIGINT),
                                       ("group", signal.SIGTERM), ("parent, then group", signal.SIGTERM)])
 def test_interrupted_sweep_stops_its_members_and_starts_no_other(tmp_path, who, sig):
@@ -227,6 +231,7 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads the process table from /proc")
 def test_workers_of_a_killed_sweep_stop_and_end(tmp_path):
     """kill -9 of the sweep's process alone: its workers, left without an owner, stop their runs after
@@ -249,6 +254,7 @@ def test_workers_of_a_killed_sweep_stop_and_end(tmp_path):
         assert _stopped_after_a_step(p), p
 
 
+@pytest.mark.slow
 def test_a_lost_worker_ends_the_sweep_and_the_other_keeps_its_state(tmp_path):
     """One worker of two killed (kill -9 of its member's process, once the member has 4 snapshots): the pool
     is broken and sends SIGTERM to its other worker, whose run stops after its step with its state kept
@@ -434,6 +440,7 @@ t_final = 0.2
 """
 
 
+@pytest.mark.slow
 def test_sphere_sweep_with_local_workers_finishes(tmp_path):
     """A sweep of S^2 members on local workers, OpenMP at two threads. The sweep's own process has run
     SHTns (libgomp) before it forks its workers, and libgomp is not fork-safe: the worker's first parallel

@@ -49,6 +49,7 @@ def test_cap_mass_is_exact_for_closed_forms():
 
 
 # --- quadrature particles (The model §3.6) ----------------------------------------------------------------------
+@pytest.mark.slow
 def test_quadrature_particles_follow_the_circle_pde_until_it_loses_resolution():
     """While the PDE's spectral tail is small, N = 16384 quadrature particles agree with it in every
     Fourier mode to 1e-9 (MMD 1e-10); once it runs at its maximal resolution with a growing tail, the
@@ -97,6 +98,7 @@ def test_quadrature_particles_follow_the_sphere_pde(attention):
 STRENGTH, T_IID = 4.0, 1.0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("d, ns, seeds", [(2, (100, 1000, 10000), 8), (3, (100, 400, 1600, 6400), 6)])
 def test_iid_particles_converge_like_inverse_sqrt_n(d, ns, seeds):
     mu = [1.0, 0.0] if d == 2 else [0.0, 0.0, 1.0]
@@ -123,6 +125,7 @@ def test_iid_particles_converge_like_inverse_sqrt_n(d, ns, seeds):
 
 
 # --- atoms of both solvers ---------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_atoms_of_pde_and_particles_match_in_circle_ascent():
     """ReLU ascent from uniform data (beta = 4): the PDE concentrates until it loses resolution; the
     particles, run to the same time, hold the same atoms: same count, positions within the PDE's grid
@@ -144,6 +147,7 @@ def test_atoms_of_pde_and_particles_match_in_circle_ascent():
         assert pair["pde_mass"] > 0.2                                # a real atom, not background
 
 
+@pytest.mark.slow
 def test_atoms_of_pde_and_particles_match_in_circle_descent_with_explicit_filter():
     """ReLU descent (beta = 1): mass piles up against the dead-zone boundaries, behind a jump of the
     density. With the explicit exponential filter (recorded in the result) the PDE follows the piles
@@ -171,6 +175,7 @@ def test_atoms_of_pde_and_particles_match_in_circle_descent_with_explicit_filter
     assert abs(float((rho * wts)[dead(pts)].sum()) - float(parts.w[dead(parts.x[-1])].sum())) < 0.02
 
 
+@pytest.mark.slow
 def test_atoms_of_pde_and_particles_match_in_sphere_descent():
     """ReLU descent on S^2 (beta = 1): the filtered PDE runs to its cap (L = 255) at t ~ 2, when its two
     atoms are forming; the particles (N = 2e4) hold the same two, within the PDE grid spacing pi/(L+1)
@@ -225,6 +230,7 @@ moments = 4
 """
 
 
+@pytest.mark.slow
 def test_validate_command_writes_table_archive_and_figure(tmp_path):
     cfg = tmp_path / "v.toml"
     cfg.write_text(VALIDATE_CFG)

@@ -90,6 +90,7 @@ def _compare_with_h5py(path: Path, group: str, ds) -> int:
     return n
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["circle", "sphere", "validation"])
 def test_every_group_opens_with_named_dimensions(archives, kind):
     path = archives[kind]
