@@ -280,7 +280,7 @@ REFUSALS = [
     ("pde-lagrangian-with-noise", "api",
      lambda: solve_pde(Model(2, 1.0, "ascent", noise=0.1), 1.0, 16, continuation="lagrangian"),
      r"continuation='lagrangian' carries the density along the characteristics .* use continuation='none'"),
-    ("pde-degree-above-handoff", "api", lambda: solve_pde(Model(3, 1.0, "ascent"), 1.0, 200, max_degree=255),
+    ("pde-degree-above-handoff", "api", lambda: solve_pde(Model(3, 1.0, "ascent"), 1.0, 200, max_degree=255, handoff_degree=127),
      r"^degree 200 exceeds handoff_degree 127"),
     ("pde-handoff-after-end", "api", lambda: solve_pde(Model(2, 1.0, "ascent"), 1.0, 16, handoff_at=2.0),
      r"^handoff_at = 2\.0 is not before t_final = 1\.0"),
