@@ -402,7 +402,8 @@ class PDEResult:
             if note and self.terminal is None:
                 lines.append(f"  {note}")
             loose = lagrangian.unresolved(atoms.masses, atoms.mass_errors)
-            for k in range(min(len(atoms), 12)):
+            # a certified end lists its atoms above; the node groups it was polished from only count
+            for k in range(0 if self.terminal is not None else min(len(atoms), 12)):
                 err = "" if atoms.mass_errors is None else f" ± {atoms.mass_errors[k]:.1e}"
                 lines.append(f"    mass {atoms.masses[k]:.4f}{err} at {np.round(atoms.positions[k], 4).tolist()}"
                              + (lagrangian.UNRESOLVED if loose[k] else ""))
@@ -1030,10 +1031,13 @@ class PDERun(Integration):
             if opts.continuation == "none" and self.model.noise > 0:
                 chk = (chk[0], chk[1] + " (no Lagrangian continuation with noise: the flow has no "
                                         "characteristics to follow)")
-        if chk is None and math.isinf(self.t_final) and diag["vmax"] <= opts.drift_tol:
-            # a density at rest (the uniform one, without a perceptron): the end of a run without end
-            chk = ("stationary", f"the density is at rest: max |v| on the grid {diag['vmax']:.3g} <= drift_tol "
-                                 f"{_sci(opts.drift_tol)} (a stationary density, not atomic)")
+        rest = max(opts.drift_tol, opts.rtol)
+        if chk is None and math.isinf(self.t_final) and diag["vmax"] <= rest:
+            # a density at rest (the uniform one, without a perceptron): the end of a run without end. Its
+            # slowest modes decay at the explicit steps' stability bound once below the step tolerance, so
+            # rest is judged to that accuracy (rtol), not below it
+            chk = ("stationary", f"the density is at rest: max |v| on the grid {diag['vmax']:.3g} <= "
+                                 f"max(drift_tol, rtol) = {_sci(rest)} (a stationary density, not atomic)")
         if lands and self.t == self.save_time() and chk is None:
             self.save_index += 1
             self._snapshot(diag)
@@ -1151,7 +1155,8 @@ class PDERun(Integration):
         wall0 = time.perf_counter()
         self.t = self.good["t"]
         # t_end: the rerun's end, which is before t_final when the run stopped stationary
-        report = lambda t, info: self.progress(t, {"check": "2x nodes", "t_end": t_end, **info})  # noqa: E731
+        end = self.t_final if certified else t_end
+        report = lambda t, info: self.progress(t, {"check": "2x nodes", "t_end": end, **info})  # noqa: E731
         self.checking = True
         phase.stop_request = self.stop_request
         try:

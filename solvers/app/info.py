@@ -114,7 +114,8 @@ def describe_pde(r, atoms: dict) -> list[str]:
                                  atoms.get("pde:position_errors"), atoms.get("pde:extents"))
         note = (not_stationary_note(r.stop_reason, float(r.t[-1]), len(atoms["pde"][1]))
                 if attrs.get("kind") == "node groups" and terminal is None else None)
-        out += lines[:1] + ([f"  {note}"] if note else []) + lines[1:]       # under the atoms' first line
+        # a certified end lists its atoms above; the node groups it was polished from only count
+        out += lines[:1] + ([f"  {note}"] if note else []) + (lines[1:] if terminal is None else [])
     return out
 
 

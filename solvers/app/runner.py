@@ -73,8 +73,9 @@ class Progress:
         phase = info.get("check")
         if phase != self.phase or t < self.t_start:
             if phase is not None and phase != self.phase:
+                end = float(info.get("t_end", self.t_final))
                 self.emit(f"[{self.stage}] error estimate: the continuation again from its handoff, with {phase}, "
-                          f"to t = {float(info.get('t_end', self.t_final)):g}")
+                          + ("to its own certified end" if math.isinf(end) else f"to t = {end:g}"))
             self.phase, self.phase_start, self.t_start = phase, now, t
         # the phase ends at t_final, or where the info says (the rerun of a run that stopped earlier)
         end = float(info.get("t_end", self.t_final))
