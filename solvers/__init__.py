@@ -2,7 +2,9 @@
 
 Public names: :class:`Model`, :class:`Perceptron`, :func:`solve_pde` (spectral PDE on S^1 and S^2),
 :func:`simulate_particles` (particles on S^{d-1}, any d, with fast interaction sums on S^1 and S^2),
-:func:`compare` (PDE against particles: distances, matched atoms).
+:func:`compare` (PDE against particles: distances, matched atoms); with noise, :func:`stationary_state`,
+:func:`branch_from_uniform` and :func:`continue_branch` (stationary states, their branches in the noise and
+the phase transitions: :class:`StationaryState`, :class:`Branch`).
 """
 import importlib
 
@@ -11,10 +13,12 @@ import importlib
 # at once and a Ctrl-C during its imports reaches the command's handler (exit 130, no traceback).
 _HOMES = {"Model": ".model", "Perceptron": ".perceptron", "solve_pde": ".pde", "PDEResult": ".pde",
           "simulate_particles": ".particles", "ParticleResult": ".particles", "compare": ".comparison",
-          "Comparison": ".comparison"}
+          "Comparison": ".comparison", "stationary_state": ".stationary", "branch_from_uniform": ".stationary",
+          "continue_branch": ".stationary", "Branch": ".stationary", "StationaryState": ".stationary"}
 
 __all__ = ["Model", "Perceptron", "solve_pde", "PDEResult", "simulate_particles", "ParticleResult",
-           "compare", "Comparison"]
+           "compare", "Comparison", "stationary_state", "branch_from_uniform", "continue_branch", "Branch",
+           "StationaryState"]
 __version__ = "0.1.3"
 
 
