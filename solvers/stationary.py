@@ -101,7 +101,8 @@ from scipy.sparse.linalg import LinearOperator, eigsh, gmres
 from spectral import fourier, sphere
 from spectral.multipliers import kernel_bandwidth
 from . import validators as check
-from .model import Model, density_values
+from ._blas import blas_threads
+from .model import Model
 
 __all__ = ["StationaryState", "Branch", "stationary_state", "branch_from_uniform", "continue_branch",
            "free_energy", "REPRESENTATIONS"]
@@ -111,11 +112,25 @@ KERNEL_TOL = 1e-17
 #: representations of a state: S^1 "even" (cosines only: states symmetric under theta -> -theta) or "full";
 #: S^2 "zonal" (axisymmetric about e_z) or "general"
 REPRESENTATIONS = ("auto", "even", "full", "zonal", "general")
-#: an eigenvalue of S below -this counts as an unstable direction (the symmetry zeros sit at ~1e-14)
-INDEX_TOL = 1e-9
+#: an eigenvalue of S below -this counts as an unstable direction (the symmetry zeros sit at ~1e-14; the
+#: weakest physical ones, two clusters at beta = 30 drifting apart, at ~-5e-10)
+INDEX_TOL = 1e-11
 #: unknowns above which a general state on S^2 is solved by Newton–Krylov rather than with a dense Jacobian
 DENSE_MAX = 400
 _SQRT_4PI = math.sqrt(4.0 * math.pi)
+
+
+def _one_blas_thread(function):
+    """Run ``function`` with one OpenBLAS thread: its matrices are small (tens to hundreds of unknowns), and on
+    a shared machine a second BLAS thread waiting for a busy core made a 46 x 384 product take 30 ms instead
+    of 0.09 ms (``solvers._blas``)."""
+    import functools
+
+    @functools.wraps(function)
+    def wrapped(*args, **kwargs):
+        with blas_threads(1):
+            return function(*args, **kwargs)
+    return wrapped
 
 
 def _check_model(model: Model, where: str) -> None:
@@ -151,6 +166,14 @@ class _Eval:
     logZ: float
     wr: np.ndarray
     T: np.ndarray
+
+
+def _exp(expo: np.ndarray) -> np.ndarray:
+    """exp of an exponent <= 0, values below 1e-250 set to 0: subnormal numbers in the quadratures (rho of a
+    concentrated state far from its peak, ~e^{-700}) slow BLAS down a hundredfold, for terms below round-off."""
+    r = np.exp(np.maximum(expo, -600.0))
+    r[expo < -575.0] = 0.0
+    return r
 
 
 class _Problem:
@@ -206,7 +229,7 @@ class _Dense(_Problem):
             phi = phi + self.V
         expo = (self.s / nu) * phi
         expo -= expo.max()
-        r = np.exp(expo)
+        r = _exp(expo)
         Z = float(self.wq @ r)
         rho = r / Z
         wr = self.wq * rho
@@ -284,9 +307,9 @@ class _CircleProblem(_Dense):
         return mode - 1
 
     def from_coefficients(self, c: np.ndarray) -> np.ndarray:
+        # c_k = ∫ rho e^{-ik theta} dsigma = (x_cos - i x_sin) / sqrt 2
         c = fourier.resize(np.asarray(c, dtype=complex) / np.real(c[0]), self.La + 1)[1:]
-        x = math.sqrt(2.0) * np.concatenate([c.real, c.imag if self.representation == "full" else []])
-        return x
+        return math.sqrt(2.0) * np.concatenate([c.real, -c.imag if self.representation == "full" else []])
 
     def coefficients(self, ev: _Eval) -> np.ndarray:
         return np.fft.rfft(ev.rho)[: self.degree] / self.M
@@ -430,7 +453,7 @@ class _Krylov(_Problem):
             phi = phi + self.V
         expo = (self.s / nu) * phi
         expo -= expo.max()
-        r = np.exp(expo)
+        r = _exp(expo)
         Z = float(self.wq @ r)
         rho = r / Z
         T = self.from_native(kb.analys(rho.reshape(kb.shape)))
@@ -590,7 +613,7 @@ class StationaryState:
         max over the quadrature nodes of |rho - exp(s U[rho] / nu) / Z| / max rho for the rho of ``coeffs``:
         the fixed point's miss, truncation to ``degree`` included.
     stable : bool
-        No unstable direction: S (module Notes) has no eigenvalue below -1e-9, and so the linearised PDE has
+        No unstable direction: S (module Notes) has no eigenvalue below -1e-11, and so the linearised PDE has
         no positive eigenvalue, the symmetry zeros aside.
     unstable_directions : int
         The number of negative eigenvalues of S with their multiplicities: the positive eigenvalues of the
@@ -690,6 +713,7 @@ def _guess_coefficients(model: Model, degree: int, guess) -> np.ndarray | None:
     return c / mass
 
 
+@_one_blas_thread
 def stationary_state(model: Model, degree: int, guess=None, *, representation: str = "auto",
                      tol: float = 1e-12, max_iter: int = 50, eigenvalues: int = 8,
                      output_points: int | None = None) -> StationaryState:
@@ -852,6 +876,7 @@ def _sphere_symmetry_rank(b, u: np.ndarray) -> int:
 
 
 # --- free energy of any density ------------------------------------------------------------------------
+@_one_blas_thread
 def free_energy(model: Model, coeffs: np.ndarray) -> float:
     """F[rho] = nu ∫ rho log rho dsigma - s E[rho] of the density with canonical coefficients ``coeffs``
     (module Notes), nu = ``model.noise``: the pair term from the kernel's multipliers (Parseval), the entropy
@@ -1232,9 +1257,10 @@ class Branch:
     def state(self, i: int, eigenvalues: int = 8) -> StationaryState:
         """Point i as a :class:`StationaryState` (its eigenvalues computed now)."""
         wall0 = time.perf_counter()
-        p = _problem(self.model, self.degree, self.representation)
-        ev = p.evaluate(np.array(self.unknowns[i]), float(self.noise[i]))
-        return _state(p, ev, 0, True, f"point {i} of a branch", eigenvalues, None, wall0)
+        with blas_threads(1):
+            p = _problem(self.model, self.degree, self.representation)
+            ev = p.evaluate(np.array(self.unknowns[i]), float(self.noise[i]))
+            return _state(p, ev, 0, True, f"point {i} of a branch", eigenvalues, None, wall0)
 
     def nearest(self, nu: float, stable: bool | None = None) -> int:
         """The index of the point nearest to nu (among the stable or unstable ones if asked)."""
@@ -1378,6 +1404,7 @@ def _merge_mirrors(events: list) -> list:
     return out
 
 
+@_one_blas_thread
 def branch_from_uniform(model: Model, mode: int = 1, degree: int | None = None, noise_range=None, *,
                         representation: str = "auto", callback: Callable[[dict], None] | None = None,
                         restart: dict | None = None, stop_request: Callable[[], bool] | None = None,
@@ -1529,6 +1556,7 @@ def _restored(q: dict) -> dict:
     return out
 
 
+@_one_blas_thread
 def continue_branch(state: StationaryState, noise_range, *, direction: int = 0, switch: bool = True,
                     max_depth: int = 1, **options) -> Branch:
     """The branch of stationary states through ``state``, by pseudo-arclength continuation in the noise
