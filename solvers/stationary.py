@@ -1014,6 +1014,15 @@ class _Tracer:
                 "index": index, "unstable": int(unstable), "stable": unstable == 0, "tail": float(space.tail(c)),
                 "spectra": {k: v[0] for k, v in spectra.items()}}
 
+    def restore(self, q: dict) -> dict:
+        """A point from what :meth:`record` kept of it (side, x, mu, t, h, steps: a resume's archive rows): its
+        record again, the same numbers (the same evaluation of the same unknowns)."""
+        x = np.asarray(q["x"], dtype=float)
+        X = np.concatenate([x, [float(q["mu"])]])
+        rec = self.record(X, self.p.evaluate(x, self.nu(X)), np.asarray(q["t"], dtype=float), float(q["h"]),
+                          int(q["side"]), int(q["steps"]))
+        return rec
+
     def follow(self, points: list, side: int, uniform_start: bool, callback=None,
                stop_request: Callable[[], bool] | None = None) -> tuple[str, str]:
         """Continue a side from its last point (``points`` holds at least one; new points are appended and
@@ -1351,16 +1360,19 @@ def _judge(fit: dict, nu_c: float, sign: float) -> tuple[str, float]:
 
 def _assemble(tracer: _Tracer, model: Model, mode: int | None, sides: dict, start: dict | None, stop: dict,
               threshold: float | None, kind: str, nf: float | None, fit: dict, lo_hi: tuple, wall: float,
-              parent_point: dict | None = None) -> Branch:
+              parent_point: dict | None = None, events: bool = True) -> Branch:
+    """The Branch of the sides' points (side -1 reversed, the start, side +1), its events located
+    (``events``: not for an interrupted run)."""
+    found_by_side = [tracer.events(([start] if start is not None else []) + sides[side])
+                     for side in sorted(sides)] if events else []
     events = {"folds": [], "bifurcations": [], "crossings": []}
-    for side in sorted(sides):
-        found = tracer.events(([start] if start is not None else []) + sides[side])
+    for found in found_by_side:
         for k in events:
             events[k] += found[k]
     for k in ("folds", "bifurcations", "crossings"):
         events[k] = _merge_mirrors(events[k])
     if start is not None:
-        order = list(reversed(sides.get(-1, []))) + [start] + sides.get(+1, [])
+        order = list(reversed(sides.get(-1, []))) + [{**start, "side": 0}] + sides.get(+1, [])
     elif -1 in sides and +1 in sides:
         # both sides begin at the same state: it appears once
         order = list(reversed(sides[-1])) + sides[+1][1:]
@@ -1404,7 +1416,6 @@ def _merge_mirrors(events: list) -> list:
     return out
 
 
-@_one_blas_thread
 def branch_from_uniform(model: Model, mode: int = 1, degree: int | None = None, noise_range=None, *,
                         representation: str = "auto", callback: Callable[[dict], None] | None = None,
                         restart: dict | None = None, stop_request: Callable[[], bool] | None = None,
@@ -1446,7 +1457,37 @@ def branch_from_uniform(model: Model, mode: int = 1, degree: int | None = None, 
     -------
     Branch
     """
-    wall0 = time.perf_counter()
+    return prepare_branch(model, mode, degree, noise_range, representation=representation, **options).run(
+        callback=callback, restart=restart, stop_request=stop_request)
+
+
+@dataclass
+class BranchSetup:
+    """A checked :func:`branch_from_uniform` (:func:`prepare_branch`): its threshold is known, nothing is
+    followed yet; :meth:`run` follows the branch."""
+
+    model: Model
+    mode: int
+    degree: int
+    representation: str
+    threshold: float
+    noise_range: tuple
+    options: ContinuationOptions
+    _problem: _Problem = field(repr=False)
+
+    @_one_blas_thread
+    def run(self, callback: Callable[[dict], None] | None = None, restart: dict | None = None,
+            stop_request: Callable[[], bool] | None = None) -> Branch:
+        """Follow the branch (the arguments as :func:`branch_from_uniform`'s)."""
+        return _follow_branch(self, callback, restart, stop_request)
+
+
+@_one_blas_thread
+def prepare_branch(model: Model, mode: int = 1, degree: int | None = None, noise_range=None, *,
+                   representation: str = "auto", **options) -> BranchSetup:
+    """Check the arguments of :func:`branch_from_uniform` and locate the threshold, without following the
+    branch: every refusal of :func:`branch_from_uniform` is raised here (the run layer prepares before it
+    creates an archive)."""
     _check_model(model, "branch_from_uniform")
     check.integer("mode", mode, ge=1)
     opts = ContinuationOptions.from_kwargs(options)
@@ -1485,12 +1526,21 @@ def branch_from_uniform(model: Model, mode: int = 1, degree: int | None = None, 
     if not perceptron and not (lo < nu_c < hi):
         raise ValueError(f"noise_range ({lo:g}, {hi:g}) must contain the threshold of mode {mode}, "
                          f"nu = {nu_c:.10g}")
+    return BranchSetup(model=model, mode=mode, degree=int(degree), representation=representation, threshold=nu_c,
+                       noise_range=(lo, hi), options=opts, _problem=p)
+
+
+def _follow_branch(setup: BranchSetup, callback, restart, stop_request) -> Branch:
+    wall0 = time.perf_counter()
+    model, mode, opts, p, nu_c = setup.model, setup.mode, setup.options, setup._problem, setup.threshold
+    lo, hi = setup.noise_range
+    perceptron = model.perceptron is not None
     tracer = _Tracer(p, nu_c, opts, mode, (lo, hi), p.uniform_free_energy())
     restart = restart or {"points": [], "ended": {}}
     stop = {int(k): tuple(v) for k, v in restart.get("ended", {}).items()}
     done = {}
     for q in restart.get("points", []):
-        done.setdefault(int(q["side"]), []).append(_restored(q))
+        done.setdefault(int(q["side"]), []).append(tracer.restore(q))
 
     if perceptron:
         # imperfect: the state continued from the one near uniform at the largest noise, downwards
@@ -1509,16 +1559,21 @@ def branch_from_uniform(model: Model, mode: int = 1, degree: int | None = None, 
                 callback(first)
         if -1 not in stop:
             stop[-1] = tracer.follow(sides[-1], -1, False, callback, stop_request)
-            if callback:
+            if callback and stop[-1][0] != "interrupted":
                 callback({"event": "side_end", "side": -1, "reason": stop[-1][0], "message": stop[-1][1]})
         return _assemble(tracer, model, mode, sides, None, stop, nu_c, "imperfect", None, {}, (lo, hi),
-                         time.perf_counter() - wall0)
+                         time.perf_counter() - wall0, events=stop[-1][0] != "interrupted")
 
     # the uniform state at the threshold, the branch's start on both sides
     ev0 = p.evaluate(np.zeros(p.n), nu_c)
     k = p.mode_index(mode)
     sides = {}
     for side in (+1, -1):
+        if any(reason == "interrupted" for reason, _ in stop.values()):
+            # an interrupted run ends here; a resume continues from the points written
+            stop.setdefault(side, ("interrupted", "not started (interrupted before)"))
+            sides.setdefault(side, done.get(side, []))
+            continue
         pts = done.get(side, [])
         if not pts:
             t0 = np.zeros(p.n + 1)
@@ -1533,10 +1588,13 @@ def branch_from_uniform(model: Model, mode: int = 1, degree: int | None = None, 
         sides[side] = pts
         if side not in stop:
             stop[side] = tracer.follow(pts, side, True, callback, stop_request)
-            if callback:
+            if callback and stop[side][0] != "interrupted":
                 callback({"event": "side_end", "side": side, "reason": stop[side][0], "message": stop[side][1]})
     start = sides[+1][0]
     body = {side: pts[1:] for side, pts in sides.items()}
+    if any(reason == "interrupted" for reason, _ in stop.values()):
+        return _assemble(tracer, model, mode, body, start, stop, nu_c, "", None, {}, (lo, hi),
+                         time.perf_counter() - wall0, events=False)
     if any(len(v) == 0 for v in body.values()):
         fit, kind, nf = {}, "", None
     else:
@@ -1544,16 +1602,6 @@ def branch_from_uniform(model: Model, mode: int = 1, degree: int | None = None, 
         kind, nf = _judge(fit, nu_c, model.sign)
     return _assemble(tracer, model, mode, body, start, stop, nu_c, kind, nf, fit, (lo, hi),
                      time.perf_counter() - wall0)
-
-
-def _restored(q: dict) -> dict:
-    """A point as the callback gave it, read back (arrays as numpy arrays)."""
-    out = dict(q)
-    for key in ("x", "t"):
-        out[key] = np.asarray(q[key], dtype=float)
-    out["coeffs"] = np.asarray(q["coeffs"], dtype=complex)
-    out["mu"] = float(q["mu"])
-    return out
 
 
 @_one_blas_thread
