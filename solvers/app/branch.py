@@ -461,6 +461,39 @@ def _segments(x: np.ndarray, y: np.ndarray, stable: np.ndarray, side: np.ndarray
             start = i
 
 
+def _zoom(ax, branch: Branch, segments) -> None:
+    """An inset on the window between the threshold and the folds (a subcritical branch's bistability, often
+    a few percent of the range wide), with the transition."""
+    import matplotlib.ticker
+
+    nus = [branch.threshold] + [e["nu"] for e in branch.folds] + ([branch.transition] if branch.transition else [])
+    a, b = min(nus), max(nus)
+    lo, hi = branch.noise_range
+    if b - a > 0.2 * (hi - lo):
+        return
+    pad = 0.6 * (b - a) + 1e-12
+    x0, x1 = a - pad, b + pad
+    inset = ax.inset_axes([0.05, 0.08, 0.38, 0.42])
+    keep = branch.side >= 0 if branch.kind in ("supercritical", "subcritical") else np.ones(len(branch.noise), bool)
+    near = keep & (branch.noise >= x0) & (branch.noise <= x1)
+    for xs, ys, s in segments(branch.noise[keep], branch.amplitude[keep], branch.stable[keep], branch.side[keep]):
+        inset.plot(xs, ys, "-" if s else "--", color="C0", lw=1.4 if s else 1.0)
+    inset.plot([branch.threshold, x1], [0, 0], "-", color="k", lw=1.0)
+    inset.plot([x0, branch.threshold], [0, 0], "--", color="k", lw=0.9)
+    inset.plot([branch.threshold], [0], "o", color="k", ms=4)
+    for e in branch.folds:
+        inset.plot([e["nu"]], [e["amplitude"]], "x", color="C3", ms=7, mew=1.8)
+    if branch.transition is not None:
+        inset.axvline(branch.transition, color="C1", ls="-.", lw=1.0)
+    top = float(np.max(branch.amplitude[near])) if near.any() else 1.0
+    inset.set_xlim(x0, x1)
+    inset.set_ylim(-0.05 * top, 1.1 * top)
+    inset.tick_params(labelsize=6)
+    inset.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(3))
+    inset.set_title("threshold, transition, fold", fontsize=7)
+    inset.grid(alpha=0.3)
+
+
 def plot_branch(branch: Branch, path: str | Path, title: str = "", *, axes=None) -> Path | None:
     """The bifurcation diagram: amplitude against nu (stable solid, unstable dashed; the uniform state at
     amplitude 0, stable where nu > the threshold), the threshold, folds (x), bifurcations (diamonds) and the
@@ -474,9 +507,11 @@ def plot_branch(branch: Branch, path: str | Path, title: str = "", *, axes=None)
     if own:
         fig, axes = plt.subplots(2, 1, figsize=(7.5, 7.0), sharex=True, gridspec_kw={"height_ratios": [3, 2]})
     ax, axf = axes
-    nu, amp, st, side = branch.noise, branch.amplitude, branch.stable, branch.side
+    # a pitchfork's two sides are mirror images (p -> -p) of one amplitude: one is drawn
+    keep = branch.side >= 0 if branch.kind in ("supercritical", "subcritical") else np.ones(len(branch.noise), bool)
+    nu, amp, st, side = branch.noise[keep], branch.amplitude[keep], branch.stable[keep], branch.side[keep]
     fu = branch.free_energy_uniform
-    dF = branch.free_energy - (fu if fu is not None else 0.0)
+    dF = branch.free_energy[keep] - (fu if fu is not None else 0.0)
     color = "C0"
     for xs, ys, s in _segments(nu, amp, st, side):
         ax.plot(xs, ys, "-" if s else "--", color=color, lw=1.6 if s else 1.2)
@@ -504,11 +539,13 @@ def plot_branch(branch: Branch, path: str | Path, title: str = "", *, axes=None)
         ax.plot([], [], "-.", color="C1", label=f"transition nu = {branch.transition:.6g}")
     ax.plot([], [], "-", color="0.3", label="stable")
     ax.plot([], [], "--", color="0.3", label="unstable")
+    if branch.folds and branch.threshold is not None and branch.kind != "imperfect":
+        _zoom(ax, branch, _segments)
     what = "|c_k|" if branch.model.d == 2 else "sqrt(sum_m |c_lm|^2)"
     ax.set_ylabel(f"amplitude of mode {branch.mode}: {what}" if branch.mode else "distance to uniform (L2)")
     axf.set_ylabel("F - F_uniform" if fu is not None else "free energy F")
     axf.set_xlabel("noise nu")
-    ax.legend(fontsize=8, loc="best")
+    ax.legend(fontsize=8, loc="upper right" if branch.folds else "best")
     kind = f"{branch.kind} " if branch.kind else ""
     ax.set_title(f"{title}\n{kind}branch of mode {branch.mode}" if title else f"{kind}branch of mode {branch.mode}",
                  fontsize=9)
