@@ -152,6 +152,19 @@ def test_kind_switches_at_the_bessel_ratio_root(d, degree, bracket):
     assert abs(found - bessel_root(d)) < 1e-4
 
 
+def test_kind_of_mode_2_on_the_circle_switches_where_lambda_4_is_half_lambda_2():
+    """The mode-k pitchfork on S^1 couples k to 2k as mode 1 couples 1 to 2: its kind changes where
+    I_{2k}(beta) / I_k(beta) = 1/2 (8.96678 for k = 2). Measured with the bisection to 1e-6: 1.3e-6 off."""
+    root = brentq(lambda b: iv(4, b) / iv(2, b) - 0.5, 1.0, 30.0, xtol=1e-14)
+    kind = lambda beta: branch_from_uniform(Model(2, beta, "ascent"), 2, 96, max_points=10).kind  # noqa: E731
+    lo, hi = 0.9 * root, 1.1 * root
+    assert (kind(lo), kind(hi)) == ("supercritical", "subcritical")
+    while hi - lo > 1e-4:
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if kind(mid) == "supercritical" else (lo, mid)
+    assert abs(0.5 * (lo + hi) - root) < 2e-4
+
+
 @pytest.mark.parametrize("d, degree", [(2, 64), (3, 48)])
 def test_subcritical_branch_has_a_fold_and_an_earlier_transition(d, degree):
     """beta = 3 > beta_* on both manifolds: the branch bends back into nu > nu_1 (where the uniform state is
@@ -217,10 +230,10 @@ def test_sphere_pde_converges_to_the_supercritical_branch_state():
     m = Model(3, 1.0, "ascent")
     b = branch_from_uniform(m, 1, 32, max_points=60)
     nu = 0.6 * b.threshold
-    st = _side_state(b, m, nu, 32)
-    assert st.stable and st.tail < 1e-12
-    r = solve_pde(m.replace(noise=nu), 160.0, 32, initial=lambda x: 1 + 0.01 * x[:, 2], rtol=1e-11, atol=1e-15,
-                  max_degree=32)
+    st = _side_state(b, m, nu, 40)
+    assert st.stable and st.tail < 1e-10
+    r = solve_pde(m.replace(noise=nu), 160.0, 40, initial=lambda x: 1 + 0.01 * x[:, 2], rtol=1e-11, atol=1e-15,
+                  max_degree=40)
     assert r.stop_reason == "t_final"
     assert np.abs(r.coeffs[-1] - st.coeffs).max() < 1e-8
 
@@ -249,21 +262,29 @@ def test_both_stable_states_of_the_bistable_window_persist():
 
 @pytest.mark.slow
 def test_particles_sample_the_stable_state():
-    """N = 10^5 noisy particles (S^1, beta = 1, nu = 0.6 nu_1) from 1 + 0.5 cos(theta) to t = 60: their first
-    Fourier coefficients, rotated so that c_1 is real (the state is stationary in every rotation; the noise
-    moves the cluster's centre), are the stable state's to within 3 N^{-1/2}."""
+    """N = 10^5 noisy particles (S^1, beta = 1, nu = 0.6 nu_1) from 1 + 0.5 cos(theta) to t = 70 sample the stable
+    state: the sizes |c_k| of their first Fourier coefficients (rotation-invariant: the state is stationary in
+    every rotation and the noise moves the cluster's centre) are the state's to within 3 N^{-1/2}.
+
+    The particle solver splits a step into the drift (RK4) and then the exact noise (Lie splitting), whose
+    invariant measure is O(dt) off the SDE's: measured |c_2| 0.014 too small at dt = 0.1 and 0.0098 at 0.05,
+    against N^{-1/2} = 0.0032. The particles after the next drift step and half a noise step sample the invariant
+    measure of the Strang splitting (noise h/2, drift, noise h/2: if pi is invariant for "drift then noise h",
+    pi D N_{h/2} is invariant for N_{h/2} D N_{h/2}), which is O(dt^2) off; those are compared."""
     m = Model(2, 1.0, "ascent")
     b = branch_from_uniform(m, 1, 64, max_points=60)
     nu = 0.6 * b.threshold
     st = _side_state(b, m, nu, 64)
-    N = 100_000
-    res = simulate_particles(m.replace(noise=nu), N, t_final=60.0, density=lambda x: 1 + 0.5 * x[:, 0], seed=3,
-                             integrator="rk4", dt=0.05, save_every=10.0)
-    theta = np.arctan2(res.x[-1][:, 1], res.x[-1][:, 0])
+    N, dt = 100_000, 0.1
+    res = simulate_particles(m.replace(noise=nu), N, t_final=70.0, density=lambda x: 1 + 0.5 * x[:, 0], seed=3,
+                             integrator="rk4", dt=dt, save_every=70.0)
+    drifted = simulate_particles(m, x0=res.x[-1], t_final=dt, integrator="rk4", dt=dt).x[-1]
+    theta = np.arctan2(drifted[:, 1], drifted[:, 0])
+    theta = theta + math.sqrt(nu * dt) * np.random.default_rng(5).standard_normal(N)     # half the noise of a step
     k = np.arange(1, 6)
     c = np.exp(-1j * np.outer(k, theta)).mean(axis=1)
-    c = c * np.exp(1j * k * np.angle(c[0]))          # rotate the cluster's centre to theta = 0
-    err = np.abs(c - st.coeffs[1:6])
+    err = np.abs(np.abs(c) - np.abs(st.coeffs[1:6]))
+    # measured 0.0024 at most
     assert np.max(err) < 3.0 / math.sqrt(N), err
 
 
