@@ -41,6 +41,11 @@ def test_thresholds_are_the_linear_rates_zeros(d, beta, gamma):
         # measured <= 2.4e-15
         assert abs(b.threshold / exact - 1) <= 1e-10, (l, b.threshold, exact)
         assert b.noise.min() >= 0.25 * exact and b.noise.max() <= 1.5 * exact
+        if l == 1:
+            # Mun and Rosenzweig's linear threshold K_# = beta^{d/2} / (2^{d/2} Gamma(d/2) I_{d/2}(beta)) is the
+            # coupling K = gamma e^{-beta} / (2 nu) at nu_1 (docs/noise.md, Conventions)
+            k_sharp = beta ** (d / 2) / (2 ** (d / 2) * math.gamma(d / 2) * iv(d / 2, beta))
+            assert abs(gamma * math.exp(-beta) / (2 * b.threshold) / k_sharp - 1) <= 1e-12
 
 
 @pytest.mark.parametrize("d", [2, 3])
