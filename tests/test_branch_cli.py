@@ -111,6 +111,14 @@ def test_the_branch_group_opens_in_xarray_with_named_dimensions(tmp_path):
                                            np.sqrt(4 * np.pi), rtol=1e-12)
 
 
+def test_example_branch_configurations_are_valid():
+    from pathlib import Path
+    configs = sorted((Path(__file__).resolve().parents[1] / "runs" / "branch").glob("*.toml"))
+    assert len(configs) == 2
+    for p in configs:
+        load_branch_config(p)
+
+
 @pytest.mark.parametrize("edit, message", [
     (lambda t: t.replace("[branch]", "[brunch]"), "brunch: unknown key"),
     (lambda t: t.split("[branch]")[0], "branch: is required"),

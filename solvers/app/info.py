@@ -13,7 +13,6 @@ import numpy as np
 
 from ..lagrangian import UNRESOLVED, not_stationary_note, unresolved
 from .archive import load
-from .branch import BRANCH_COMMAND, describe_branch
 from .config import ConfigError, parse_config
 
 __all__ = ["describe", "describe_model", "describe_pde", "describe_particles"]
@@ -196,7 +195,7 @@ def describe(path: str | Path) -> str:
         if run.made_by == "validate":
             out.append(f"  not finished ({why}): `attnpde validate` does not resume; the same command again "
                        "starts the study over, its PDE included")
-        elif str(a.get("command", "")).startswith(BRANCH_COMMAND):
+        elif str(a.get("command", "")).startswith("attnpde branch"):
             out.append(f"  not finished ({why}): `attnpde branch CONFIG --out {shlex.quote(str(run.path))} --resume` "
                        "continues it from its last point")
         elif run.made_by == "sweep":
@@ -224,6 +223,7 @@ def describe(path: str | Path) -> str:
     if run.comparison is not None:
         out.append("comparison (PDE vs particles):")
         out += ["  " + line for line in run.comparison.summary().splitlines()]
+    from .branch import describe_branch
     out += describe_branch(run.path)
     val = run.validation
     if val is not None:
