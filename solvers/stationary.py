@@ -1124,9 +1124,10 @@ class _Tracer:
                 side = +1
         return best
 
-    def locate(self, P: dict, Q: dict, f: Callable) -> dict | None:
+    def locate(self, P: dict, Q: dict, f: Callable, singular: bool = False) -> dict | None:
         """The point between consecutive points P and Q (Q computed from P along P's tangent) where f changes
-        sign; f takes (X, evaluation)."""
+        sign; f takes (X, evaluation). ``singular``: the point is a branch point, where the bordered system
+        (hence the tangent) is singular: its record keeps P's tangent, the direction the branch came from."""
         X0 = np.concatenate([P["x"], [P["mu"]]])
         X1 = np.concatenate([Q["x"], [Q["mu"]]])
         t = P["t"]
@@ -1142,7 +1143,7 @@ class _Tracer:
         if root is None:
             return None
         X, ev = root
-        return self.record(X, ev, self.tangent(ev, t), P["h"], P["side"], 0)
+        return self.record(X, ev, np.array(t) if singular else self.tangent(ev, t), P["h"], P["side"], 0)
 
     def events(self, points: list) -> dict:
         """Folds, branch points, symmetry-breaking bifurcations and free-energy crossings between
@@ -1165,7 +1166,8 @@ class _Tracer:
                 if a == b or (name == "main" and fold):
                     continue
                 k = min(a, b)
-                hit = self.locate(P, Q, lambda X, ev, name=name, k=k: self.p.spectra(ev)[name][0][k])
+                hit = self.locate(P, Q, lambda X, ev, name=name, k=k: self.p.spectra(ev)[name][0][k],
+                                  singular=name == "main")
                 if hit is not None:
                     hit["block"] = name
                     hit["kind"] = "branch point" if name == "main" else "symmetry-breaking"

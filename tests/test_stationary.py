@@ -307,6 +307,32 @@ def test_continue_branch_retraces_the_branch_and_reaches_the_uniform_state():
     assert any(abs(f - b.fold_noise[0]) < 1e-9 * b.fold_noise[0] for f in found)
 
 
+def test_branch_switching_at_a_symmetry_breaking_branch_point():
+    """V = 0.05 cos^2(theta) / 2 (a linear unit along e_x) is even and pi-periodic: the states continued from
+    large nu have the period pi (two bumps, c_1 = 0). Where the cos(theta) direction becomes unstable on that
+    branch (an eigenvalue of S through zero, no fold) continue_branch finds the branch point and switches to the
+    branch that breaks the period (c_1 != 0): a supercritical pitchfork, stable below the point where the
+    period-pi states are unstable. Every point of both is the stationary state Newton finds from it."""
+    p = Perceptron(np.array([[1.0, 0.0]]), c=np.array([0.05]), activation="linear")
+    m = Model(2, 3.0, "ascent", perceptron=p, noise=0.15)
+    s = stationary_state(m, 64)
+    assert s.representation == "even" and s.stable and abs(s.coeffs[1]) < 1e-14
+    b = continue_branch(s, (0.03, 0.2), max_points=80)
+    assert [x["kind"] for x in b.bifurcations] == ["branch point"] and len(b.children) == 1
+    bp = b.bifurcations[0]
+    assert abs(bp["spectra"]["main"][0]) < 1e-9          # S singular there, without a fold
+    assert np.all(np.abs(b.coeffs[:, 1]) < 1e-13)        # the parent keeps the period pi ...
+    below = b.noise < bp["nu"] * (1 - 1e-6)
+    assert np.all(~b.stable[below]) and np.all(b.stable[b.noise > bp["nu"] * (1 + 1e-6)])
+    child = b.children[0]
+    assert np.max(child.noise) <= bp["nu"] * (1 + 1e-9)  # ... the child leaves it towards smaller nu
+    far = child.noise < 0.9 * bp["nu"]
+    assert np.all(np.abs(child.coeffs[far, 1]) > 1e-3) and np.all(child.stable[far])
+    for i in (0, len(child.noise) // 3, len(child.noise) - 1):
+        st = stationary_state(m.replace(noise=float(child.noise[i])), 64, guess=child.coeffs[i])
+        assert np.abs(st.coeffs - child.coeffs[i]).max() < 1e-12 and st.iterations <= 1
+
+
 def test_index_from_S_is_the_count_of_positive_pde_eigenvalues():
     """Sylvester: the unstable directions counted on S are the positive eigenvalues of the linearised PDE, on
     both parts of a subcritical branch and for a mode-2 state (S^2 zonal, the orders m >= 1 counted twice)."""
