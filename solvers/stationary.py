@@ -104,8 +104,8 @@ from . import validators as check
 from ._blas import blas_threads
 from .model import Model
 
-__all__ = ["StationaryState", "Branch", "stationary_state", "branch_from_uniform", "continue_branch",
-           "free_energy", "REPRESENTATIONS"]
+__all__ = ["StationaryState", "Branch", "BranchSetup", "ContinuationOptions", "stationary_state", "branch_from_uniform",
+           "prepare_branch", "continue_branch", "free_energy", "REPRESENTATIONS"]
 
 #: kernel multipliers below this fraction of the largest are dropped (as the PDE solvers do)
 KERNEL_TOL = 1e-17
@@ -1227,7 +1227,14 @@ class Branch:
         Why each side ended: {side: (reason, message)}; reasons "range" (noise_range reached), "uniform"
         (back at the uniform state), "resolution", "step", "max_points", "interrupted".
     children : list of Branch
-        Branches switched to at its branch points (:func:`continue_branch` with ``switch``).
+        Branches switched to at its branch points (:func:`continue_branch` with ``switch``); ``parent_point``
+        is the branch point a child starts from.
+    unknowns, tangents : ndarray (P, n), (P, n + 1)
+        The reduced unknowns x of every point and the unit tangent in (x, nu / nu_ref): what a resume or
+        :meth:`state` continues from.
+    noise_range, nu_ref, options, wall_time
+        The range followed, the noise scale of the arclength (the threshold, or the start's nu), the
+        :class:`ContinuationOptions` as a dict, the seconds taken.
     """
 
     model: Model

@@ -79,6 +79,9 @@ def test_an_interrupted_branch_resumes_to_the_uninterrupted_numbers(tmp_path, mo
         assert f.attrs["status"] == "interrupted" and not f["branch"].attrs["complete"]
         assert 0 < f["branch"].attrs["points"] < len(whole.branch.noise)
     monkeypatch.undo()
+    from solvers.app.info import describe
+    text = describe(tmp_path / "part.h5")
+    assert "--resume` continues it from its last point" in text and "not complete" in text
     with pytest.raises(Exception, match="exists"):
         run_branch(cfg, tmp_path / "part.h5", figure=False, log=lambda s: None)
     done = run_branch(cfg, tmp_path / "part.h5", resume=True, figure=False, log=lambda s: None)
