@@ -585,6 +585,11 @@ def _newton(p: _Problem, x0: np.ndarray, nu: float, tol: float, max_iter: int) -
         if not np.isfinite(r_new):
             return ev, it, False, "Newton diverged (non-finite residual)"
         if a < 1.0 / 256 and r_new >= r:
+            # within a hundred times the tolerance the residual is at its round-off floor (a state with a
+            # symmetry: the minimum-norm steps turn it along the orbit)
+            rmax = float(np.max(np.abs(R), initial=0.0))
+            if rmax <= 100 * tol:
+                return ev, it - 1, True, f"converged in {it - 1} Newton steps to |R| = {rmax:.1e}, its round-off floor"
             return ev, it, False, f"Newton stalled at |R| = {r:.2e} (no descent along the Newton step)"
         x, ev, R, r = x + a * dx, ev_new, R_new, r_new
     ok = np.max(np.abs(R), initial=0.0) <= tol
@@ -870,7 +875,7 @@ def _sphere_symmetry_rank(b, u: np.ndarray) -> int:
     for a in np.eye(3):
         om = np.cross(a, pts)
         f = -(np.einsum("ijk,ijk->ij", om, et) * vt + np.einsum("ijk,ijk->ij", om, ep) * vp)
-        vecs.append(np.abs(b.analys(np.ascontiguousarray(f))))
+        vecs.append(b.analys(np.ascontiguousarray(f)).view(float))
     sv = np.linalg.svd(np.array(vecs), compute_uv=False)
     return int(np.sum(sv > 1e-8 * max(float(np.linalg.norm(u[1:])), 1e-300)))
 
