@@ -205,6 +205,9 @@ def describe(path: str | Path) -> str:
         if run.made_by == "validate":
             out.append(f"  not finished ({why}): `attnpde validate` does not resume; the same command again "
                        "starts the study over, its PDE included")
+        elif str(a.get("command", "")).startswith("attnpde branch"):
+            out.append(f"  not finished ({why}): `attnpde branch CONFIG --out {shlex.quote(str(run.path))} --resume` "
+                       "continues it from its last point")
         elif run.made_by == "sweep":
             out.append(f"  not finished ({why}): a member of `attnpde sweep`; the sweep's own command with "
                        "--resume (its configuration, --beta list and --out folder) continues it from "
@@ -230,6 +233,8 @@ def describe(path: str | Path) -> str:
     if run.comparison is not None:
         out.append("comparison (PDE vs particles):")
         out += ["  " + line for line in run.comparison.summary().splitlines()]
+    from .branch import describe_branch
+    out += describe_branch(run.path)
     val = run.validation
     if val is not None:
         out.append(f"validation: particles -> PDE for N = {', '.join(str(int(n)) for n in val.n)} "
