@@ -83,8 +83,8 @@ class Progress:
         if now - self.last < self.every and t < end:
             return
         self.last = now
-        extra = " ".join(f"{k}={_fmt(info[k])}" for k in ("check", "dt", "degree", "nodes", "nsteps", "n_clusters")
-                         if k in info)
+        extra = " ".join(f"{k}={_fmt(info[k])}" for k in ("check", "dt", "degree", "nodes", "diffuse", "nsteps",
+                                                          "n_clusters") if k in info)
         if math.isinf(end):
             # a run to its certified end: no fraction to estimate from
             self.emit(f"[{self.stage}] t={t:.6g} (until certified) {extra} elapsed {now - self.start:.0f}s")
