@@ -59,7 +59,7 @@ show up as nodes that coincide.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
@@ -73,6 +73,7 @@ from .atoms import Atoms, circle_closest_chord, circle_neighbour_chords, single_
 from .interaction import InteractionSums
 from .model import Model
 from .particles import measure_energy, measure_velocity
+from .restart import LagrangianState
 from .stepping import ROS34PW2, TABLEAUS, Integration, StepController
 
 __all__ = ["Nodes", "handoff_nodes", "node_atoms", "estimate_atoms", "NodeAtoms", "LagrangianPhase"]
@@ -361,7 +362,6 @@ LEAVE_GROWTHS = 20.0
 MAX_PLATEAUS = 64
 
 
-@dataclass
 class LagrangianPhase(Integration):
     """The node measure stepped in time (module docstring): an :class:`~solvers.stepping.Integration` of the
     node positions, built at the handoff or from a restart state; :meth:`run` advances it to t_final or
@@ -383,29 +383,27 @@ class LagrangianPhase(Integration):
     rtol, atol, merge_tol : step error tolerances (radians), merge distance
     drift_tol : all nodes slower than this (radians per unit time) and not certifiable: "stationary"
     certify, atom_radius, kick : certification on, its grouping radius, the plateau kick (radians)
+    state : a :class:`~solvers.restart.LagrangianState` to continue from (its nodes, time, steps and
+        certification replace ``nodes``, ``t``, ``dt``, ``nsteps``, ``nrejected`` and ``merges``)
     """
 
-    model: Model
-    space: object
-    nodes: Nodes
-    t: float
-    degree: int
-    rtol: float
-    atol: float
-    merge_tol: float
-    drift_tol: float
-    sums: InteractionSums | None = None
-    dt: float | None = None
-    nsteps: int = 0
-    nrejected: int = 0
-    merges: list = field(default_factory=list)
-    certify: bool = False
-    atom_radius: float = 0.0
-    kick: float = 1e-4
-
-    def __post_init__(self) -> None:
-        self.tableau = self.controller = None
-        self.f = None
+    def __init__(self, model: Model, space, nodes: Nodes | None, t: float, degree: int, rtol: float, atol: float,
+                 merge_tol: float, drift_tol: float, sums: InteractionSums | None = None, dt: float | None = None,
+                 nsteps: int = 0, nrejected: int = 0, merges: list | None = None, certify: bool = False,
+                 atom_radius: float = 0.0, kick: float = 1e-4, state: LagrangianState | None = None) -> None:
+        if state is not None:
+            nodes = Nodes(state.x, state.w, state.count)
+            t, dt, nsteps, nrejected = state.t, state.dt if math.isfinite(state.dt) else None, state.node_nsteps, \
+                state.node_nrejected
+            merges = list(state.merges)
+        # t_final, max_steps: those of run()
+        super().__init__(t=t, t_final=math.inf, dt=dt, tableau=None, controller=None, max_steps=10 ** 9,
+                         nsteps=nsteps, nrejected=nrejected)
+        self.model, self.space, self.nodes, self.degree = model, space, nodes, degree
+        self.rtol, self.atol, self.merge_tol, self.drift_tol = rtol, atol, merge_tol, drift_tol
+        self.sums = sums
+        self.merges = [] if merges is None else merges
+        self.certify, self.atom_radius, self.kick = certify, atom_radius, kick
         self.psi = None
         self._save_time = self._on_save = None
         self.stationary = True
@@ -421,8 +419,15 @@ class LagrangianPhase(Integration):
         self.samples: list = []           # (t, energy) at the attempts since the last plateau
         self.diffuse_log: list = []       # (t, diffuse mass) at the last two attempts
         self.why_not = ""                 # why the last attempt did not certify
+        if state is not None:
+            self.implicit = state.implicit
+            self.t_begin, self.next_attempt, self.quiet = state.t_begin, state.next_attempt, state.quiet
+            self.samples, self.plateaus = list(state.samples), list(state.plateaus)
+            self.diffuse_log, self.terminal, self.ended = list(state.diffuse_log), state.terminal, state.ended
         if self.nodes is not None:
             self._choose_method()
+        if state is not None:
+            self.controller.facold = state.node_facold
 
     def _choose_method(self) -> None:
         """DP54, or ROS34PW2 once the explicit steps are stiff and the nodes few (``implicit``); a change of
@@ -519,42 +524,17 @@ class LagrangianPhase(Integration):
                 "nodes": {"x": n.x.copy(), "w": n.w.copy(), "count": n.count.copy(),
                           "max_drift": float(math.sqrt(speed2.max()))}}
 
-    def state_dict(self) -> dict:
-        """Restart state (arrays and scalars): with it :meth:`run` continues bit for bit."""
-        return {"t": self.t, "x": self.nodes.x.copy(), "w": self.nodes.w.copy(), "count": self.nodes.count.copy(),
-                "dt": float(self.dt) if self.dt is not None else float("nan"), "node_nsteps": self.nsteps,
-                "node_nrejected": self.nrejected, "merges": [list(m) for m in self.merges],
-                "node_facold": self.controller.facold, "implicit": self.implicit, "t_begin": self.t_begin,
-                "next_attempt": self.next_attempt,
-                "quiet": None if self.quiet is None else list(self.quiet),
-                "samples": [list(s) for s in self.samples], "plateaus": [p.to_dict() for p in self.plateaus],
-                "diffuse_log": [list(d) for d in self.diffuse_log],
-                "terminal": None if self.terminal is None else self.terminal.to_dict(),
-                "ended": None if self.ended is None else list(self.ended)}
-
-    def restore(self, state: dict) -> None:
-        self.t = float(state["t"])
-        self.nodes = Nodes(np.ascontiguousarray(state["x"], dtype=float), np.asarray(state["w"], dtype=float),
-                           np.asarray(state["count"], dtype=np.int64))
-        dt = float(state["dt"])
-        self.dt = dt if math.isfinite(dt) else None
-        self.nsteps, self.nrejected = int(state["node_nsteps"]), int(state["node_nrejected"])
-        self.merges = [tuple(m) for m in state.get("merges", [])]
-        self.implicit = bool(state.get("implicit", False))
-        self._stiff_h = None
-        self._choose_method()
-        self.controller.facold = float(state["node_facold"])
-        self.f = self.psi = None
-        self._merge_slack = None
-        self.t_begin = float(state.get("t_begin", self.t))
-        self.next_attempt = float(state.get("next_attempt", self.t))
-        q = state.get("quiet")
-        self.quiet = None if q is None else (int(q[0]), float(q[1]))
-        self.samples = [(float(a), float(b)) for a, b in state.get("samples", [])]
-        self.plateaus = [term.Plateau.from_dict(p) for p in state.get("plateaus", [])]
-        self.diffuse_log = [(float(a), float(b)) for a, b in state.get("diffuse_log", [])]
-        self.terminal = None if state.get("terminal") is None else term.TerminalState.from_dict(state["terminal"])
-        self.ended = None if state.get("ended") is None else tuple(state["ended"])
+    def restart_state(self, **run) -> LagrangianState:
+        """The state :class:`LagrangianPhase` continues from bit for bit (``state=``), with ``run``: the fields
+        of the run that the node phase does not hold (:class:`~solvers.restart.LagrangianState`)."""
+        return LagrangianState(
+            **run, t=self.t, degree=self.degree, x=self.nodes.x.copy(), w=self.nodes.w.copy(),
+            count=self.nodes.count.copy(), dt=float(self.dt) if self.dt is not None else float("nan"),
+            node_nsteps=self.nsteps, node_nrejected=self.nrejected, merges=list(self.merges),
+            node_facold=self.controller.facold, implicit=self.implicit, t_begin=self.t_begin,
+            next_attempt=self.next_attempt, quiet=self.quiet, samples=list(self.samples),
+            plateaus=list(self.plateaus), diffuse_log=list(self.diffuse_log), terminal=self.terminal,
+            ended=self.ended)
 
     # --- the protocol of Integration ----------------------------------------------------------------
     def save_time(self) -> float:

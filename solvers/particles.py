@@ -68,6 +68,7 @@ from .atoms import CLUSTER_RULES, clusters, spread_within
 from .interaction import DEFAULT_BLOCK_BYTES, DEFAULT_TOL, SUM_METHODS, InteractionSums
 from .interrupts import at_once, graceful_stop
 from .model import Model, VonMisesFisher, density_values
+from .restart import ParticleState
 from .stepping import TABLEAUS, Integration, Progress, StepController
 
 __all__ = ["simulate_particles", "ParticleResult", "ParticleOptions", "StopRule", "initial_particles",
@@ -686,19 +687,20 @@ def prepare_particles(model: Model, n: int | None = None, x0: np.ndarray | None 
     if model.noise > 0 and rule is not None and t_final is None:
         raise ValueError("a stopping rule with noise > 0 needs t_final: the deterministic drift of a noisy cloud "
                          "does not fall to drift_tol, so the rule alone would run to max_steps")
-    n_total = (np.shape(restart["x"])[0] if restart is not None else np.shape(x0)[0] if x0 is not None
-               else n if check.is_integer(n) else None)
-    _refuse_infeasible(d, n_total, t_final, integrator, dt, save_every, opts,
-                       float(restart["t"]) if restart is not None else 0.0)
-
+    state = None
     if restart is not None:
         if x0 is not None or n is not None or density is not None or weights is not None:
             raise ValueError("restart carries the particles: do not pass n, x0, weights or density with it")
-        x = np.array(restart["x"], dtype=float)
-        w = np.array(restart["w"], dtype=float)
+        state = ParticleState.from_dict(restart)
+    n_total = (np.shape(state.x)[0] if state is not None else np.shape(x0)[0] if x0 is not None
+               else n if check.is_integer(n) else None)
+    _refuse_infeasible(d, n_total, t_final, integrator, dt, save_every, opts, state.t if state is not None else 0.0)
+
+    if state is not None:
+        x, w = state.x, state.w
         if x.ndim != 2 or x.shape[1] != d or w.shape != (x.shape[0],):
             raise ValueError(f"restart state does not hold (N, {d}) positions and (N,) weights")
-        desc = str(restart.get("initial", "restart"))
+        desc = state.initial
     else:
         if x0 is not None:
             if density is not None:
@@ -738,19 +740,28 @@ def prepare_particles(model: Model, n: int | None = None, x0: np.ndarray | None 
         if w is None:
             w = np.full(x.shape[0], 1.0 / x.shape[0])
         w = w / w.sum()
-    return ParticleRun(model, x, w, desc, t_final, integrator, dt, save_every, rule, seed, opts, restart)
+    return ParticleRun(model, x, w, desc, t_final, integrator, dt, save_every, rule, seed, opts, state)
 
 
 class ParticleRun(Integration):
     """One prepared integration (:func:`prepare_particles`): state, stepping, snapshots, stopping rule, on
     the shared loop of :class:`~solvers.stepping.Integration`. :meth:`run` integrates it once."""
 
-    def __init__(self, model, x, w, desc, t_final, integrator, dt, save_every, rule, seed, opts, restart) -> None:
+    def __init__(self, model, x, w, desc, t_final, integrator, dt, save_every, rule, seed, opts,
+                 state: ParticleState | None) -> None:
+        tableau = {"euler": TABLEAUS["Euler"], "rk4": TABLEAUS["RK4"], "adaptive": TABLEAUS["DP54"]}[integrator]
+        adaptive = integrator == "adaptive"
+        super().__init__(t=0.0 if state is None else state.t, t_final=math.inf if t_final is None else t_final,
+                         dt=dt if state is None else None if not math.isfinite(state.dt) else state.dt,
+                         tableau=tableau, controller=StepController(tableau.error_order) if adaptive else None,
+                         max_steps=opts.max_steps, nsteps=0 if state is None else state.nsteps,
+                         nrejected=0 if state is None else state.nrejected,
+                         steps={"t": [], "dt": [], "error": [], "accepted": []} if adaptive else None)
         self.model, self.w, self.initial = model, w, desc
-        self.t_final = math.inf if t_final is None else t_final
         self.integrator, self.dt0, self.save_every, self.rule = integrator, dt, save_every, rule
         self.seed, self.opts = seed, opts
         self.progress = self.callback = None
+        self.last_restart = None
         self._ran = False
         self.N = x.shape[0]
         self.sums = None
@@ -764,13 +775,9 @@ class ParticleRun(Integration):
         self.spread_ok = True
         self.radius = cluster_radius(model.beta, model.d, self.scale)
         self.record_clusters = opts.record_clusters or rule is not None
-        self.tableau = {"euler": TABLEAUS["Euler"], "rk4": TABLEAUS["RK4"], "adaptive": TABLEAUS["DP54"]}[integrator]
-        self.controller = StepController(self.tableau.error_order) if integrator == "adaptive" else None
         self.rows: list[dict] = []
-        self.steps = {"t": [], "dt": [], "error": [], "accepted": []} if integrator == "adaptive" else None
         noise_seq = np.random.SeedSequence(seed).spawn(2)[1]
         self.rng = np.random.Generator(np.random.PCG64(noise_seq))
-        self.f = None                      # velocity at the current state, when known
         # the fixed steps' stiffness q (module docstring): the step just accepted (x, v at its start, h) until
         # the velocity at its end is known; the largest q since the last snapshot, over the run, and the
         # time of the first step above the bound
@@ -780,31 +787,24 @@ class ParticleRun(Integration):
         self._step_from = None
         self.stiffness_since = self.stiffness_max = math.nan
         self.stiffness_over_t: float | None = None
-        if restart is None:
-            self.x, self.t = x, 0.0
-            self.nsteps = self.nrejected = 0
-            self.save_index = 1
-            self.dt = dt
+        self.x = x
+        self.save_index = 1 if state is None else state.save_index
+        self.fresh = state is None
+        if state is None:
             self.counts: list[int] = []
-            self.fresh = True
             self._last_snapshot_t = None
         else:
             # a state kept where an interruption stopped the run is after its last snapshot
-            self._last_snapshot_t = float(restart.get("last_snapshot_t", restart["t"]))
-            self._check_settings(restart.get("settings"))
-            self.x, self.t = x, float(restart["t"])
-            self.nsteps, self.nrejected = int(restart["nsteps"]), int(restart["nrejected"])
-            self.save_index = int(restart["save_index"])
-            self.dt = None if restart.get("dt") is None or not math.isfinite(restart["dt"]) else float(restart["dt"])
-            self.counts = [int(c) for c in restart.get("stop_counts", [])]
-            self.rng.bit_generator.state = restart["rng_state"]
-            if self.controller is not None and "facold" in restart:
-                self.controller.restore(restart)
-            if "stiffness" in restart:          # (a restart state written before it was recorded: none)
-                since, most, over = (float(v) for v in restart["stiffness"])
+            self._last_snapshot_t = state.last_snapshot_t
+            self._check_settings(state.settings)
+            self.counts = list(state.stop_counts)
+            self.rng.bit_generator.state = state.rng_state
+            if self.controller is not None and state.facold is not None:
+                self.controller.facold = state.facold
+            if state.stiffness is not None:          # (a restart state written before it was recorded: none)
+                since, most, over = state.stiffness
                 self.stiffness_since, self.stiffness_max = since, most
                 self.stiffness_over_t = None if math.isnan(over) else over
-            self.fresh = False
 
     def _settings(self) -> dict:
         """What a restart must share with the run it continues (else it would not be that run)."""
@@ -839,14 +839,14 @@ class ParticleRun(Integration):
         return min(k * self.save_every, self.t_final)
 
     def _restart_state(self) -> dict:
-        return {"t": self.t, "last_snapshot_t": self._last_snapshot_t, "x": self.x.copy(), "w": self.w.copy(),
-                "nsteps": self.nsteps, "nrejected": self.nrejected, "save_index": self.save_index,
-                "dt": float(self.dt) if self.dt is not None else float("nan"),
-                "rng_state": self.rng.bit_generator.state, "stop_counts": list(self.counts),
-                "stiffness": [self.stiffness_since, self.stiffness_max,
-                              math.nan if self.stiffness_over_t is None else self.stiffness_over_t],
-                "initial": self.initial, "settings": self._settings(),
-                **(self.controller.state() if self.controller is not None else {})}
+        return ParticleState(
+            t=self.t, last_snapshot_t=self._last_snapshot_t, x=self.x.copy(), w=self.w.copy(), nsteps=self.nsteps,
+            nrejected=self.nrejected, save_index=self.save_index,
+            dt=float(self.dt) if self.dt is not None else float("nan"), rng_state=self.rng.bit_generator.state,
+            stop_counts=list(self.counts), stiffness=(self.stiffness_since, self.stiffness_max,
+                                                      math.nan if self.stiffness_over_t is None else self.stiffness_over_t),
+            initial=self.initial, settings=self._settings(),
+            facold=self.controller.facold if self.controller is not None else None).to_dict()
 
     def _snapshot(self) -> tuple[int, float]:
         """Record the current state; returns (cluster count, max drift)."""
@@ -946,10 +946,6 @@ class ParticleRun(Integration):
     @property
     def state(self) -> np.ndarray:
         return self.x
-
-    @property
-    def max_steps(self) -> int:
-        return self.opts.max_steps
 
     def rhs_at_state(self) -> np.ndarray:
         return self.velocity(self.x)[0]
@@ -1053,5 +1049,5 @@ class ParticleRun(Integration):
             nsteps=self.nsteps, nrejected=self.nrejected, integrator=self.integrator, dt=self.dt0, seed=self.seed,
             stop=None if self.rule is None else {f.name: getattr(self.rule, f.name) for f in fields(self.rule)},
             options=self.opts.to_dict(), sum_method=self.sum_method, initial=self.initial, wall_time=wall,
-            steps=steps, restart=getattr(self, "last_restart", None), step_stiffness=col("step_stiffness"),
+            steps=steps, restart=self.last_restart, step_stiffness=col("step_stiffness"),
             stability_bound=self.stability_bound, beyond_stability=self.stiffness_over_t)

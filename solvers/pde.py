@@ -30,7 +30,9 @@ from .atoms import DEFAULT_PROMINENCE
 from .interaction import InteractionSums
 from .interrupts import at_once, graceful_stop
 from .model import Model, density_values
-from .stepping import TABLEAUS, Integration, Progress, StepController
+from .eulerian import EulerianPhase, grid_rows
+from .restart import GoodState, LagrangianState, pde_state_from_dict
+from .stepping import Progress
 from .terminal import TerminalState
 
 __all__ = ["solve_pde", "prepare_pde", "PDERun", "PDEResult", "PDEOptions", "STOP_REASONS", "space_for",
@@ -441,22 +443,6 @@ class PDEResult:
         return "\n".join(lines)
 
 
-def _sci(x: float) -> str:
-    """``x`` in e-notation with the digits it has: 1e-04, 2.5e-04 (``:g`` writes 0.0001)."""
-    mantissa, exponent = f"{x:.15e}".split("e")
-    return mantissa.rstrip("0").rstrip(".") + "e" + exponent
-
-
-def _above(x: float, bound: float) -> str:
-    """``x`` (> ``bound``) with three significant digits, or as many more as it takes to read above the
-    bound: a tail of 1.0004e-4 against a tolerance of 1e-4 is 1.0004e-04, not 1.00e-04."""
-    for digits in range(2, 17):
-        text = f"{x:.{digits}e}"
-        if float(text) > bound:
-            return text
-    return repr(x)
-
-
 def _check_restart_settings(saved: dict | None, now: dict) -> None:
     """ValueError listing what differs between a restart state's settings and this run's."""
     if saved is None:
@@ -646,92 +632,74 @@ def prepare_pde(model: Model, t_final: float, degree: int, initial="uniform", sa
                       restart)
 
 
-class PDERun(Integration):
+class PDERun:
     """One prepared integration (:func:`prepare_pde`); :meth:`run` integrates it once.
 
-    Phases: the Eulerian (spectral) stepping with resolution control; with ``continuation="lagrangian"``
-    the handoff to a node measure and its Lagrangian stepping (``solvers.lagrangian``); then, by
-    default, the error-estimate run of the continuation at twice the nodes.
+    A thin driver of the phases: the Eulerian (spectral) phase with resolution control
+    (:class:`~solvers.eulerian.EulerianPhase`); with ``continuation="lagrangian"`` the handoff to a node
+    measure and its Lagrangian phase (:class:`~solvers.lagrangian.LagrangianPhase`); then, by default, the
+    error-estimate run of the continuation at twice the nodes. The driver owns the snapshot schedule past
+    the handoff, the snapshots of both phases (one record path), the callbacks and checkpoints, the restart
+    states, the result and the wording of an interruption.
     """
 
     def __init__(self, model, Disc, space, t_final, degree, initial, save_every, opts: PDEOptions,
                  max_degree, restart) -> None:
-        self.model, self.Disc, self.space = model, Disc, space
+        self.model, self.space = model, space
         self.t_final, self.save_every, self.opts, self.max_degree = t_final, save_every, opts, max_degree
         self.continues = opts.continuation == "lagrangian"
         # the largest Eulerian resolution: refinements are clipped to it
         self.cap = min(max_degree, opts.handoff_degree) if self.continues else max_degree
-        self.callback = self.progress = None
+        self.callback = self.progress = self.stop_request = None
+        self.checkpoint, self.checkpoint_every = None, math.inf
         self._settings_once = None
-        self.tableau = TABLEAUS[opts.method]
-        self.controller = StepController(self.tableau.error_order)
         self.snaps = _Snapshots()
         self.steps = {"t": [], "dt": [], "error": [], "accepted": []}
         self._steps_mark = 0
-        self._norms = ((None, 0.0), (None, 0.0))       # (state, its norm), see _norm
-        self._scaled = None                            # see rhs_scaled
         self.refinements: list = []
-        self.output_points = opts.output_points or space.default_output_points
-        self.t = 0.0 if restart is None else float(restart["t"])
-        self._refuse_too_big()
-        self.grid = space.output_grid(self.output_points)
-        self.lag = None              # the Lagrangian phase, after the handoff
-        self.handoff = None          # what the handoff was (dict), after it
-        self.check = None            # the error-estimate run's final node measure
-        self.checking = False        # inside the error-estimate run (an interruption there says so)
-        self._ran = False
-        restart = dict(restart) if restart is not None else None
-        # a restart state is that of the last snapshot taken, or of a step after it where an interruption
-        # stopped the run (archives before the key: at a snapshot)
-        self._last_snapshot_t = None if restart is None else float(restart.get("last_snapshot_t", restart["t"]))
-        if restart is None:
-            c, self.degree, self.initial_desc, self._miss = _initial_coefficients(space, initial, degree,
-                                                                                  opts.tail_tol, self.cap)
-            if self.degree != degree:
-                self.refinements.append((0.0, degree, self.degree))
-            self.t = 0.0
-            self.nsteps = self.nrejected = 0
-            self.save_index = 1
-            self.dt = opts.dt0
-        else:
-            self.degree = int(restart["degree"])
-            c = np.asarray(restart["coeffs"], dtype=complex)[: space.ncoef(self.degree)]
-            self.t = float(restart["t"])
-            self.nsteps, self.nrejected = int(restart["nsteps"]), int(restart["nrejected"])
-            self.save_index = int(restart["save_index"])
-            self.dt = float(restart["dt"])
-            self.controller.restore(restart)
-            self.initial_desc = str(restart.get("initial", "restart"))
-            self.refinements = [tuple(r) for r in restart.get("refinements", [])]
-            self._miss = 0.0
-            _check_restart_settings(restart.get("settings"), self._settings())
-            # at t_final a continuation may still owe its error-estimate run
-            owes = restart.get("phase") == "lagrangian" and opts.error_estimate and self.t == t_final
-            if self.t >= t_final and not owes:
-                raise ValueError(f"the restart state is at t = {self.t:.6g} >= t_final = {t_final:g}: nothing to run")
-        self.restart_from = restart
-        self.filter = opts._filter
         # the computational grid of every degree used (fixed by the degree: recorded so that a resume on
         # a machine or version whose grid would differ can be refused)
-        self.grids = {int(row[0]): tuple(int(v) for v in row[1:]) for row in (restart or {}).get("grids", [])}
-        if restart is not None and restart.get("phase") == "lagrangian":
-            self._restore_lagrangian(restart)
+        self.grids: dict = {}
+        self.output_points = opts.output_points or space.default_output_points
+        state = None if restart is None else pde_state_from_dict(restart)
+        self.t = 0.0 if state is None else state.t
+        self._refuse_too_big()
+        self.grid = space.output_grid(self.output_points)
+        self.euler: EulerianPhase | None = None     # the spectral phase, until the handoff
+        self.lag = None              # the Lagrangian phase, after the handoff
+        self.handoff = None          # what the handoff was (dict), after it
+        self.good = None             # the handoff state (GoodState), after it
+        self.spectral = None         # (nsteps, nrejected, facold) the spectral phase ended with, after it
+        self.check = None            # the error-estimate run's final node measure
+        self.checking = False        # inside the error-estimate run (an interruption there says so)
+        self.last_restart = None
+        self._ran = False
+        self._resumed_from = None if state is None else state.t
+        # a restart state is that of the last snapshot taken, or of a step after it where an interruption
+        # stopped the run (archives before the key: at a snapshot)
+        self._last_snapshot_t = None if state is None else state.last_snapshot_t
+        miss = 0.0
+        if state is None:
+            c, first, self.initial_desc, miss = _initial_coefficients(space, initial, degree, opts.tail_tol, self.cap)
+            if first != degree:
+                self.refinements.append((0.0, degree, first))
+            degree = first
+        else:
+            c = None
+            self.initial_desc = state.initial
+            self.refinements = [tuple(r) for r in state.refinements]
+            _check_restart_settings(state.settings, self._settings())
+            # at t_final a continuation may still owe its error-estimate run
+            owes = isinstance(state, LagrangianState) and opts.error_estimate and self.t == t_final
+            if self.t >= t_final and not owes:
+                raise ValueError(f"the restart state is at t = {self.t:.6g} >= t_final = {t_final:g}: nothing to run")
+            self.grids = {int(row[0]): tuple(int(v) for v in row[1:]) for row in state.grids}
+        if isinstance(state, LagrangianState):
+            self._restore_lagrangian(state)
             return
-        self.disc = Disc(model, self.degree, threads=opts.threads, effort=opts.planner)
-        self.grids[self.degree] = tuple(self.disc.grid_shape)
-        self.u = space.to_state(c, self.degree)
-        with np.errstate(all="ignore"):             # a state it cannot use is reported just below
-            self._start = self._rhs_with_diag()
-        # the last resolved state (tail <= tail_tol, positivity and SA checks passed): the handoff's source
-        self.good = None
-        self._refuse_infeasible(self._start[1])
-        if restart is None:
-            self._refuse_unusable_initial_state(self._start[1])
-            self._remember_good(self._start[1])
-        elif "good_coeffs" in restart:
-            self.good = {"t": float(restart["good_t"]), "degree": int(restart["good_degree"]),
-                         "save_index": int(restart["good_save_index"]),
-                         "coeffs": np.asarray(restart["good_coeffs"], dtype=complex)}
+        self.euler = EulerianPhase(model, space, Disc, opts, t_final, degree, c, miss, self.cap, max_degree,
+                                   self.continues, self._save_time, save_every, self.output_points, self.steps,
+                                   self.refinements, self.grids, lambda row: self._record(row, None), state)
 
     def _refuse_too_big(self) -> None:
         """Refuse (ValueError) a run whose snapshots, output grid and transforms would not fit in memory
@@ -756,64 +724,9 @@ class PDERun(Integration):
         parts[f"transforms at degree {self.cap}"] = space.transform_bytes(self.cap)
         refuse_if_too_big(parts, "raise save_every, lower output_points or max_degree")
 
-    def _refuse_infeasible(self, diag: dict) -> None:
-        """Refuse (ValueError) a run that cannot reach t_final within max_steps."""
-        opts = self.opts
-        left = self.t_final - self.t
-        if math.isinf(left):
-            return
-        if self.save_every is not None:
-            n_save = math.ceil(left / self.save_every - 1e-9)
-            if n_save > opts.max_steps:
-                raise ValueError(f"max_steps = {opts.max_steps} cannot reach t_final = {self.t_final:g}: the "
-                                 f"{n_save} snapshot times left each need a step; raise max_steps or save_every")
-        vmax = diag.get("vmax", 0.0)
-        if vmax > 0 and math.isfinite(vmax):
-            # the CFL bound at the present, coarsest, grid: finer grids only need more steps
-            need = left * vmax / (opts.cfl * self.disc.spacing)
-            if need > opts.max_steps:
-                raise ValueError(f"at t = {self.t:g} max |v| = {vmax:.3g} limits the step to cfl h / max|v| = "
-                                 f"{opts.cfl * self.disc.spacing / vmax:.3g}: t_final = {self.t_final:g} needs more than "
-                                 f"max_steps = {opts.max_steps} steps (check the model's perceptron scale and "
-                                 "strength, and the option cfl)")
-
-    def _refuse_unusable_initial_state(self, diag: dict) -> None:
-        """Raise ValueError when the run would stop at its first check (docstring of prepare_pde). An
-        unresolved density is named as such first: its Gibbs undershoot would otherwise pass for a
-        negative density."""
-        opts = self.opts
-        # what the kept coefficients miss of a callable counts as tail (see _initial_coefficients)
-        tail = max(self.disc.tail(self.u), self._miss)
-        if self.degree >= self.cap and self.continues and tail > opts.tail_tol:
-            raise ValueError(f"initial data refused before any step: the initial density is not resolved at the "
-                             f"handoff degree {self.cap} (spectral tail or miss at check points "
-                             f"{_above(tail, opts.tail_tol)} > tail_tol {_sci(opts.tail_tol)}), so the continuation has no resolved state to start "
-                             "from; raise handoff_degree (and max_degree), or start from a smoother density")
-        if self.degree >= self.cap and tail > opts.tail_max:
-            raise ValueError(f"initial data refused before any step: the initial density is not resolved at "
-                             f"max_degree = {self.max_degree} (spectral tail or miss at check points "
-                             f"{_above(tail, opts.tail_max)} > tail_max {_sci(opts.tail_max)}; the run would stop at once with 'resolution'); raise "
-                             "max_degree, or start from a smoother density")
-        chk = self._check_state(diag)
-        if chk is not None:
-            reason, message = chk
-            advice = {"positivity": "give the coefficients of a density >= 0 (or raise positivity_tol)",
-                      "resolution": "lower beta, or start from smoother data",
-                      "non-finite": "give finite data"}[reason]
-            raise ValueError(f"initial data refused before any step: {message} on the computational grid of "
-                             f"degree {self.degree} (the run would stop at once with '{reason}'); {advice}")
-
     # --- helpers --------------------------------------------------------------------------------
     def _save_time(self, k: int) -> float:
         return snapshot_time(k, self.save_every, self.t_final)
-
-    def _common_state(self) -> dict:
-        # last_snapshot_t < t: a state kept where an interruption stopped the run, between snapshots
-        # step_log: the attempted steps this run has logged up to this state (the archive's rows of them)
-        return {"t": self.t, "last_snapshot_t": self._last_snapshot_t, "step_log": len(self.steps["t"]),
-                "nsteps": self.nsteps, "nrejected": self.nrejected, "save_index": self.save_index,
-                "initial": self.initial_desc, "refinements": [tuple(r) for r in self.refinements],
-                "grids": self._grid_rows(), "settings": self._settings()}
 
     def _settings(self) -> dict:
         """What a restart must share with the run it continues (else it would not be that run); t_final
@@ -841,29 +754,25 @@ class PDERun(Integration):
                 "noise": m.noise, "perceptron": digest, "save_every": self.save_every,
                 **{f"option {k}": v for k, v in opts.items()}}
 
+    def _spectral(self) -> tuple[int, int, float]:
+        """(nsteps, nrejected, facold) of the spectral phase, running or ended by the handoff."""
+        e = self.euler
+        return (e.nsteps, e.nrejected, e.controller.facold) if e is not None else self.spectral
+
     def _restart_state(self) -> dict:
-        if self.lag is not None:
-            return self._lagrangian_state()
-        out = {**self._common_state(), "coeffs": self.space.to_canonical(self.u, self.degree),
-               "degree": self.degree, "dt": float(self.dt) if self.dt is not None else float("nan"),
-               **self.controller.state()}
-        if self.good is not None:
-            g = self.good
-            out.update(good_t=g["t"], good_degree=g["degree"], good_save_index=g["save_index"],
-                       good_coeffs=g["coeffs"])
-        return out
-
-    def _grid_rows(self) -> list[tuple[int, ...]]:
-        return [(deg, *shape) for deg, shape in sorted(self.grids.items())]
-
-    def _snapshot(self, diag: dict) -> None:
-        canon = self.space.to_canonical(self.u, self.degree)
-        row = {"t": self.t, "coeffs": canon, "degree": self.degree,
-               "energy": self.disc.energy(self.u), "mass": self.space.mass(canon),
-               "min_density": diag["min_density"], "tail": self.disc.tail(self.u),
-               "dissipation": self.disc.dissipation(self.u),
-               "density": self.space.on_output_grid(canon, self.output_points)}
-        self._record(row, None)
+        # last_snapshot_t < t: a state kept where an interruption stopped the run, between snapshots
+        # step_log: the attempted steps this run has logged up to this state (the archive's rows of them)
+        common = {"last_snapshot_t": self._last_snapshot_t, "step_log": len(self.steps["t"]),
+                  "initial": self.initial_desc, "settings": self._settings()}
+        if self.lag is None:
+            return self.euler.restart_state(**common).to_dict()
+        nsteps, nrejected, facold = self._spectral()
+        g = self.good
+        return self.lag.restart_state(
+            **common, nsteps=nsteps, nrejected=nrejected, save_index=self.save_index,
+            refinements=[tuple(r) for r in self.refinements], grids=grid_rows(self.grids),
+            coeffs=self.snaps.rows[-1]["coeffs"] if self.snaps.rows else g.coeffs, handoff=dict(self.handoff),
+            handoff_coeffs=g.coeffs, good_t=g.t, good_save_index=g.save_index, facold=facold).to_dict()
 
     def _checkpoint(self) -> None:
         """Hand the state of the step just accepted (spectral or node phase) to the checkpoint callable."""
@@ -881,35 +790,6 @@ class PDERun(Integration):
             steps = {k: v[self._steps_mark:] for k, v in self.steps.items()}
             self.callback({**row, "nodes": nodes, "restart": self.last_restart, "steps": steps})
         self._steps_mark = len(self.steps["t"])
-
-    def _rhs_with_diag(self):
-        f = self.disc.rhs(self.t, self.u, True)
-        return f, dict(self.disc.last)
-
-    def _cfl_dt(self, diag: dict) -> float:
-        vmax = diag.get("vmax", 0.0)
-        return math.inf if vmax <= 0 else self.opts.cfl * self.disc.spacing / vmax
-
-    def _check_state(self, diag: dict) -> tuple[str, str] | None:
-        """Stop reason and message if the state has lost resolution or positivity, else None."""
-        opts = self.opts
-        # SA first: where Psi's series reaches 0 the velocity G / Psi is infinite, and the cause is Psi
-        if "psi_ratio" in diag and math.isfinite(diag["psi_ratio"]) and diag["psi_ratio"] < opts.sa_psi_min:
-            return "resolution", (f"SA: min Psi / |Psi series| = {diag['psi_ratio']:.2e} < sa_psi_min = "
-                                  f"{opts.sa_psi_min:.0e}: log Psi, hence the normalised velocity, is no longer "
-                                  "accurate in double precision")
-        if not all(map(math.isfinite, diag.values())):
-            return "non-finite", "non-finite values in the density or the velocity"
-        if diag["min_density"] < -opts.positivity_tol * max(diag["max_density"], 1.0):
-            return "positivity", (f"min rho = {diag['min_density']:.3e} < -{opts.positivity_tol:g} max rho "
-                                  f"(max rho = {diag['max_density']:.3e})")
-        return None
-
-    def _remember_good(self, diag: dict) -> None:
-        """Keep the current state as the handoff source if it is resolved (continuation only)."""
-        if self.continues and self.disc.tail(self.u) <= self.opts.tail_tol and self._check_state(diag) is None:
-            self.good = {"t": self.t, "degree": self.degree, "save_index": self.save_index,
-                         "coeffs": self.space.to_canonical(self.u, self.degree)}
 
     # --- the run --------------------------------------------------------------------------------
     def run(self, progress: bool | Callable[[dict], None] = False,
@@ -948,160 +828,55 @@ class PDERun(Integration):
                     self.last_restart = self._restart_state()
                     message += f" after the step to t = {self.t:.6g}: its state is kept, and a resume continues from it"
         except KeyboardInterrupt:
-            # a stop the loop cannot keep: a signal in the rerun, a second signal, a KeyboardInterrupt of
-            # a caller's own
-            stop, message = "interrupted", at_once(self.stop_request, rerun=self.checking)
-            if self.checking:
-                message += (f" during the error-estimate rerun (twice the nodes from the handoff at t = "
-                            f"{self.good['t']:.6g}); the solution had reached t = {self.t:.6g}, and a resume "
-                            "runs the error estimate again")
-            else:
-                if self.lag is not None:
-                    self.t = self.lag.t          # the node phase's loop had not handed its time back
-                # what a resume starts from: the last snapshot (``restart``), the state this run resumed from
-                # if none came since, or an archive's later checkpoint
-                last = self._last_snapshot_t
-                start = None if self.restart_from is None else float(self.restart_from["t"])
-                if last is not None and max(last, start or last) < self.t:
-                    where = (f"the state this run resumed from, at t = {start:.6g}" if start is not None
-                             and start > last else f"the last snapshot, at t = {last:.6g}"
-                             + ("" if self.save_every else " (no save_every: snapshots at t = 0 and t_final only)"))
-                    message += (f" at t = {self.t:.6g}; a resume continues from {where} (or from the archive's "
-                                "checkpoint, if later)")
+            stop, message = "interrupted", self._interrupted()
         finally:
             self.progress.close()
         return self._result(stop, message, time.perf_counter() - wall0)
 
-    # --- the Eulerian phase: the protocol of Integration --------------------------------------------
-    @property
-    def state(self) -> np.ndarray:
-        return self.u
-
-    @property
-    def lin(self) -> np.ndarray | None:
-        return self.disc.lin
-
-    @property
-    def max_steps(self) -> int:
-        return self.opts.max_steps
-
-    def rhs(self, t: float, u: np.ndarray, last: bool = False) -> np.ndarray:
-        return self.disc.rhs(t, u, last)
-
-    def rhs_scaled(self) -> tuple:
-        """(rhs_flux, divergence[, True]) of the discretisation (True: rhs_flux takes stages in factored
-        form, its ``factored_stages``), one tuple per discretisation (the loop compares it by identity
-        every step to notice a refinement)."""
-        disc = self.disc
-        if self._scaled is None or self._scaled[0].__self__ is not disc:
-            self._scaled = (disc.rhs_flux, disc.divergence) + ((True,) if disc.factored_stages else ())
-        return self._scaled
-
-    def error_norm(self, err: np.ndarray, u: np.ndarray, u_new: np.ndarray) -> float:
-        scale = self.opts.atol + self.opts.rtol * max(self._norm(u), self._norm(u_new))
-        return self.disc.norm(err) / scale
-
-    def _norm(self, u: np.ndarray) -> float:
-        """||u|| of a state, remembered for the last two states asked: a step starts from the previous
-        step's u_new (accepted, unfiltered) or retries from the same u (rejected)."""
-        for x, val in self._norms:
-            if x is u:
-                return val
-        val = self.disc.norm(u)
-        self._norms = (self._norms[-1], (u, val))
-        return val
-
-    def step_bound(self) -> float:
-        return min(self._cfl_dt(self.diag), self.opts.dt_max or math.inf)
-
-    def save_time(self) -> float:
-        return self._save_time(self.save_index)
-
-    def next_landing(self) -> float:
-        forced = self._forced
-        return min(self.save_time(), forced) if forced is not None else self.save_time()
-
-    def before_step(self) -> tuple[str, object] | None:
-        if self._forced is not None and self.t >= self._forced:
-            return "handoff", ("handoff_at", f"handoff forced at t = {self._forced:g} (option handoff_at)")
-        return None
-
-    def accept(self, u_new: np.ndarray, f_new: np.ndarray | None, h: float, lands: bool) -> tuple[str, object] | None:
-        """An accepted spectral step: the explicit filter, refinement (an exact re-representation at twice
-        the degree) or, with the continuation at its largest degree, the handoff; the checks of the
-        state; the snapshot when the step landed on a snapshot time."""
-        opts = self.opts
-        self.u, self.f = u_new, f_new
-        diag = dict(self.disc.last)
-        if self.filter is not None:
-            self.u = self.u * self.disc.filter_multipliers(self.filter)
-            self.f, diag = self._rhs_with_diag()
-        tail = self.disc.tail(self.u, self._norm(self.u))   # the norm of u_new is known from error_norm
-        if tail > opts.tail_tol and self.degree < self.cap:
-            new = min(2 * self.degree, self.cap)
-            canon = self.space.to_canonical(self.u, self.degree)
-            self.refinements.append((self.t, self.degree, new))
-            self.degree = new
-            self.disc = self.disc.refined(new)
-            self.grids[new] = tuple(self.disc.grid_shape)
-            self.u = self.space.to_state(self.space.resize(canon, new), new)
-            self.f, diag = self._rhs_with_diag()
-            tail = self.disc.tail(self.u)
-        self.diag, self.tail = diag, tail
-        chk = self._check_state(diag)
-        if self.continues and chk is not None and chk[0] != "non-finite":
-            return "handoff", (chk[0], f"at t = {self.t:.6g}: {chk[1]}")
-        if self.continues and tail > opts.tail_tol:
-            return "handoff", ("resolution", f"at t = {self.t:.6g} the spectral tail {_above(tail, opts.tail_tol)} > "
-                                             f"tail_tol {_sci(opts.tail_tol)} at the handoff degree {self.cap}")
-        if chk is None and tail > opts.tail_max and self.degree >= self.cap:
-            chk = ("resolution", f"spectral tail {_above(tail, opts.tail_max)} > tail_max {_sci(opts.tail_max)} at the "
-                                 f"maximal resolution {self.max_degree}")
-            if opts.continuation == "none" and self.model.noise > 0:
-                chk = (chk[0], chk[1] + " (no Lagrangian continuation with noise: the flow has no "
-                                        "characteristics to follow)")
-        rest = max(opts.drift_tol, opts.rtol)
-        if chk is None and math.isinf(self.t_final) and diag["vmax"] <= rest:
-            # a density at rest (the uniform one, without a perceptron): the end of a run without end. Its
-            # slowest modes decay at the explicit steps' stability bound once below the step tolerance, so
-            # rest is judged to that accuracy (rtol), not below it
-            chk = ("stationary", f"the density is at rest: max |v| on the grid {diag['vmax']:.3g} <= "
-                                 f"max(drift_tol, rtol) = {_sci(rest)} (a stationary density, not atomic)")
-        if lands and self.t == self.save_time() and chk is None:
-            self.save_index += 1
-            self._snapshot(diag)
-        if chk is not None:
-            if chk[0] != "non-finite":
-                self._snapshot(diag)
-            return chk
-        self._remember_good(diag)
-        return None
-
-    def report(self, h: float) -> dict:
-        return {"dt": h, "degree": self.degree, "nsteps": self.nsteps, "tail": self.tail,
-                "min_density": self.diag["min_density"]}
+    def _interrupted(self) -> str:
+        """The message of a stop the loop could not keep: a signal in the rerun, a second signal, a
+        KeyboardInterrupt of a caller's own."""
+        message = at_once(self.stop_request, rerun=self.checking)
+        if self.checking:
+            return message + (f" during the error-estimate rerun (twice the nodes from the handoff at t = "
+                              f"{self.good.t:.6g}); the solution had reached t = {self.t:.6g}, and a resume "
+                              "runs the error estimate again")
+        # the phase's loop had not handed its time back
+        if self.lag is not None:
+            self.t = self.lag.t
+        elif self.euler is not None:
+            self.t = self.euler.t
+        # what a resume starts from: the last snapshot (``restart``), the state this run resumed from
+        # if none came since, or an archive's later checkpoint
+        last = self._last_snapshot_t
+        start = self._resumed_from
+        if last is not None and max(last, start or last) < self.t:
+            where = (f"the state this run resumed from, at t = {start:.6g}" if start is not None
+                     and start > last else f"the last snapshot, at t = {last:.6g}"
+                     + ("" if self.save_every else " (no save_every: snapshots at t = 0 and t_final only)"))
+            message += (f" at t = {self.t:.6g}; a resume continues from {where} (or from the archive's "
+                        "checkpoint, if later)")
+        return message
 
     def _eulerian(self) -> tuple[str, object]:
-        """The spectral stepping; returns (stop reason, message), or ("handoff", (reason, message))."""
-        (self.f, self.diag), self._start = self._start, None
-        self.tail = self.disc.tail(self.u)
-        if self.restart_from is None:
-            self._snapshot(self.diag)
-        if self.dt is None or not math.isfinite(self.dt):
-            nf = self.disc.norm(self.f)
-            self.dt = 0.01 * self.disc.norm(self.u) / nf if nf > 0 else 0.01 * self.t_final
-            self.dt = min(self.dt, self._cfl_dt(self.diag), self.t_final)
-        self._forced = self.opts.handoff_at if self.continues else None
-        return self.integrate(self.progress)
+        """The spectral phase; returns (stop reason, message), or ("handoff", (reason, message))."""
+        e = self.euler
+        e.stop_request = self.stop_request
+        e.checkpoint, e.checkpoint_every = self.checkpoint, self.checkpoint_every
+        stop, message = e.run(self.progress)
+        self.t = e.t
+        return stop, message
 
     # --- the continuation -------------------------------------------------------------------------
     def _continuation_nodes(self, factor: int = 1):
         g = self.good
         n = (self.opts.nodes or self.space.default_nodes) * factor
-        return lagrangian.handoff_nodes(self.space, g["coeffs"], g["degree"], n)
+        return lagrangian.handoff_nodes(self.space, g.coeffs, g.degree, n)
 
-    def _new_phase(self, nodes, t: float, radius: float | None = None) -> "lagrangian.LagrangianPhase":
-        """A node phase; with ``radius`` (the atoms' grouping radius) one that certifies its end."""
+    def _new_phase(self, nodes, t: float, radius: float | None = None,
+                   state: LagrangianState | None = None) -> "lagrangian.LagrangianPhase":
+        """A node phase (from ``nodes`` at ``t``, or ``state``); with ``radius`` (the atoms' grouping radius)
+        one that certifies its end."""
         o = self.opts
         sums = None
         if self.model.attention != "none":
@@ -1109,29 +884,38 @@ class PDERun(Integration):
         # the rerun at twice the nodes steps to its own, finer spacing
         scale = 1.0 if nodes is None else self.space.node_spacing(len(nodes)) / self.space.node_spacing(
             int(self.handoff["nodes"]))
-        return lagrangian.LagrangianPhase(self.model, self.space, nodes, t, self.good["degree"], o.node_rtol * scale,
+        return lagrangian.LagrangianPhase(self.model, self.space, nodes, t, self.good.degree, o.node_rtol * scale,
                                           o.node_atol * scale, o.merge_tol, o.drift_tol, sums=sums,
-                                          certify=radius is not None, atom_radius=radius or 0.0, kick=o.kick)
+                                          certify=radius is not None, atom_radius=radius or 0.0, kick=o.kick,
+                                          state=state)
 
     def _hand_off(self, reason: str, message: str) -> tuple[str | None, str]:
         """Build the node measure from the last resolved state and make it the state of the run."""
-        if self.good is None:
+        e = self.euler
+        if e.good is None:
             return "resolution", f"{message}; no resolved state (tail <= tail_tol) to hand off from"
-        g = self.good
+        g = self.good = e.good
         nodes, clipped, desc = self._continuation_nodes()
-        self.handoff = {"t": g["t"], "reason": reason, "message": message, "degree": g["degree"],
+        self.handoff = {"t": g.t, "reason": reason, "message": message, "degree": g.degree,
                         "nodes": len(nodes), "clipped_mass": clipped, "description": desc,
                         "max_weight": float(nodes.w.max()),
-                        "smoothing": float(self.space.smoothing_scale(g["degree"])),
+                        "smoothing": float(self.space.smoothing_scale(g.degree)),
                         "atom_radius": self._atom_radius(len(nodes))}
-        self.t, self.save_index, self.degree = g["t"], g["save_index"], g["degree"]
-        self.lag = self._new_phase(nodes, g["t"], self.handoff["atom_radius"])
-        self.disc = self.u = None
-        self._scaled = None             # it holds the discretisation's rhs_flux: let the transforms go
+        self.t, self.save_index = g.t, g.save_index
+        self.spectral = (e.nsteps, e.nrejected, e.controller.facold)
+        self.lag = self._new_phase(nodes, g.t, self.handoff["atom_radius"])
+        self.euler = None               # its transforms go
         return None, ""
 
     def _atom_radius(self, n: int) -> float:
         return self.opts.atom_radius or 0.1 * self.space.node_spacing(n)
+
+    def _restore_lagrangian(self, state: LagrangianState) -> None:
+        self.handoff = dict(state.handoff)
+        self.good = GoodState(state.good_t, int(self.handoff["degree"]), state.good_save_index, state.handoff_coeffs)
+        self.save_index = state.save_index
+        self.spectral = (state.nsteps, state.nrejected, state.facold)
+        self.lag = self._new_phase(None, self.t, self.handoff["atom_radius"], state=state)
 
     def _lagrangian(self) -> tuple[str, str]:
         lag = self.lag
@@ -1158,34 +942,16 @@ class PDERun(Integration):
         nodes = row.pop("nodes")
         self._record(row, nodes)
 
-    def _lagrangian_state(self) -> dict:
-        out = {**self._common_state(), "phase": "lagrangian", "degree": self.lag.degree,
-               "coeffs": self.snaps.rows[-1]["coeffs"] if self.snaps.rows else self.good["coeffs"],
-               "handoff": {k: v for k, v in self.handoff.items()}, "handoff_coeffs": self.good["coeffs"],
-               "good_t": self.good["t"], "good_save_index": self.good["save_index"],
-               "dt": float("nan"), "facold": self.controller.facold, **self.lag.state_dict()}
-        return out
-
-    def _restore_lagrangian(self, restart: dict) -> None:
-        self.handoff = dict(restart["handoff"])
-        self.good = {"t": float(restart["good_t"]), "degree": int(self.handoff["degree"]),
-                     "save_index": int(restart["good_save_index"]),
-                     "coeffs": np.asarray(restart["handoff_coeffs"], dtype=complex)}
-        self.disc = self.u = None
-        self._scaled = None             # it holds the discretisation's rhs_flux: let the transforms go
-        self.lag = self._new_phase(None, self.t, self.handoff["atom_radius"])
-        self.lag.restore(restart)
-
     def _error_estimate_run(self) -> None:
         """The continuation again from the handoff state with twice the nodes: to its own certified end when
         the run was certified stationary (the terminal masses are compared), else to the same time."""
         t_end = self.lag.t
         nodes, _, _ = self._continuation_nodes(factor=2)
         certified = self.lag.terminal is not None and self.lag.ended is not None
-        phase = self._new_phase(nodes, self.good["t"],
+        phase = self._new_phase(nodes, self.good.t,
                                 self._atom_radius(len(nodes)) if certified else None)
         wall0 = time.perf_counter()
-        self.t = self.good["t"]
+        self.t = self.good.t
         # t_end: the rerun's end, which is before t_final when the run stopped stationary
         end = self.t_final if certified else t_end
         report = lambda t, info: self.progress(t, {"check": "2x nodes", "t_end": end, **info})  # noqa: E731
@@ -1235,11 +1001,12 @@ class PDERun(Integration):
             if terminal is not None and self.check is not None and self.check.get("terminal") is not None:
                 terminal = self._terminal_errors(terminal, TerminalState.from_dict(self.check["terminal"]),
                                                  int(self.check["initial_nodes"]))
+        nsteps, nrejected, _ = self._spectral()
         return PDEResult(
             terminal=terminal, plateaus=plateaus or [],
             model=self.model, t=a["t"], coeffs=a["coeffs"], degree=a["degree"], grid=self.grid,
             density=a["density"], energy=a["energy"], mass=a["mass"], min_density=a["min_density"],
             tail=a["tail"], dissipation=a["dissipation"], steps=steps, refinements=list(self.refinements),
-            grids=self._grid_rows(), stop_reason=stop, message=message, t_stop=self.t, nsteps=self.nsteps,
-            nrejected=self.nrejected, options=self.opts.to_dict(), initial=self.initial_desc, wall_time=wall,
-            restart=getattr(self, "last_restart", None), nodes=a["nodes"], lagrangian=lag)
+            grids=grid_rows(self.grids), stop_reason=stop, message=message, t_stop=self.t, nsteps=nsteps,
+            nrejected=nrejected, options=self.opts.to_dict(), initial=self.initial_desc, wall_time=wall,
+            restart=self.last_restart, nodes=a["nodes"], lagrangian=lag)

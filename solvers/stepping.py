@@ -663,15 +663,18 @@ class Integration:
     budget and stop reasons; a representation (Fourier or spherical-harmonic coefficients, Lagrangian
     nodes, particles) supplies its state and what is particular to it.
 
-    A subclass sets, before :meth:`integrate`:
+    The constructor sets the loop's state (its parameters; a subclass calls it, then may change them
+    before :meth:`integrate`):
 
-    ``state``         the array the method steps (coefficients, positions)
-    ``f``             the right-hand side at ``state``, or None (computed on demand)
     ``t``, ``t_final``, ``dt`` (the next step; for a fixed-step method its step), ``max_steps``
     ``nsteps``, ``nrejected``, ``controller`` (a :class:`StepController`; None: fixed steps)
     ``steps``         None, or a dict of lists "t", "dt", "error", "accepted" that logs every attempt
+    ``f``             the right-hand side at ``state``, or None (computed on demand)
+    ``tableau``, ``lin``  the method and its diagonal linear part (below)
+    ``stop_request``, ``checkpoint``, ``checkpoint_every``  None, None, inf (below)
 
-    and gives (the protocol):
+    A subclass has ``state``, the array the method steps (coefficients, positions), and gives (the
+    protocol):
 
     ``rhs(t, u, last)``          the nonlinear part N(t, u) (see :class:`IFRungeKutta`); ``rhs_at_state()``
                              N at the current state (default ``rhs(t, state, True)``)
@@ -710,16 +713,20 @@ class Integration:
     KeyboardInterrupt propagates: the state is that of the last accepted step.
     """
 
-    tableau: Tableau
-    lin: np.ndarray | None = None
-    steps: dict | None = None
-    controller: StepController | None = None
-    stop_request = None
-    checkpoint: Callable[[], None] | None = None
-    checkpoint_every: float = math.inf
     #: fixed steps landing on a snapshot time are shortened; this relative slack keeps float round-off in t
     #: from adding a spurious tiny step
     LANDING_SLACK = 1e-9
+
+    def __init__(self, *, t: float, t_final: float, dt: float | None, tableau: "Tableau | RosenbrockTableau | None",
+                 controller: StepController | None, max_steps: int, nsteps: int = 0, nrejected: int = 0,
+                 steps: dict | None = None, f: np.ndarray | None = None, lin: np.ndarray | None = None) -> None:
+        self.t, self.t_final, self.dt, self.max_steps = t, t_final, dt, max_steps
+        self.nsteps, self.nrejected = nsteps, nrejected
+        self.tableau, self.controller, self.lin = tableau, controller, lin
+        self.steps, self.f = steps, f
+        self.stop_request = None
+        self.checkpoint: Callable[[], None] | None = None
+        self.checkpoint_every = math.inf
 
     def rhs(self, t: float, u: np.ndarray, last: bool = False) -> np.ndarray:
         raise NotImplementedError

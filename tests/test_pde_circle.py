@@ -135,10 +135,10 @@ def test_step_diagnostics_are_those_of_the_grid_fields(attention, check_step_dia
 
 
 def test_a_run_with_the_divergence_applied_by_the_stepper_is_the_plain_run(monkeypatch):
-    # PDERun hands the stepper the flux and the divergence D (N = D n) so that D is applied where a stage is
+    # EulerianPhase hands the stepper the flux and the divergence D (N = D n) so that D is applied where a stage is
     # stored; the run with the stepper given N itself (rhs_scaled -> None) is the same run to round-off,
     # through refinements (a new discretisation, hence a new D) with and without noise
-    from solvers.pde import PDERun
+    from solvers.eulerian import EulerianPhase
     p = Perceptron.random(2, 3, "tanh", 1.0, seed=4)
     for noise in (0.0, 0.05):
         m = Model(2, 6.0, "ascent", noise=noise, perceptron=p)
@@ -151,7 +151,7 @@ def test_a_run_with_the_divergence_applied_by_the_stepper_is_the_plain_run(monke
         # the stages took the factored path: N itself only at the start and after each refinement
         assert len(calls) == 1 + len(fast.refinements) < fast.nsteps
         with monkeypatch.context() as mp:
-            mp.setattr(PDERun, "rhs_scaled", lambda self: None)
+            mp.setattr(EulerianPhase, "rhs_scaled", lambda self: None)
             plain = solve_pde(m, 1.5, 32, **kw)
         assert fast.refinements and len(fast.refinements) == len(plain.refinements)
         assert np.array_equal(fast.steps["dt"], plain.steps["dt"])

@@ -289,6 +289,7 @@ def test_the_loop_asks_a_rate_limited_progress_first_and_builds_only_the_dicts_i
     a phase that goes back in time, and steps one second apart against an interval of 2.5 s), and a PDE
     run builds its progress dict only for those (the first step, the last at t_final, none between)."""
     from solvers import pde
+    from solvers.eulerian import EulerianPhase
     from solvers.stepping import Progress
 
     class Every:
@@ -311,8 +312,8 @@ def test_the_loop_asks_a_rate_limited_progress_first_and_builds_only_the_dicts_i
     assert gated.seen == eager.seen and 1.5 in eager.seen and len(eager.seen) < len(times), eager.seen
     monkeypatch.undo()
 
-    built, report = [], pde.PDERun.report
-    monkeypatch.setattr(pde.PDERun, "report", lambda self, h: (built.append(self.t), report(self, h))[1])
+    built, report = [], EulerianPhase.report
+    monkeypatch.setattr(EulerianPhase, "report", lambda self, h: (built.append(self.t), report(self, h))[1])
     day = Every(86400.0)
     model = Model(2, 4.0, "descent", noise=0.02, perceptron=Perceptron.random(2, 2, "tanh", 1.0, seed=3))
     r = pde.solve_pde(model, 2.0, 128, max_degree=128, progress=day)
@@ -338,11 +339,10 @@ class _Forced(Integration):
     """u' = a u + sin t (``exact``) with DP54 and the DOPRI5 controller, landing on t = k * every."""
 
     def __init__(self, a, every, t_final, rtol=1e-8):
-        self.tableau, self.lin = DP54, np.asarray(a, dtype=float)
-        self.state, self.f, self.t, self.t_final, self.dt = np.ones(len(a)), None, 0.0, t_final, 1e-3
-        self.max_steps, self.nsteps, self.nrejected = 10 ** 6, 0, 0
-        self.controller = StepController(error_order=4)
-        self.steps = {"t": [], "dt": [], "error": [], "accepted": []}
+        super().__init__(t=0.0, t_final=t_final, dt=1e-3, tableau=DP54, controller=StepController(error_order=4),
+                         max_steps=10 ** 6, steps={"t": [], "dt": [], "error": [], "accepted": []},
+                         lin=np.asarray(a, dtype=float))
+        self.state = np.ones(len(a))
         self.every, self.rtol, self.saved = every, rtol, []
 
     def rhs(self, t, u, last=False):
