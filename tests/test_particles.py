@@ -239,10 +239,10 @@ def test_clusters_of_a_known_configuration():
 
 
 # --- the scripts ------------------------------------------------------------------------------------------
-def _script(name):
+def _script(name, folder="scripts"):
     import importlib.util
     from pathlib import Path
-    path = Path(__file__).resolve().parents[1] / "scripts" / f"{name}.py"
+    path = Path(__file__).resolve().parents[1] / folder / f"{name}.py"
     spec = importlib.util.spec_from_file_location(name, path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
@@ -259,7 +259,7 @@ def test_benchmark_naive_reference_is_the_velocity():
 
 
 def test_reference_experiment_script_smoke():
-    ref = _script("reference_experiments")
+    ref = _script("reference_experiments", "scripts/studies")
     rec = ref.run_one(2, "ascent", 5.0, n=100)
     assert rec["stop_reason"] == "converged" and rec["max_drift"] <= 5e-4
     assert sum(rec["masses"]) == pytest.approx(1.0) and rec["clusters"] == len(rec["masses"])
@@ -267,7 +267,7 @@ def test_reference_experiment_script_smoke():
 
 def test_reference_experiment_script_runs_the_dimensions_asked_or_refuses(capsys):
     # The model §5 lists d = 4, 5, 7, 10, 20, 50; a dimension the script cannot run is refused, not skipped
-    ref = _script("reference_experiments")
+    ref = _script("reference_experiments", "scripts/studies")
     assert {4, 5, 7, 10, 20, 50} <= set(ref.DIMS)
     for argv in (["--dims", "1"], ["--betas", "0"], ["--betas", "inf"], ["--n", "1"], ["--max-steps", "0"]):
         with pytest.raises(SystemExit) as e:
