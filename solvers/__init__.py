@@ -2,7 +2,8 @@
 
 Public names: :class:`Model`, :class:`Perceptron`, :func:`solve_pde` (spectral PDE on S^1 and S^2),
 :func:`simulate_particles` (particles on S^{d-1}, any d, with fast interaction sums on S^1 and S^2),
-:func:`compare` (PDE against particles: distances, matched atoms).
+:func:`compare` (PDE against particles: distances, matched atoms), :func:`atomic_state` (stability of an atomic
+stationary state) and :func:`polish_atoms` (Newton's method for one).
 """
 import importlib
 
@@ -11,10 +12,11 @@ import importlib
 # at once and a Ctrl-C during its imports reaches the command's handler (exit 130, no traceback).
 _HOMES = {"Model": ".model", "Perceptron": ".perceptron", "solve_pde": ".pde", "PDEResult": ".pde",
           "simulate_particles": ".particles", "ParticleResult": ".particles", "compare": ".comparison",
-          "Comparison": ".comparison"}
+          "Comparison": ".comparison", "atomic_state": ".atomic", "AtomicState": ".atomic",
+          "polish_atoms": ".atomic"}
 
 __all__ = ["Model", "Perceptron", "solve_pde", "PDEResult", "simulate_particles", "ParticleResult",
-           "compare", "Comparison"]
+           "compare", "Comparison", "atomic_state", "AtomicState", "polish_atoms"]
 
 
 def _version() -> str:

@@ -100,8 +100,8 @@ class PDEOptions:
         moves along the characteristics to t_final or until "stationary". "none": the Eulerian run alone,
         which stops as described above.
     handoff_degree : int or None
-        Largest Eulerian resolution with the continuation (S^1 default 1024 modes, S^2 default L = 127;
-        refinements are clipped to it, as to ``max_degree``).
+        Largest Eulerian resolution with the continuation (default the larger of ``degree`` and 1024 modes
+        on S^1, L = 127 on S^2; refinements are clipped to it, as to ``max_degree``).
     handoff_at : float or None
         Hand off at this time (a resolved state), whatever the resolution: for consistency checks.
     nodes : int or None
@@ -560,7 +560,8 @@ def prepare_pde(model: Model, t_final: float, degree: int, initial="uniform", sa
         raise ValueError("continuation='lagrangian' carries the density along the characteristics of the flow, "
                          f"which noise (nu = {model.noise:g}) does not have: use continuation='none'")
     if opts.continuation == "lagrangian":
-        opts.handoff_degree = opts.handoff_degree or space.default_handoff_degree
+        # a degree above the default handoff degree raises it: the user asked for that resolution
+        opts.handoff_degree = opts.handoff_degree or max(space.default_handoff_degree, int(degree))
         if degree > opts.handoff_degree:
             raise ValueError(f"degree {degree} exceeds handoff_degree {opts.handoff_degree} (the continuation's "
                              "largest Eulerian resolution): raise handoff_degree or lower degree")

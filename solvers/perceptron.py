@@ -19,7 +19,8 @@ import math
 import numpy as np
 from scipy.special import erf
 
-__all__ = ["ACTIVATIONS", "activation", "activation_primitive", "Perceptron", "tangent_project"]
+__all__ = ["ACTIVATIONS", "activation", "activation_derivative", "activation_primitive", "Perceptron",
+           "tangent_project"]
 
 ACTIVATIONS = ("relu", "gelu", "tanh", "linear")
 _SQRT2 = math.sqrt(2.0)
@@ -42,6 +43,20 @@ def activation(z: np.ndarray, name: str) -> np.ndarray:
     if name == "tanh":
         return np.tanh(z)
     return np.asarray(z, dtype=float).copy()
+
+
+def activation_derivative(z: np.ndarray, name: str) -> np.ndarray:
+    """sigma'(z): relu H(z) (1 for z > 0, 0 otherwise: the one-sided value at the kink z = 0, where relu has
+    no derivative); gelu Phi(z) + z phi(z); tanh 1 - tanh(z)^2; linear 1."""
+    _check_activation(name)
+    z = np.asarray(z, dtype=float)
+    if name == "relu":
+        return (z > 0.0).astype(float)
+    if name == "gelu":
+        return 0.5 * (1.0 + erf(z / _SQRT2)) + z * _INV_SQRT2PI * np.exp(-0.5 * z * z)
+    if name == "tanh":
+        return 1.0 - np.tanh(z) ** 2
+    return np.ones_like(z)
 
 
 def activation_primitive(z: np.ndarray, name: str) -> np.ndarray:

@@ -95,10 +95,13 @@ REFUSALS = [
      BASE3 + "[pde]\ndegree = 600\nt_final = 1.0\ncontinuation = \"none\"\n",
      r"pde\.degree: must be <= pde\.max_degree \(default 511 on S\^2\), got 600: lower degree, or set "
      r"max_degree >= 600"),
-    # without noise the continuation's cap comes first (raising max_degree alone would meet it next)
-    ("degree-beyond-default-handoff-degree", "config", BASE3 + "[pde]\ndegree = 600\nt_final = 1.0\n",
-     r"pde\.degree: must be <= pde\.handoff_degree \(default 127 on S\^2: .*\), got 600: lower degree, raise "
-     r"handoff_degree, or set continuation = \"none\"$"),
+    # the handoff degree follows degree unless it is set (then the continuation's cap comes first)
+    ("degree-beyond-default-max-degree-with-continuation", "config", BASE3 + "[pde]\ndegree = 600\nt_final = 1.0\n",
+     r"pde\.degree: must be <= pde\.max_degree \(default 511 on S\^2\), got 600"),
+    ("degree-beyond-handoff-degree", "config",
+     BASE3 + "[pde]\ndegree = 200\nt_final = 1.0\nhandoff_degree = 127\nmax_degree = 255\n",
+     r"pde\.degree: must be <= pde\.handoff_degree \(127 on S\^2: .*\), got 200: lower degree, raise "
+     r"handoff_degree$"),
     ("max-degree-below-degree", "config", BASE + "[pde]\ndegree = 64\nt_final = 1.0\nmax_degree = 32\n",
      r"pde\.max_degree: must be >= pde\.degree = 64, got 32"),
     ("quadrature-n-on-sphere", "config", BASE3 + '[particles]\nn = 100\nt_final = 1.0\ninit = "quadrature"\n',
@@ -130,8 +133,9 @@ REFUSALS = [
     ("run-degree-beyond-default-max-degree", "cli",
      (["run", "c.toml"], BASE3 + "[pde]\ndegree = 600\nt_final = 1.0\ncontinuation = \"none\"\n"),
      r"^attnpde: error: c\.toml: pde\.degree: must be <= pde\.max_degree \(default 511 on S\^2\)"),
-    ("run-degree-beyond-default-handoff-degree", "cli", (["run", "c.toml"], BASE3 + "[pde]\ndegree = 4096\nt_final = 1.0\n"),
-     r"^attnpde: error: c\.toml: pde\.degree: must be <= pde\.handoff_degree \(default 127 on S\^2"),
+    ("run-degree-beyond-handoff-degree", "cli",
+     (["run", "c.toml"], BASE3 + "[pde]\ndegree = 4096\nt_final = 1.0\nhandoff_degree = 127\n"),
+     r"^attnpde: error: c\.toml: pde\.degree: must be <= pde\.handoff_degree \(127 on S\^2"),
     # with noise the continuation's own refusal, not its cap (raising handoff_degree would not help)
     ("run-noisy-lagrangian-beyond-handoff-degree", "cli",
      (["run", "c.toml"], BASE3.replace('flow = "ascent"', 'flow = "ascent"\nnoise = 0.3')
@@ -280,7 +284,7 @@ REFUSALS = [
     ("pde-lagrangian-with-noise", "api",
      lambda: solve_pde(Model(2, 1.0, "ascent", noise=0.1), 1.0, 16, continuation="lagrangian"),
      r"continuation='lagrangian' carries the density along the characteristics .* use continuation='none'"),
-    ("pde-degree-above-handoff", "api", lambda: solve_pde(Model(3, 1.0, "ascent"), 1.0, 200, max_degree=255),
+    ("pde-degree-above-handoff", "api", lambda: solve_pde(Model(3, 1.0, "ascent"), 1.0, 200, max_degree=255, handoff_degree=127),
      r"^degree 200 exceeds handoff_degree 127"),
     ("pde-handoff-after-end", "api", lambda: solve_pde(Model(2, 1.0, "ascent"), 1.0, 16, handoff_at=2.0),
      r"^handoff_at = 2\.0 is not before t_final = 1\.0"),

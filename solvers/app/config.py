@@ -463,7 +463,7 @@ def parse_config(text: str, source: str = "<string>") -> RunConfig:
         continues = model.noise == 0 and pde.get("continuation", "lagrangian") == "lagrangian"
         if continues:
             from ..pde import space_for
-            handoff = pde.get("handoff_degree") or space_for(d)[1].default_handoff_degree
+            handoff = pde.get("handoff_degree") or max(space_for(d)[1].default_handoff_degree, pde["degree"])
             if pde["degree"] > handoff:
                 # the Lagrangian continuation (on by default without noise) caps the Eulerian resolution below
                 # max_degree's default: said first, or raising max_degree alone would meet this refusal next
