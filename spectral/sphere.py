@@ -26,7 +26,7 @@ zero-padding). :meth:`SphereBasis.to_canonical` / :meth:`SphereBasis.from_canoni
 
 The Gauss grid of degree L is chosen here, from L alone, by :func:`dealiased_grid` — never by SHTns,
 whose own choice (``set_grid(nl_order=2)``) rounds nlat to its SIMD vector length and so differs
-between an AVX2 and an AVX-512 machine (L = 128: 196 or 200 latitudes). The rule keeps the 3/2 rule
+between machines with different vector units (and so would their atoms). The rule keeps the 3/2 rule
 (nlat >= 3(L+1)/2 latitudes, nphi >= 3(L+1) longitudes), so that the product of two fields of degree
 <= L is analysed back to degree L without aliasing: nlat is the smallest multiple of 8 (the longest
 SIMD vector, 8 doubles; shorter vectors divide it) >= max(3(L+1)/2, 32), nphi the smallest even
@@ -35,11 +35,10 @@ SIMD vector, 8 doubles; shorter vectors divide it) >= max(3(L+1)/2, 32), nphi th
 SHTns skips, for each order m, the latitudes near the poles where every Pbar_l^m (l <= L) is below a
 threshold (its "polar optimisation"), and rounds the first latitude it keeps down to its SIMD vector
 length: which terms are skipped depends on the CPU. At SHTns's default threshold, 1e-10, the skipped
-terms are far above round-off: the same synthesis differs by 2e-11 (relative) between an AVX-512 and an
-AVX2 build of SHTns 3.7.5, and misses the field at the polar latitudes by up to 9e-13 of its maximum
-(L = 127, orders m >= 32). Every basis here sets the threshold to :data:`POLAR_THRESHOLD` = 1e-14: the
-skipped terms are then at round-off (the two builds differ by 8e-16, as FFTW's SIMD codelets already make
-them), at the speed of the default (no threshold at all costs 22% per transform at L = 255, 25% at 511).
+terms are far above round-off, so builds for different CPUs would give different fields near the poles.
+Every basis here sets the threshold to :data:`POLAR_THRESHOLD` = 1e-14: the skipped terms are then at
+round-off, like the differences FFTW's SIMD codelets already make, and the transforms keep the speed of
+the default (no threshold at all costs about a quarter more per transform).
 
 Vector fields are given by their components (v_theta, v_phi) on
 (e_theta, e_phi); SHTns's spheroidal/toroidal decomposition v = grad S + (curl of T e_r) gives
@@ -100,7 +99,7 @@ _SQRT_4PI = math.sqrt(4.0 * math.pi)
 # process; every grid made here has at least 32 latitudes, whatever the machine
 _MIN_NLAT = 32
 # nlat of a dealiased grid is a multiple of the longest SIMD vector (8 doubles, AVX-512), which every
-# shorter vector divides: the grid SHTns would pick on the widest machine, now picked on every machine
+# shorter vector divides: the grid SHTns would pick on the widest machine, picked on every machine
 _NLAT_MULTIPLE = 8
 #: SHTns's polar threshold for every basis made here (module docstring): Pbar_l^m below it are skipped
 #: near the poles, at latitudes rounded to the SIMD width, so the threshold is kept at round-off
@@ -527,9 +526,8 @@ def _order_sums(c: np.ndarray, L: int, cos_t: np.ndarray, sin_t: np.ndarray) -> 
 
 
 #: n (L + 1)^2 above which :func:`point_coefficients` takes the doubled-sphere NUFFT, when also n > 2 (L + 1):
-#: the direct sums cost ~6 ns n (L + 1)^2, the NUFFT ~4.5 ns (L + 1)^3 (its fold) plus ~1 ms (measured on a
-#: 2-core AMD EPYC: n = 8192, L = 127: 434 ms against 24 ms; n = 10^4, L = 255: 2.2 s against 0.1 s;
-#: n = 100, L = 127: 10 ms against 14 ms; n = 1000, L = 16: 2.5 ms against 1.6 ms)
+#: the direct sums cost about 6 ns n (L + 1)^2, the NUFFT about 4.5 ns (L + 1)^3 (its fold) plus a fixed
+#: millisecond, so the NUFFT wins by an order of magnitude at the continuation's sizes (n ~ 10^4, L ~ 127)
 POINT_NUFFT_SIZE = 1 << 18
 #: FINUFFT's precision for :func:`point_coefficients` (its smallest reliable one in double precision)
 POINT_NUFFT_EPS = 1e-14
