@@ -670,8 +670,8 @@ class PolishInfo:
 
 
 def polish_atoms(model: Model, positions, masses, tol: float = 1e-10, *, max_iter: int = 50,
-                 max_step: float = 0.5, rcond: float = 1e-12, max_halvings: int = 40
-                 ) -> tuple[np.ndarray, PolishInfo]:
+                 max_step: float = 0.5, rcond: float = 1e-12, max_halvings: int = 40,
+                 max_displacement=None) -> tuple[np.ndarray, PolishInfo]:
     """Solve v[mu_X](x_i) = 0 for every atom (masses fixed) by Newton's method on the reduced system.
 
     Each step: the residual r_i = E_i^T v(x_i) in the frames, the reduced Jacobian J (part (a)), the
@@ -689,6 +689,9 @@ def polish_atoms(model: Model, positions, masses, tol: float = 1e-10, *, max_ite
         :func:`atomic_state`'s classification is meant for).
     max_iter : int
         Newton steps at most.
+    max_displacement : float or array (k,), optional
+        Give up (not converged) once an atom is further than this from its given position (radians): a
+        caller that accepts only nearby states need not follow Newton's method further.
 
     Returns
     -------
@@ -737,7 +740,7 @@ def polish_atoms(model: Model, positions, masses, tol: float = 1e-10, *, max_ite
             message = (f"every direction is a symmetry direction (max |v| = {history[-1]:.3g}): "
                        "no Newton step can lower it")
             break
-        y = scipy.linalg.lstsq(J @ Q, -r, cond=rcond)[0]
+        y = scipy.linalg.lstsq(J @ Q, -r, cond=rcond, lapack_driver="gelsy")[0]
         step = np.einsum("idn,in->id", E, (Q @ y).reshape(k, n))
         longest = float(speeds_of(step).max())
         if not (math.isfinite(longest) and longest > 0):
@@ -761,6 +764,12 @@ def polish_atoms(model: Model, positions, masses, tol: float = 1e-10, *, max_ite
         x, v = xn, vn
         it += 1
         history.append(float(speeds_of(v).max()))
+        if max_displacement is not None:
+            far = 2.0 * np.arcsin(np.minimum(np.linalg.norm(x - x0, axis=1) / 2.0, 1.0)) > max_displacement
+            if np.any(far) and history[-1] > tol:
+                message = (f"an atom moved beyond max_displacement after {it} Newton steps (max |v| = "
+                           f"{history[-1]:.3g})")
+                break
     disp = 2.0 * np.arcsin(np.minimum(np.linalg.norm(x - x0, axis=1) / 2.0, 1.0))
     info = PolishInfo(converged=converged, iterations=it, max_speed=history[-1], initial_max_speed=history[0],
                       displacement=disp, message=message, speeds=history)

@@ -65,11 +65,15 @@ from typing import Callable
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
+from scipy.linalg import lu_factor, lu_solve
+
+from . import terminal as term
+from .atomic import reduced_jacobian
 from .atoms import Atoms, circle_closest_chord, circle_neighbour_chords, single_linkage_clusters
 from .interaction import InteractionSums
 from .model import Model
 from .particles import measure_energy, measure_velocity
-from .stepping import TABLEAUS, Integration, StepController
+from .stepping import ROS34PW2, TABLEAUS, Integration, StepController
 
 __all__ = ["Nodes", "handoff_nodes", "node_atoms", "estimate_atoms", "NodeAtoms", "LagrangianPhase"]
 
@@ -324,18 +328,46 @@ def _closest_chord(x: np.ndarray, near: tuple | None = None) -> float:
 # ----------------------------------------------------------------------------------------------
 # the continuation
 # ----------------------------------------------------------------------------------------------
+#: node systems of at most this many tangent dimensions may be stepped by ROS34PW2 with the dense Jacobian of
+#: the node flow (L-stable: the step follows the slow collapse, not the fastest atom's rate); larger ones by DP54
+IMPLICIT_DIMENSIONS = 768
+#: the explicit steps are checked for stiffness every this many steps: h rho(J) above STIFF (DP54's real
+#: stability bound is 3.3) switches to ROS34PW2, and a Rosenbrock step with h rho(J) below NONSTIFF back
+STIFFNESS_CHECK = 25
+STIFF = 2.0
+NONSTIFF = 0.5
+#: after a failed certification attempt the next comes after this fraction of the time since the phase began
+ATTEMPT_GROWTH = 0.25
+#: and at least this long after it (time units)
+ATTEMPT_MIN_GAP = 1.0
+#: a plateau's kick has had time to grow by e^LEAVE_GROWTHS before the same groups are polished again
+LEAVE_GROWTHS = 20.0
+#: the run stops at the state it is on after this many plateaus
+MAX_PLATEAUS = 64
+
+
 @dataclass
 class LagrangianPhase(Integration):
     """The node measure stepped in time (module docstring): an :class:`~solvers.stepping.Integration` of the
-    node positions by Dormand–Prince 5(4), built at the handoff or from a restart state; :meth:`run`
-    advances it to t_final or until "stationary".
+    node positions, built at the handoff or from a restart state; :meth:`run` advances it to t_final or
+    until "stationary".
+
+    Steps are Dormand–Prince 5(4) while the nodes are many, and ROS34PW2 (linearly implicit, with the Jacobian
+    of the node flow, :func:`~solvers.atomic.reduced_jacobian`) once their tangent dimensions are at most
+    ``IMPLICIT_DIMENSIONS``: near the end one atom's fast rate would otherwise hold the explicit step at
+    its stability bound while the last nodes collapse slowly. With ``certify`` the phase polishes its node
+    groups into a stationary atomic measure on a schedule and classifies it (:mod:`solvers.terminal`): a
+    stable one ends the run ("stationary", ``terminal``), an unstable one is recorded as a plateau
+    (``plateaus``) and left by a kick of ``kick`` radians.
 
     Attributes
     ----------
     model, sums : the model and its interaction sums (None without attention)
     nodes : the current node measure; t : its time
     degree : the handoff degree (snapshots keep the node measure's coefficients up to it)
-    rtol, atol, merge_tol, drift_tol : step error tolerances (radians), merge distance, stationary drift
+    rtol, atol, merge_tol : step error tolerances (radians), merge distance
+    drift_tol : all nodes slower than this (radians per unit time) and not certifiable: "stationary"
+    certify, atom_radius, kick : certification on, its grouping radius, the plateau kick (radians)
     """
 
     model: Model
@@ -352,15 +384,65 @@ class LagrangianPhase(Integration):
     nsteps: int = 0
     nrejected: int = 0
     merges: list = field(default_factory=list)
-    controller: StepController = field(default_factory=lambda: StepController(TABLEAUS["DP54"].error_order))
+    certify: bool = False
+    atom_radius: float = 0.0
+    kick: float = 1e-4
 
     def __post_init__(self) -> None:
-        self.tableau = TABLEAUS["DP54"]
+        self.tableau = self.controller = None
         self.f = None
         self.psi = None
         self._save_time = self._on_save = None
         self.stationary = True
         self._merge_slack = None          # see _merge (not part of the restart state: it only skips searches)
+        self.implicit = False             # Rosenbrock steps (see _check_stiffness)
+        self._stiff_h = None              # h rho(J) of the last Rosenbrock factorisation
+        self.terminal = None              # the certified state (solvers.terminal.TerminalState)
+        self.ended = None                 # (stop reason, message) once certified stationary
+        self.plateaus: list = []
+        self.t_begin = self.t             # the phase's start (the attempts' schedule grows from it)
+        self.next_attempt = self.t        # the next certification attempt
+        self.quiet = None                 # after a plateau: (its group count, the time attempts resume)
+        self.samples: list = []           # (t, energy) at the attempts since the last plateau
+        self.why_not = ""                 # why the last attempt did not certify
+        if self.nodes is not None:
+            self._choose_method()
+
+    def _choose_method(self) -> None:
+        """DP54, or ROS34PW2 once the explicit steps are stiff and the nodes few (``implicit``); a change of
+        method starts its controller afresh."""
+        d = self.nodes.x.shape[1]
+        if len(self.nodes) * (d - 1) > IMPLICIT_DIMENSIONS:
+            self.implicit = False
+        tab = ROS34PW2 if self.implicit else TABLEAUS["DP54"]
+        if tab is not self.tableau:
+            self.tableau = tab
+            self.controller = StepController(tab.error_order)
+
+    def _stiffness(self, J: np.ndarray, h: float) -> float:
+        """h rho(J), rho estimated by the power method on J^T J (an upper bound: the largest singular value)."""
+        v = np.ones(J.shape[0]) / math.sqrt(J.shape[0])
+        sigma = 0.0
+        for _ in range(12):
+            w = J.T @ (J @ v)
+            norm = float(np.linalg.norm(w))
+            if norm == 0.0:
+                return 0.0
+            sigma, v = math.sqrt(norm), w / norm
+        return h * sigma
+
+    def _check_stiffness(self) -> None:
+        """After an accepted step: switch to the Rosenbrock steps when the explicit ones are stiff (every
+        STIFFNESS_CHECK steps), back when the Rosenbrock step is no longer (its last factorisation)."""
+        d = self.nodes.x.shape[1]
+        if self.implicit:
+            if self._stiff_h is not None and self._stiff_h < NONSTIFF:
+                self.implicit = False
+        elif len(self.nodes) * (d - 1) <= IMPLICIT_DIMENSIONS and self.nsteps % STIFFNESS_CHECK == 0 and self.dt:
+            J, _ = reduced_jacobian(self.model, self.nodes.x, self.nodes.w)
+            if self._stiffness(J, self.dt) > STIFF:
+                self.implicit = True
+        self._choose_method()
 
     # --- the field --------------------------------------------------------------------------------
     @property
@@ -388,6 +470,20 @@ class LagrangianPhase(Integration):
     def error_norm(self, err: np.ndarray, u: np.ndarray, u_new: np.ndarray) -> float:
         return float(np.sqrt(np.einsum("nd,nd->n", err, err).max())) / (self.atol + self.rtol)
 
+    def jacobian_factor(self, u: np.ndarray, g: float):
+        """(I - g W)^{-1} for the Rosenbrock steps, W = E J E^T: J the Jacobian of the node flow on the nodes' tangent frames E
+        (the normal components of a vector pass through unchanged: the flow keeps |x|)."""
+        x = u / np.linalg.norm(u, axis=1, keepdims=True)
+        J, E = reduced_jacobian(self.model, x, self.nodes.w)
+        self._stiff_h = self._stiffness(J, g / self.tableau.gamma)
+        lu = lu_factor(np.eye(J.shape[0]) - g * J, check_finite=False)
+
+        def solve(b: np.ndarray) -> np.ndarray:
+            beta = np.einsum("nd,ndk->nk", b, E)
+            alpha = lu_solve(lu, beta.ravel(), check_finite=False).reshape(beta.shape)
+            return b + np.einsum("ndk,nk->nd", E, alpha - beta)
+        return solve
+
     # --- snapshots --------------------------------------------------------------------------------
     def row(self, output_points: int, smoothing: float) -> dict:
         """The snapshot of the node measure: the PDE's per-snapshot fields and the nodes themselves."""
@@ -412,7 +508,12 @@ class LagrangianPhase(Integration):
         return {"t": self.t, "x": self.nodes.x.copy(), "w": self.nodes.w.copy(), "count": self.nodes.count.copy(),
                 "dt": float(self.dt) if self.dt is not None else float("nan"), "node_nsteps": self.nsteps,
                 "node_nrejected": self.nrejected, "merges": [list(m) for m in self.merges],
-                "node_facold": self.controller.facold}
+                "node_facold": self.controller.facold, "implicit": self.implicit, "t_begin": self.t_begin,
+                "next_attempt": self.next_attempt,
+                "quiet": None if self.quiet is None else list(self.quiet),
+                "samples": [list(s) for s in self.samples], "plateaus": [p.to_dict() for p in self.plateaus],
+                "terminal": None if self.terminal is None else self.terminal.to_dict(),
+                "ended": None if self.ended is None else list(self.ended)}
 
     def restore(self, state: dict) -> None:
         self.t = float(state["t"])
@@ -422,26 +523,129 @@ class LagrangianPhase(Integration):
         self.dt = dt if math.isfinite(dt) else None
         self.nsteps, self.nrejected = int(state["node_nsteps"]), int(state["node_nrejected"])
         self.merges = [tuple(m) for m in state.get("merges", [])]
+        self.implicit = bool(state.get("implicit", False))
+        self._stiff_h = None
+        self._choose_method()
         self.controller.facold = float(state["node_facold"])
         self.f = self.psi = None
         self._merge_slack = None
+        self.t_begin = float(state.get("t_begin", self.t))
+        self.next_attempt = float(state.get("next_attempt", self.t))
+        q = state.get("quiet")
+        self.quiet = None if q is None else (int(q[0]), float(q[1]))
+        self.samples = [(float(a), float(b)) for a, b in state.get("samples", [])]
+        self.plateaus = [term.Plateau.from_dict(p) for p in state.get("plateaus", [])]
+        self.terminal = None if state.get("terminal") is None else term.TerminalState.from_dict(state["terminal"])
+        self.ended = None if state.get("ended") is None else tuple(state["ended"])
 
     # --- the protocol of Integration ----------------------------------------------------------------
     def save_time(self) -> float:
         return min(self._save_time(), self.t_final) if self._save_time is not None else self.t_final
 
     def before_step(self) -> tuple[str, str] | None:
+        if self.ended is not None:
+            return self.ended
         drift = self.max_drift()
         if not math.isfinite(drift):
             return "non-finite", f"non-finite node velocity at t = {self.t:.6g}"
         if self.stationary and drift <= self.drift_tol:
-            return "stationary", (f"max |v| over the {len(self.nodes)} nodes = {drift:.3g} <= drift_tol "
-                                  f"{self.drift_tol:g}")
+            plateaus = len(self.plateaus)
+            stop = self._attempt(force=True) if self.certify else None
+            if stop is not None:
+                return stop
+            if len(self.plateaus) == plateaus:
+                return "stationary", (f"max |v| over the {len(self.nodes)} nodes = {drift:.3g} <= drift_tol "
+                                      f"{self.drift_tol:g}" + (f", not certified: {self.why_not}" if self.certify
+                                                               else ""))
+            drift = self.max_drift()            # kicked off a plateau: the run goes on
         if self.t >= self.t_final:
-            return "t_final", f"reached t_final (max |v| over the nodes {drift:.3g})"
+            message = f"reached t_final (max |v| over the nodes {drift:.3g})"
+            if self.certify:
+                self._attempt(force=True, final=True)
+                if self.terminal is None:
+                    message += f"; not certified stationary: {self.why_not}"
+                else:
+                    message += (f"; its state is certified stationary ({len(self.terminal)} atom(s), "
+                                f"{self.terminal.verdict})")
+            return "t_final", message
         if self.dt is None:
-            self.dt = 0.01 / drift if drift > 0 else self.save_time() - self.t
+            self.dt = 0.01 / drift if drift > 0 else min(self.save_time() - self.t, 1.0)
         return None
+
+    # --- certification (solvers.terminal) --------------------------------------------------------------
+    def _energy(self) -> float:
+        self.velocity()
+        if self.psi is None and self.sums is not None:
+            self.f = None
+            self.velocity()
+        return measure_energy(self.model, self.sums, self.nodes.x, self.nodes.w, self.psi)
+
+    def _attempt(self, force: bool = False, final: bool = False) -> tuple[str, str] | None:
+        """A certification attempt (:func:`solvers.terminal.certify`) when one is due (or ``force``). A
+        stable (or marginal) state ends the run: ("stationary", message), ``terminal`` set; ``final`` (at
+        t_final) records any certified state as ``terminal`` and returns None. An unstable one is a plateau:
+        recorded, the nodes kicked off it, None."""
+        if not force and self.t < self.next_attempt:
+            return None
+        self.next_attempt = self.t + max(ATTEMPT_MIN_GAP, ATTEMPT_GROWTH * (self.t - self.t_begin))
+        if self.model.has_energy:
+            self.samples.append((self.t, self._energy()))
+        n = self.nodes
+        groups = term.group_nodes(n.x, n.w, n.count, self.atom_radius)
+        if self.quiet is not None and not force:
+            k, t_resume = self.quiet
+            if len(groups) == k and self.t < t_resume:
+                self.why_not = "leaving a plateau"
+                return None
+            self.quiet = None
+        cert, self.why_not = term.certify(self.model, groups, self.atom_radius, self.t, self._stays_put,
+                                          self._energy_of)
+        if cert is None:
+            return None
+        verdict = cert.state.verdict
+        word = f"certified stationary ({len(cert.masses)} atom(s), {verdict}, growth {cert.state.growth:.3e})"
+        if final or verdict != "unstable":
+            return self._end(cert, None if final else word)
+        for p in self.plateaus:
+            if len(p.masses) == len(cert.masses) and abs(p.energy - cert.energy) <= 1e-12 * max(1.0, abs(p.energy)):
+                return self._end(cert, f"{word}: the flow came back to the plateau certified at t = "
+                                       f"{p.t_certified:.6g}")
+        if len(self.plateaus) >= MAX_PLATEAUS:
+            return self._end(cert, f"{word}, after {MAX_PLATEAUS} plateaus")
+        x, w, c, plateau = term.kicked(cert, self.kick)
+        plateau.t_entered = term.entered(self.samples, cert.energy, self.t) if self.model.has_energy else self.t
+        self.plateaus.append(plateau)
+        self.samples = []
+        self.nodes = Nodes(np.ascontiguousarray(x), w, c)
+        self.f = self.psi = None
+        self._merge_slack = None
+        self.quiet = (len(cert.masses), self.t + LEAVE_GROWTHS / max(plateau.growth, 1e-300))
+        self._choose_method()
+        self.why_not = "leaving a plateau"
+        return None
+
+    def _end(self, cert, message: str | None) -> tuple[str, str] | None:
+        """Keep ``cert`` as the terminal state; with a message, the run ends there ("stationary")."""
+        self.terminal = term.TerminalState.from_certificate(cert)
+        if message is None:
+            return None
+        self.ended = ("stationary", message)
+        return self.ended
+
+    def _energy_of(self, positions: np.ndarray, masses: np.ndarray) -> float:
+        return measure_energy(self.model, self.sums, positions, masses,
+                              None if self.sums is None else self.sums.fields(positions, masses)[0])
+
+    def _stays_put(self, positions: np.ndarray, masses: np.ndarray, counts: np.ndarray) -> float:
+        """The largest move (radians) of the node flow from these atoms over ``terminal.STAY_TIME``."""
+        phase = LagrangianPhase(self.model, self.space, Nodes(positions.copy(), masses.copy(), counts.copy()),
+                                self.t, self.degree, self.rtol, self.atol, 0.0, 0.0, sums=self.sums)
+        stop, _ = phase.run(self.t + term.STAY_TIME, stationary=False, max_steps=10_000)
+        if stop != "t_final" or len(phase.nodes) != len(masses):
+            return math.inf
+        cos = np.clip(np.einsum("nd,nd->n", phase.nodes.x, positions), -1.0, 1.0)
+        chord = np.linalg.norm(phase.nodes.x - positions, axis=1)
+        return float(np.max(2.0 * np.arcsin(np.minimum(chord / 2.0, 1.0)))) if cos.size else 0.0
 
     def accept(self, u_new: np.ndarray, f_new: np.ndarray | None, h: float, lands: bool) -> tuple[str, str] | None:
         x = u_new / np.linalg.norm(u_new, axis=1, keepdims=True)
@@ -454,8 +658,11 @@ class LagrangianPhase(Integration):
         self.f, self.psi = (None, None) if merged else (f_new, None)
         if merged:
             self.merges.append((self.t, before, len(self.nodes)))
+        self._check_stiffness()
         if lands and self._on_save is not None and self._save_time is not None:
             self._on_save()
+        if self.certify and self.t < self.t_final:
+            return self._attempt()
         return None
 
     def report(self, h: float) -> dict:

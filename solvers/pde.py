@@ -13,6 +13,7 @@ The discretisation (circle or sphere) is chosen by ``model.d`` and lives in ``pd
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from dataclasses import dataclass, field, fields
@@ -30,14 +31,33 @@ from .interaction import InteractionSums
 from .interrupts import at_once, graceful_stop
 from .model import Model, density_values
 from .stepping import TABLEAUS, Integration, Progress, StepController
+from .terminal import TerminalState
 
-__all__ = ["solve_pde", "prepare_pde", "PDERun", "PDEResult", "PDEOptions", "STOP_REASONS", "space_for"]
+__all__ = ["solve_pde", "prepare_pde", "PDERun", "PDEResult", "PDEOptions", "STOP_REASONS", "space_for",
+           "snapshot_time"]
 
 STOP_REASONS = ("t_final", "stationary", "resolution", "positivity", "non-finite", "max_steps", "interrupted")
 CONTINUATIONS = ("lagrangian", "none")
 METHODS = ("DP54", "BS32")
 #: smallest tail_tol, tail_max, positivity_tol accepted (see PDEOptions)
 _ROUND_OFF_FLOOR = 1e-14
+
+
+#: with t_final = inf, snapshots are save_every apart for the first hundred, then twice as far apart for
+#: every next hundred: a run of unknown length keeps a bounded number of them per decade of time
+SNAPSHOTS_PER_DOUBLING = 100
+
+
+def snapshot_time(k: int, save_every: float | None, t_final: float) -> float:
+    """The time of snapshot k >= 1 (snapshot 0 is the start): k save_every up to t_final; with t_final = inf,
+    the schedule of ``SNAPSHOTS_PER_DOUBLING``; without save_every, t_final."""
+    if save_every is None:
+        return t_final
+    if math.isfinite(t_final):
+        return min(k * save_every, t_final)
+    b, j = divmod(k - 1, SNAPSHOTS_PER_DOUBLING)
+    n = SNAPSHOTS_PER_DOUBLING
+    return save_every * (n * (2.0 ** b - 1.0) + 2.0 ** b * (j + 1))
 
 
 def space_for(d: int):
@@ -112,7 +132,11 @@ class PDEOptions:
     merge_tol : float
         Nodes closer than this (radians) become one node.
     drift_tol : float
-        Stop with "stationary" when max |v| over the nodes is below this (radians per unit time).
+        The nodes are at rest when max |v| over them is below this (radians per unit time): the run is
+        certified there or stops "stationary" with the reason it is not (``solvers.terminal``).
+    kick : float
+        The perturbation (radians) along the unstable direction of a certified saddle, after which the run
+        goes on (a plateau: ``PDEResult.plateaus``).
     atom_radius : float or None
         Grouping radius of the atoms of a node measure (default a tenth of the initial node spacing).
     error_estimate : bool
@@ -143,13 +167,14 @@ class PDEOptions:
     node_rtol: float = 1e-6
     node_atol: float = 1e-8
     merge_tol: float = 1e-6
-    drift_tol: float = 1e-6
+    drift_tol: float = 1e-10
     atom_radius: float | None = None
     error_estimate: bool = True
+    kick: float = 1e-4
 
     def __post_init__(self) -> None:
         for name in ("rtol", "atol", "cfl", "tail_tol", "tail_max", "positivity_tol", "sa_psi_min", "node_rtol",
-                     "node_atol", "merge_tol", "drift_tol"):
+                     "node_atol", "merge_tol", "drift_tol", "kick"):
             check.number(f"option {name}", getattr(self, name), gt=0)
         for name in ("dt0", "dt_max", "handoff_at", "atom_radius"):
             check.number(f"option {name}", getattr(self, name), gt=0, allow_none=True)
@@ -249,6 +274,8 @@ class PDEResult:
     grids: list = field(default_factory=list)
     nodes: list = field(default_factory=list, repr=False)
     lagrangian: dict | None = field(default=None, repr=False)
+    terminal: TerminalState | None = None
+    plateaus: list = field(default_factory=list)
 
     @property
     def space(self):
@@ -358,13 +385,21 @@ class PDEResult:
             lines.append(f"  handoff at t={h['t']:.6g} ({h['reason']}: {h['message']}), degree {h['degree']}, "
                          f"{h['nodes']} nodes, clipped mass {h['clipped_mass']:.2e}; {len(merges)} merge steps, "
                          f"{int(merges[-1, 2]) if len(merges) else h['nodes']} nodes at the end")
+        for k, pl in enumerate(self.plateaus):
+            lines.append(f"  plateau {k + 1}: entered t={pl.t_entered:.6g}, certified t={pl.t_certified:.6g}, "
+                         f"{len(pl.masses)} atom(s), energy {pl.energy:.10g}, growth {pl.growth:.3e} ({pl.part}), "
+                         f"left by a kick of {pl.kick:.1e} rad")
+        if self.terminal is not None:
+            lines += ["  " + line for line in self.terminal.summary_lines()]
+        elif self.lagrangian is not None:
+            lines.append("  terminal state: not certified")
         atoms = self.atoms()
         if isinstance(atoms, lagrangian.NodeAtoms):
             lines.append(f"  atoms (node groups within {atoms.radius:.2g} rad): {len(atoms)}; diffuse mass "
                          f"{atoms.diffuse:.4f}" + (f" ± {atoms.diffuse_error:.1e}" if atoms.diffuse_error is not None
                                                    else ""))
             note = lagrangian.not_stationary_note(self.stop_reason, float(self.t[-1]), len(atoms))
-            if note:
+            if note and self.terminal is None:
                 lines.append(f"  {note}")
             loose = lagrangian.unresolved(atoms.masses, atoms.mass_errors)
             for k in range(min(len(atoms), 12)):
@@ -548,7 +583,8 @@ def prepare_pde(model: Model, t_final: float, degree: int, initial="uniform", sa
         raise TypeError(f"model must be a solvers.Model, got {type(model).__name__}")
     Disc, space = space_for(model.d)
     opts = PDEOptions.from_kwargs(options, check.named_parameters(solve_pde))
-    check.number("t_final", t_final, gt=0)
+    if not (check.is_number(t_final) and t_final == math.inf):
+        check.number("t_final", t_final, gt=0)
     check.number("save_every", save_every, gt=0, allow_none=True)
     max_degree = opts.max_degree or space.default_max_degree
     check.integer("degree", degree, ge=space.min_degree)
@@ -559,6 +595,10 @@ def prepare_pde(model: Model, t_final: float, degree: int, initial="uniform", sa
     elif opts.continuation == "lagrangian" and model.noise > 0:
         raise ValueError("continuation='lagrangian' carries the density along the characteristics of the flow, "
                          f"which noise (nu = {model.noise:g}) does not have: use continuation='none'")
+    if t_final == math.inf and opts.continuation != "lagrangian":
+        raise ValueError("t_final = inf runs until the terminal state is certified, which the Lagrangian "
+                         "continuation does (noise = 0, continuation='lagrangian'): give a finite t_final"
+                         + (" (with noise the stationary density is a smooth one)" if model.noise > 0 else ""))
     if opts.continuation == "lagrangian":
         # a degree above the default handoff degree raises it: the user asked for that resolution
         opts.handoff_degree = opts.handoff_degree or max(space.default_handoff_degree, int(degree))
@@ -668,7 +708,13 @@ class PDERun(Integration):
         (checked before any of them is built)."""
         opts, space = self.opts, self.space
         left = self.t_final - self.t
-        n_snap = 2 + (math.ceil(left / self.save_every) if self.save_every is not None else 0)
+        if self.save_every is None:
+            n_snap = 2
+        elif math.isinf(left):
+            # the schedule of snapshot_time: ~100 per doubling of time; counted to 2^20 save_every
+            n_snap = 2 + SNAPSHOTS_PER_DOUBLING * 13
+        else:
+            n_snap = 2 + math.ceil(left / self.save_every)
         grid_points = space.output_grid_size(self.output_points)
         per_snap = 8.0 * grid_points + 16.0 * space.ncoef(self.cap)
         if self.continues:
@@ -684,6 +730,8 @@ class PDERun(Integration):
         """Refuse (ValueError) a run that cannot reach t_final within max_steps."""
         opts = self.opts
         left = self.t_final - self.t
+        if math.isinf(left):
+            return
         if self.save_every is not None:
             n_save = math.ceil(left / self.save_every - 1e-9)
             if n_save > opts.max_steps:
@@ -727,9 +775,7 @@ class PDERun(Integration):
 
     # --- helpers --------------------------------------------------------------------------------
     def _save_time(self, k: int) -> float:
-        if self.save_every is None:
-            return self.t_final
-        return min(k * self.save_every, self.t_final)
+        return snapshot_time(k, self.save_every, self.t_final)
 
     def _common_state(self) -> dict:
         # last_snapshot_t < t: a state kept where an interruption stopped the run, between snapshots
@@ -984,6 +1030,10 @@ class PDERun(Integration):
             if opts.continuation == "none" and self.model.noise > 0:
                 chk = (chk[0], chk[1] + " (no Lagrangian continuation with noise: the flow has no "
                                         "characteristics to follow)")
+        if chk is None and math.isinf(self.t_final) and diag["vmax"] <= opts.drift_tol:
+            # a density at rest (the uniform one, without a perceptron): the end of a run without end
+            chk = ("stationary", f"the density is at rest: max |v| on the grid {diag['vmax']:.3g} <= drift_tol "
+                                 f"{_sci(opts.drift_tol)} (a stationary density, not atomic)")
         if lands and self.t == self.save_time() and chk is None:
             self.save_index += 1
             self._snapshot(diag)
@@ -1017,13 +1067,15 @@ class PDERun(Integration):
         n = (self.opts.nodes or self.space.default_nodes) * factor
         return lagrangian.handoff_nodes(self.space, g["coeffs"], g["degree"], n)
 
-    def _new_phase(self, nodes, t: float) -> "lagrangian.LagrangianPhase":
+    def _new_phase(self, nodes, t: float, radius: float | None = None) -> "lagrangian.LagrangianPhase":
+        """A node phase; with ``radius`` (the atoms' grouping radius) one that certifies its end."""
         o = self.opts
         sums = None
         if self.model.attention != "none":
             sums = InteractionSums(self.model.d, self.model.beta, "auto")
         return lagrangian.LagrangianPhase(self.model, self.space, nodes, t, self.good["degree"], o.node_rtol,
-                                          o.node_atol, o.merge_tol, o.drift_tol, sums=sums)
+                                          o.node_atol, o.merge_tol, o.drift_tol, sums=sums,
+                                          certify=radius is not None, atom_radius=radius or 0.0, kick=o.kick)
 
     def _hand_off(self, reason: str, message: str) -> tuple[str | None, str]:
         """Build the node measure from the last resolved state and make it the state of the run."""
@@ -1037,7 +1089,7 @@ class PDERun(Integration):
                         "smoothing": float(self.space.smoothing_scale(g["degree"])),
                         "atom_radius": self._atom_radius(len(nodes))}
         self.t, self.save_index, self.degree = g["t"], g["save_index"], g["degree"]
-        self.lag = self._new_phase(nodes, g["t"])
+        self.lag = self._new_phase(nodes, g["t"], self.handoff["atom_radius"])
         self.disc = self.u = None
         self._scaled = None             # it holds the discretisation's rhs_flux: let the transforms go
         return None, ""
@@ -1085,14 +1137,17 @@ class PDERun(Integration):
                      "coeffs": np.asarray(restart["handoff_coeffs"], dtype=complex)}
         self.disc = self.u = None
         self._scaled = None             # it holds the discretisation's rhs_flux: let the transforms go
-        self.lag = self._new_phase(None, self.t)
+        self.lag = self._new_phase(None, self.t, self.handoff["atom_radius"])
         self.lag.restore(restart)
 
     def _error_estimate_run(self) -> None:
-        """The continuation again from the handoff state with twice the nodes, to the same time."""
+        """The continuation again from the handoff state with twice the nodes: to its own certified end when
+        the run was certified stationary (the terminal masses are compared), else to the same time."""
         t_end = self.lag.t
         nodes, _, _ = self._continuation_nodes(factor=2)
-        phase = self._new_phase(nodes, self.good["t"])
+        certified = self.lag.terminal is not None and self.lag.ended is not None
+        phase = self._new_phase(nodes, self.good["t"],
+                                self._atom_radius(len(nodes)) if certified else None)
         wall0 = time.perf_counter()
         self.t = self.good["t"]
         # t_end: the rerun's end, which is before t_final when the run stopped stationary
@@ -1100,7 +1155,8 @@ class PDERun(Integration):
         self.checking = True
         phase.stop_request = self.stop_request
         try:
-            stop, message = phase.run(t_end, progress=report, stationary=False, max_steps=self.opts.max_steps)
+            stop, message = phase.run(self.t_final if certified else t_end, progress=report,
+                                      stationary=certified, max_steps=self.opts.max_steps)
             if stop == "interrupted":
                 raise KeyboardInterrupt      # reported as an interruption of the rerun (see run)
         finally:
@@ -1108,7 +1164,21 @@ class PDERun(Integration):
         self.checking = False
         self.check = {"t": phase.t, "initial_nodes": len(nodes), "x": phase.nodes.x, "w": phase.nodes.w,
                       "count": phase.nodes.count, "nsteps": phase.nsteps, "stop_reason": stop,
-                      "wall_time": time.perf_counter() - wall0}
+                      "wall_time": time.perf_counter() - wall0,
+                      "terminal": None if phase.terminal is None else phase.terminal.to_dict()}
+
+    def _terminal_errors(self, terminal: TerminalState, check: TerminalState, n2: int) -> TerminalState:
+        """The terminal state with the errors of its masses and positions from the rerun's terminal state (the
+        rule of ``PDEResult.atoms``: paired by position, Richardson-extrapolated, at least the basin floor)."""
+        n1 = int(self.handoff["nodes"])
+        mine = lagrangian.NodeAtoms(terminal.positions, terminal.masses, terminal.counts, 0.0, 0.0)
+        other = lagrangian.NodeAtoms(check.positions, check.masses, check.counts, 0.0, 0.0)
+        est = lagrangian.estimate_atoms(mine, other, n2, floor=self.space.basin_floor_nodes * self.handoff["max_weight"],
+                                        ratio=n2 / n1, order=1.0 / (self.model.d - 1))
+        out = dataclasses.replace(terminal)
+        # NodeAtoms sorts by mass, as TerminalState does (heaviest first, stable): the same order
+        out.mass_errors, out.position_errors, out.check_nodes = est.mass_errors, est.position_errors, n2
+        return out
 
     def _result(self, stop: str, message: str, wall: float) -> PDEResult:
         a = self.snaps.arrays(self.space)
@@ -1121,7 +1191,14 @@ class PDERun(Integration):
                    # the solution reached its end and only the error-estimate rerun was cut: its atoms hold,
                    # without error bars
                    "check_interrupted": bool(self.checking)}
+        terminal = plateaus = None
+        if self.lag is not None:
+            terminal, plateaus = self.lag.terminal, list(self.lag.plateaus)
+            if terminal is not None and self.check is not None and self.check.get("terminal") is not None:
+                terminal = self._terminal_errors(terminal, TerminalState.from_dict(self.check["terminal"]),
+                                                 int(self.check["initial_nodes"]))
         return PDEResult(
+            terminal=terminal, plateaus=plateaus or [],
             model=self.model, t=a["t"], coeffs=a["coeffs"], degree=a["degree"], grid=self.grid,
             density=a["density"], energy=a["energy"], mass=a["mass"], min_density=a["min_density"],
             tail=a["tail"], dissipation=a["dissipation"], steps=steps, refinements=list(self.refinements),

@@ -27,7 +27,9 @@ import numpy as np
 
 from ._compiled import kernels
 
-__all__ = ["Tableau", "TABLEAUS", "IFRungeKutta", "StepController", "Integration", "Progress", "round_step"]
+__all__ = ["Tableau", "TABLEAUS", "IFRungeKutta", "RosenbrockTableau", "ROS2", "ROS34PW2", "Rosenbrock",
+           "StepController",
+           "Integration", "Progress", "round_step"]
 
 
 @dataclass(frozen=True)
@@ -83,6 +85,110 @@ RK4 = Tableau(
 EULER = Tableau(name="Euler", c=(0.0,), A=((),), b=(1.0,), e=None, order=1, error_order=None, fsal=False)
 
 TABLEAUS = {t.name: t for t in (DP54, BS32, RK4, EULER)}
+
+
+@dataclass(frozen=True)
+class RosenbrockTableau:
+    """A linearly implicit (Rosenbrock-W) method, given as in Hairer & Wanner (IV.7) by its stage weights
+    ``alpha`` (strictly lower), ``Gamma`` (lower, constant diagonal gamma), weights ``b`` and embedded
+    weights ``bhat``, and stepped in the form without matrix-vector products:
+
+        (I - gamma h W) k_i = F(u + h sum_{j<i} a_ij k_j) + sum_{j<i} c_ij k_j,
+        u_new = u + h sum_i m_i k_i,   err = h sum_i e_i k_i,
+
+    a = gamma alpha Gamma^-1, c = -gamma Gamma^-1 below the diagonal, m = gamma b Gamma^-1, e = m -
+    gamma bhat Gamma^-1. W approximates the Jacobian dF/du; a W-method keeps its order for any W."""
+
+    name: str
+    alpha: tuple[tuple[float, ...], ...]
+    Gamma: tuple[tuple[float, ...], ...]
+    b: tuple[float, ...]
+    bhat: tuple[float, ...]
+    order: int
+    error_order: int
+
+    def __post_init__(self) -> None:
+        G = np.array(self.Gamma, dtype=float)
+        g = float(G[0, 0])
+        Gi = np.linalg.inv(G)
+        object.__setattr__(self, "gamma", g)
+        object.__setattr__(self, "a", np.tril(g * np.array(self.alpha, dtype=float) @ Gi, -1))
+        object.__setattr__(self, "c", np.tril(-g * Gi, -1))
+        m = g * np.array(self.b, dtype=float) @ Gi
+        object.__setattr__(self, "m", m)
+        object.__setattr__(self, "e", m - g * np.array(self.bhat, dtype=float) @ Gi)
+
+    @property
+    def stages(self) -> int:
+        return len(self.b)
+
+
+_G2 = 1.0 + 1.0 / math.sqrt(2.0)
+#: ROS2 (Verwer, Spee, Blom, Hundsdorfer, SIAM J. Sci. Comput. 20, 1999): second order for any W, L-stable
+#: for the exact Jacobian; its embedded solution is the linearly implicit Euler step. With W = 0 it is
+#: Heun's method.
+ROS2 = RosenbrockTableau(name="ROS2", alpha=((0.0, 0.0), (1.0, 0.0)), Gamma=((_G2, 0.0), (-2.0 * _G2, _G2)),
+                         b=(0.5, 0.5), bhat=(1.0, 0.0), order=2, error_order=1)
+
+_G4 = 4.3586652150845900e-01
+#: ROS34PW2 (Rang & Angermann, BIT 45, 2005): a W-method of order 3 for any W, with an embedded method of
+#: order 2; L-stable, and stiffly accurate (its last stage is the new state).
+ROS34PW2 = RosenbrockTableau(
+    name="ROS34PW2",
+    alpha=((0.0, 0.0, 0.0, 0.0),
+           (8.7173304301691801e-01, 0.0, 0.0, 0.0),
+           (8.4457060015369423e-01, -1.1299064236484185e-01, 0.0, 0.0),
+           (0.0, 0.0, 1.0, 0.0)),
+    Gamma=((_G4, 0.0, 0.0, 0.0),
+           (-8.7173304301691801e-01, _G4, 0.0, 0.0),
+           (-9.0338057013044082e-01, 5.4180672388095326e-02, _G4, 0.0),
+           (2.4212380706095346e-01, -1.2232505839045147e+00, 5.4526025533510214e-01, _G4)),
+    b=(2.4212380706095346e-01, -1.2232505839045147e+00, 1.5452602553351020e+00, _G4),
+    bhat=(3.7810903145819369e-01, -9.6042292212423178e-02, 0.5, 2.1793326075422950e-01),
+    order=3, error_order=2)
+
+
+class Rosenbrock:
+    """One step of a :class:`RosenbrockTableau` method.
+
+    Parameters
+    ----------
+    rhs : callable
+        ``rhs(t, u, last)``, as for :class:`IFRungeKutta`.
+    tableau : RosenbrockTableau
+    factor : callable
+        ``factor(u, g)`` returns ``solve(b)``, the solution x of (I - g W(u)) x = b for the state u: the
+        caller's Jacobian approximation W, factored once per step.
+    """
+
+    def __init__(self, rhs: RHS, tableau: RosenbrockTableau, factor: Callable) -> None:
+        self.rhs, self.tableau, self.factor = rhs, tableau, factor
+
+    def step(self, t: float, u: np.ndarray, h: float, f0: np.ndarray | None = None
+             ) -> tuple[np.ndarray, None, np.ndarray]:
+        """Advance u from t to t + h; returns (u_new, None, err) (no stage is the new state's F)."""
+        tab = self.tableau
+        solve = self.factor(u, tab.gamma * h)
+        k: list[np.ndarray] = []
+        for i in range(tab.stages):
+            if i == 0:
+                rhs = self.rhs(t, u, False) if f0 is None else f0
+            else:
+                U = u.copy()
+                for j in range(i):
+                    if tab.a[i, j] != 0.0:
+                        U += (h * tab.a[i, j]) * k[j]
+                rhs = self.rhs(t + h * float(tab.a[i].sum()), U, False)
+                for j in range(i):
+                    if tab.c[i, j] != 0.0:
+                        rhs = rhs + tab.c[i, j] * k[j]
+            k.append(solve(rhs))
+        u_new = u.copy()
+        err = np.zeros_like(u)
+        for ki, m, e in zip(k, tab.m, tab.e):
+            u_new += (h * m) * ki
+            err += (h * e) * ki
+        return u_new, None, err
 
 RHS = Callable[..., np.ndarray]
 
@@ -648,19 +754,29 @@ class Integration:
     def report(self, h: float) -> dict:
         return {"dt": h, "nsteps": self.nsteps}
 
+    def jacobian_factor(self, u: np.ndarray, g: float) -> Callable[[np.ndarray], np.ndarray]:
+        """For a :class:`RosenbrockTableau` method: ``solve(b)``, the solution x of (I - g W) x = b with W an
+        approximation of the Jacobian of ``rhs`` at u (:class:`Rosenbrock`)."""
+        raise NotImplementedError
+
+    def _stepper(self, lin, scaled):
+        if isinstance(self.tableau, RosenbrockTableau):
+            return Rosenbrock(self.rhs, self.tableau, self.jacobian_factor)
+        return IFRungeKutta(self.rhs, self.tableau, lin, scaled)
+
     def integrate(self, progress: "Progress | Callable[[float, dict], None] | None" = None) -> tuple[str, str]:
         """Step until a stop (see the class docstring)."""
-        lin, scaled = self.lin, self.rhs_scaled()
-        stepper = IFRungeKutta(self.rhs, self.tableau, lin, scaled)
+        lin, scaled, tableau = self.lin, self.rhs_scaled(), self.tableau
+        stepper = self._stepper(lin, scaled)
         bad = 0
         keeps = self.checkpoint is not None and math.isfinite(self.checkpoint_every)
         next_keep = time.perf_counter() + self.checkpoint_every if keeps else math.inf
         accepted = False
         while True:
-            if self.lin is not lin or self.rhs_scaled() is not scaled:
-                # a new linear part or factor (a refined discretisation)
-                lin, scaled = self.lin, self.rhs_scaled()
-                stepper = IFRungeKutta(self.rhs, self.tableau, lin, scaled)
+            if self.lin is not lin or self.rhs_scaled() is not scaled or self.tableau is not tableau:
+                # a new linear part or factor (a refined discretisation), or another method
+                lin, scaled, tableau = self.lin, self.rhs_scaled(), self.tableau
+                stepper = self._stepper(lin, scaled)
             stop = self.before_step()
             if stop is not None:
                 return stop

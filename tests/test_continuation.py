@@ -40,22 +40,32 @@ def test_continuation_agrees_with_the_eulerian_solver(d, degree, max_degree, nod
 @pytest.mark.slow
 def test_three_fold_perturbation_collapses_into_three_equal_atoms():
     """Pure attention (USA, ascent, beta = 5) from rho_0 = 1 + 0.2 cos(3 theta): the flow keeps the
-    three-fold symmetry, so the terminal state is three atoms of mass exactly 1/3 at 0, 2 pi / 3, 4 pi / 3
-    (the fastest-growing mode at beta = 5 is k* = 3). With 3072 nodes the node measure has the symmetry
-    too; the run ends "stationary", everything in atoms, nothing diffuse."""
+    three-fold symmetry, so it reaches three atoms of mass exactly 1/3 at 0, 2 pi / 3, 4 pi / 3 (the
+    fastest-growing mode at beta = 5 is k* = 3). With 3072 nodes the node measure has the symmetry too, and
+    the run certifies that state. It is a saddle (the reduced system of three equal atoms at 120 degrees has
+    the eigenvalue e^{-3 beta/2} (1/2 + 3 beta/4) > 0: two atoms drift together), so it is a plateau: the
+    run kicks the atoms off it and, at t_final = 300, is still near it (leaving takes ~ log(1/kick) / growth,
+    thousands of time units)."""
     init = lambda x: 1 + 0.2 * np.cos(3 * np.arctan2(x[:, 1], x[:, 0]))        # noqa: E731
     checks = []
-    r = solve_pde(Model(2, 5.0, "ascent"), 300.0, 64, initial=init, save_every=10.0, nodes=3072,
+    beta = 5.0
+    r = solve_pde(Model(2, beta, "ascent"), 300.0, 64, initial=init, save_every=10.0, nodes=3072,
                   progress=lambda info: checks.append(info) if "check" in info else None)
-    assert r.stop_reason == "stationary" and r.t_stop < 300 and "drift_tol" in r.message
-    # the error-estimate rerun says where it goes (the stop, not t_final), and gets there
+    assert r.stop_reason == "t_final" and r.t_stop == 300
+    assert len(r.plateaus) == 1
+    pl = r.plateaus[0]
+    assert pl.part == "atoms" and pl.t_entered < pl.t_certified < 300
+    assert np.allclose(pl.masses, 1 / 3, atol=1e-12)
+    ang = np.sort(np.mod(np.arctan2(pl.positions[:, 1], pl.positions[:, 0]) + 0.1, 2 * np.pi) - 0.1)
+    assert np.allclose(ang - ang[0], [0.0, 2 * np.pi / 3, 4 * np.pi / 3], atol=1e-9)
+    assert pl.growth == pytest.approx(math.exp(-1.5 * beta) * (0.5 + 0.75 * beta), rel=1e-8)
+    # at t_final the run is near the saddle it was kicked off: certified there, unstable
+    assert r.terminal is not None and r.terminal.verdict == "unstable" and r.terminal.growth == pytest.approx(pl.growth)
+    # the error-estimate rerun goes to t_final, and gets there
     assert checks and {c["t_end"] for c in checks} == {r.t_stop} and checks[-1]["t"] == r.t_stop
-    assert r.t[-1] == r.t_stop and r.nodes[-1]["max_drift"] <= 1e-6
     a = r.atoms()
     assert len(a) == 3 and a.diffuse == 0.0 and list(a.counts) == [1024, 1024, 1024]
     assert np.allclose(a.masses, 1 / 3, atol=1e-12)
-    ang = np.sort(np.mod(np.arctan2(a.positions[:, 1], a.positions[:, 0]) + 0.1, 2 * np.pi) - 0.1)
-    assert np.allclose(ang, [0.0, 2 * np.pi / 3, 4 * np.pi / 3], atol=1e-9)
     # the error estimate (6144 nodes) agrees to its floor, the weight of one node at each end of an arc
     assert a.check_nodes == 6144 and np.all(a.mass_errors <= 2 / 3072 + 1e-15)
     # mass: the weights always sum to 1; the energy of the ascent grows at every snapshot
@@ -364,7 +374,11 @@ def test_node_groups_of_a_run_that_did_not_become_stationary_say_so(tmp_path):
     assert moving.stop_reason == "t_final" and moving.lagrangian is not None
     assert "not stationary at t_final: these node groups are the measure at t = 1," in moving.summary()
     init = lambda x: 1 + 0.2 * np.cos(3 * np.arctan2(x[:, 1], x[:, 0]))        # noqa: E731
-    still = solve_pde(Model(2, 5.0, "ascent"), 300.0, 64, initial=init, nodes=1536, error_estimate=False)
+    # three equal atoms at 120 degrees: at t_final the run is near that certified saddle (a plateau)
+    near = solve_pde(Model(2, 5.0, "ascent"), 300.0, 64, initial=init, nodes=1536, error_estimate=False)
+    assert near.stop_reason == "t_final" and near.terminal is not None and near.terminal.verdict == "unstable"
+    assert "not stationary" not in near.summary() and "unstable (a saddle)" in near.summary()
+    still = solve_pde(Model(2, 5.0, "ascent"), math.inf, 64, initial=init, nodes=1536, error_estimate=False)
     assert still.stop_reason == "stationary" and "not stationary" not in still.summary()
     for r, said in ((moving, True), (still, False)):
         a = r.atoms()

@@ -513,6 +513,9 @@ _DIMS = {
     "pde/lagrangian": {"x": ("node", "component"), "w": ("node",), "count": ("node",),
                        "merges": ("merge", "merge_field"), "*": ("t",)},
     "pde/lagrangian/check": {"x": ("node", "component"), "*": ("node",)},
+    "pde/terminal": {"positions": ("atom", "component"), "eigenvalues*": ("eigenvalue",), "*": ("atom",)},
+    "pde/plateaus": {"positions": ("plateau_atom", "component"), "direction": ("plateau_atom", "component"),
+                     "masses": ("plateau_atom",), "*": ("plateau",)},
     "pde/restart*": {"coeffs": ("coeff",), "handoff_coeffs": ("handoff_coeff",), "x": ("node", "component"),
                      "w": ("node",), "count": ("node",)},
     "particles": {"x": ("t", "particle", "component"), "w": ("particle",), "*": ("t",)},
@@ -572,6 +575,19 @@ _CF = {
     "position_errors": dict(long_name="error estimate of the atom positions (rerun at twice the nodes)",
                             units="radian"),
     "handoff_coeffs": dict(long_name="spectral coefficients of the handoff state (canonical layout)", units="1"),
+    # /pde/terminal and /pde/plateaus (solvers.terminal)
+    "displacement": dict(long_name="how far polishing moved each atom", units="radian"),
+    "eigenvalues": dict(long_name="non-neutral eigenvalues of the linearisation (real parts; > 0: unstable)",
+                        units="1"),
+    "eigenvalues_imag": dict(long_name="imaginary parts of the eigenvalues", units="1"),
+    "t_entered": dict(long_name="time the flow entered the plateau (energy within 1e-3 of its drop)", units="1"),
+    "t_certified": dict(long_name="time the plateau was certified", units="1"),
+    "growth": dict(long_name="largest growth rate of the plateau's linearisation", units="1"),
+    "atom": dict(long_name="the atom of a pull instability (-1: the atoms as a system)", units="1"),
+    "kick": dict(long_name="the perturbation along the unstable direction", units="radian"),
+    "part": dict(long_name="where the instability is: atoms (the reduced system) or pull (one atom's)"),
+    "natoms": dict(long_name="atoms of each plateau (CF contiguous ragged array)", sample_dimension="plateau_atom"),
+    "direction": dict(long_name="unstable direction (tangent displacement of each atom)", units="radian"),
     # /comparison and its concentration_* (solvers.comparison)
     "w1": dict(long_name="1-Wasserstein distance between the PDE and the particles (arc length)", units="radian"),
     "mmd": dict(long_name="kernel distance (MMD) between the PDE and the particles", units="1"),
@@ -1252,6 +1268,7 @@ class ArchiveWriter:
                 _replace(c, k, np.asarray(check[k]))
             self._label_group(c, "pde/lagrangian/check")
             _set_attrs(c, {k: check[k] for k in ("t", "initial_nodes", "nsteps", "stop_reason", "wall_time")})
+        self._write_terminal(g, result)
         cut_check = bool((result.lagrangian or {}).get("check_interrupted"))
         if (result.stop_reason != "interrupted" or cut_check) and _has(g, "t") and g["t"].shape[0]:
             # a resumed result holds only what came after its restart: its atoms come from the whole
@@ -1260,6 +1277,40 @@ class ArchiveWriter:
             # the rerun cut: the solution's atoms, without error bars until a resume runs the rerun again
             self.write_atoms("pde", whole.atoms(), **({"error_estimate": "interrupted"} if cut_check else {}))
         self.f.flush()
+
+    def _write_terminal(self, g: h5py.Group, result) -> None:
+        """/pde/terminal (the certified state) and /pde/plateaus (a ragged table: natoms per plateau, their
+        atoms one plateau after another), each replaced whole."""
+        for name in ("terminal", "plateaus"):
+            if name in g:
+                del g[name]
+        term = getattr(result, "terminal", None)
+        if term is not None:
+            t = g.create_group("terminal")
+            ev = np.asarray(term.eigenvalues)
+            arrays = {"positions": term.positions, "masses": term.masses, "counts": term.counts,
+                      "extents": term.extents, "displacement": term.displacement, "eigenvalues": ev.real,
+                      "mass_errors": term.mass_errors, "position_errors": term.position_errors}
+            if np.iscomplexobj(ev):
+                arrays["eigenvalues_imag"] = ev.imag
+            for k, v in arrays.items():
+                if v is not None:
+                    t.create_dataset(k, data=np.asarray(v))
+            self._label_group(t, "pde/terminal")
+            _set_attrs(t, {"t": term.t, "max_speed": term.max_speed, "stable": bool(term.stable),
+                           "verdict": term.verdict, "growth": term.growth, "neutral": int(term.neutral),
+                           "energy": term.energy, "check_nodes": -1 if term.check_nodes is None else term.check_nodes})
+        plateaus = getattr(result, "plateaus", None) or []
+        if plateaus:
+            p = g.create_group("plateaus")
+            for k in ("t_entered", "t_certified", "energy", "growth", "kick"):
+                p.create_dataset(k, data=np.array([getattr(q, k) for q in plateaus], dtype=float))
+            p.create_dataset("atom", data=np.array([q.atom for q in plateaus], dtype=np.int64))
+            p.create_dataset("part", data=np.array([q.part for q in plateaus], dtype=object), dtype=_STR_ARRAY)
+            p.create_dataset("natoms", data=np.array([len(q.masses) for q in plateaus], dtype=np.int64))
+            for k in ("positions", "masses", "direction"):
+                p.create_dataset(k, data=np.concatenate([np.asarray(getattr(q, k)) for q in plateaus]))
+            self._label_group(p, "pde/plateaus")
 
     # --- particles ----------------------------------------------------------------------------------
     def particles_begin(self, w: np.ndarray, settings: dict, initial: str) -> None:
@@ -1526,8 +1577,9 @@ def _read_pde(g: h5py.Group, model: Model):
     steps = {k: v[()] for k, v in _data(g["steps"]).items()} if "steps" in g else {}
     restart = read_restart(g) if "restart" in g and "state" in g["restart"].attrs else None
     nodes, lagrangian = _read_nodes(g, T, restart)
+    terminal, plateaus = _read_terminal(g)
     return PDEResult(
-        nodes=nodes, lagrangian=lagrangian,
+        nodes=nodes, lagrangian=lagrangian, terminal=terminal, plateaus=plateaus,
         model=model, t=get("t"), coeffs=get("coeffs"), degree=get("degree"), grid=g["grid"][()] if "grid" in g else None,
         density=get("density"), energy=get("energy"), mass=get("mass"), min_density=get("min_density"),
         tail=get("tail"), dissipation=get("dissipation"), steps=steps,
@@ -1538,6 +1590,35 @@ def _read_pde(g: h5py.Group, model: Model):
         nrejected=int(a.get("nrejected", restart["nrejected"] if restart else 0)),
         options=json.loads(a.get("options", "{}")), initial=str(a.get("initial", "")),
         wall_time=float(a.get("wall_time", 0.0)), restart=restart)
+
+
+def _read_terminal(g: h5py.Group) -> tuple:
+    """The certified terminal state and the plateaus of /pde (None and [] when absent)."""
+    from ..terminal import Plateau, TerminalState
+    terminal = None
+    if "terminal" in g:
+        t = g["terminal"]
+        get = lambda k: t[k][()] if k in t else None  # noqa: E731
+        ev = get("eigenvalues")
+        if "eigenvalues_imag" in t:
+            ev = ev + 1j * get("eigenvalues_imag")
+        a = t.attrs
+        terminal = TerminalState(float(a["t"]), get("positions"), get("masses"), get("counts"), get("extents"),
+                                 get("displacement"), float(a["max_speed"]), bool(a["stable"]), str(a["verdict"]),
+                                 float(a["growth"]), ev, int(a["neutral"]), float(a["energy"]), get("mass_errors"),
+                                 get("position_errors"), None if int(a["check_nodes"]) < 0 else int(a["check_nodes"]))
+    plateaus = []
+    if "plateaus" in g:
+        p = g["plateaus"]
+        n = p["natoms"][()]
+        ends = np.concatenate([[0], np.cumsum(n)])
+        part = [v.decode() if isinstance(v, bytes) else str(v) for v in p["part"][()]]
+        for i in range(len(n)):
+            sl = slice(int(ends[i]), int(ends[i + 1]))
+            plateaus.append(Plateau(float(p["t_entered"][i]), float(p["t_certified"][i]), float(p["energy"][i]),
+                                    float(p["growth"][i]), part[i], int(p["atom"][i]), p["direction"][sl],
+                                    float(p["kick"][i]), p["positions"][sl], p["masses"][sl]))
+    return terminal, plateaus
 
 
 def _read_nodes(g: h5py.Group, T: int, restart: dict | None) -> tuple[list, dict | None]:

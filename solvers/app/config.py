@@ -61,11 +61,14 @@ class Num:
     min: float | None = None      # inclusive
     gt: float | None = None       # exclusive
     max: float | None = None
+    inf: bool = False             # +inf allowed (pde.t_final: until the terminal state is certified)
 
     def check(self, path: str, v: Any) -> float:
         if not is_number(v):
             raise ConfigError(path, f"must be a number{self._range()}, got {v!r} ({type(v).__name__})")
         v = float(v)
+        if self.inf and v == math.inf:
+            return v
         if not math.isfinite(v):
             raise ConfigError(path, f"must be a finite number{self._range()}, got {v!r}")
         if (self.min is not None and v < self.min) or (self.gt is not None and v <= self.gt) or \
@@ -188,7 +191,7 @@ INITIAL = Table({
 }, required=("kind",))
 
 PDE = Table({
-    "degree": Int(min=MIN_DEGREE), "t_final": POS, "save_every": POS, "rtol": POS, "atol": POS,
+    "degree": Int(min=MIN_DEGREE), "t_final": Num(gt=0, inf=True), "save_every": POS, "rtol": POS, "atol": POS,
     "method": Choice(METHODS), "cfl": POS, "dt0": POS, "dt_max": POS, "max_degree": Int(min=MIN_DEGREE),
     "tail_tol": POS, "tail_max": POS, "positivity_tol": POS, "sa_psi_min": POS,
     "filter": Table({"kind": Choice(("exponential",)), "alpha": POS, "order": Int(min=2)}),
@@ -387,6 +390,10 @@ def _snapshot_times(table: dict, default_every: float | None) -> np.ndarray | No
     t_final, every = float(table["t_final"]), table.get("save_every", default_every)
     if every is None:
         return np.array([0.0, t_final])
+    if math.isinf(t_final):
+        from ..pde import SNAPSHOTS_PER_DOUBLING, snapshot_time
+        return np.array([0.0] + [snapshot_time(k, float(every), t_final)
+                                 for k in range(1, 20 * SNAPSHOTS_PER_DOUBLING + 1)])
     n = math.ceil(t_final / every - 1e-9)
     return None if n > 10 ** 6 else np.unique(np.minimum(np.arange(n + 1) * float(every), t_final))
 

@@ -99,12 +99,21 @@ def describe_pde(r, atoms: dict) -> list[str]:
            f"spectral tail (last) {r.tail[-1]:.2e}"]
     if r.lagrangian is not None:
         out += _continuation_lines(r)
+    for k, pl in enumerate(getattr(r, "plateaus", None) or []):
+        out.append(f"  plateau {k + 1}: entered t = {pl.t_entered:.6g}, certified t = {pl.t_certified:.6g}, "
+                   f"{len(pl.masses)} atom(s), energy {pl.energy:.10g}, growth {pl.growth:.3e} ({pl.part}"
+                   + (f", atom {pl.atom + 1}" if pl.atom >= 0 else "") + f"), left by a kick of {pl.kick:.1e} rad")
+    terminal = getattr(r, "terminal", None)
+    if terminal is not None:
+        out += ["  " + line for line in terminal.summary_lines()]
+    elif r.lagrangian is not None:
+        out.append("  terminal state: not certified")
     if "pde" in atoms:
         attrs = atoms.get("pde:attrs", {})
         lines = _pde_atoms_lines(*atoms["pde"], attrs, atoms.get("pde:mass_errors"),
                                  atoms.get("pde:position_errors"), atoms.get("pde:extents"))
         note = (not_stationary_note(r.stop_reason, float(r.t[-1]), len(atoms["pde"][1]))
-                if attrs.get("kind") == "node groups" else None)
+                if attrs.get("kind") == "node groups" and terminal is None else None)
         out += lines[:1] + ([f"  {note}"] if note else []) + lines[1:]       # under the atoms' first line
     return out
 

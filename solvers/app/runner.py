@@ -10,6 +10,7 @@ continues a killed or interrupted run from the latest state its archive holds fo
 from __future__ import annotations
 
 import contextlib
+import math
 import signal
 import sys
 import threading
@@ -83,6 +84,10 @@ class Progress:
         self.last = now
         extra = " ".join(f"{k}={_fmt(info[k])}" for k in ("check", "dt", "degree", "nodes", "nsteps", "n_clusters")
                          if k in info)
+        if math.isinf(end):
+            # a run to its certified end: no fraction to estimate from
+            self.emit(f"[{self.stage}] t={t:.6g} (until certified) {extra} elapsed {now - self.start:.0f}s")
+            return
         frac = (t - self.t_start) / max(end - self.t_start, 1e-300)
         # below 1% of the phase the rate is that of its first steps (often far from the mean): no estimate
         eta = f"{(now - self.phase_start) * (1 - frac) / frac:.0f}s" if frac >= 0.01 else "?"

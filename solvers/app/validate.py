@@ -196,6 +196,9 @@ def check_fit_time(config: RunConfig, at: float | None) -> None:
     the initial sampling, not the dynamics)."""
     pde, part = config.pde, config.particles
     tp, tq = pde["t_final"], part["t_final"]
+    if math.isinf(tp):
+        raise ValueError(f"{config.source or 'configuration'}: pde.t_final = inf runs the PDE until its terminal "
+                         "state is certified; validate fits at common snapshot times: give a finite pde.t_final")
     common = common_snapshot_times(config)
     if at is not None and not (math.isfinite(at) and 0 <= at <= min(tp, tq)):
         hint = f"; e.g. --at {common[-1]:g} (a snapshot time of both)" if common is not None and len(common) else ""
