@@ -3,7 +3,9 @@
 Public names: :class:`Model`, :class:`Perceptron`, :func:`solve_pde` (spectral PDE on S^1 and S^2),
 :func:`simulate_particles` (particles on S^{d-1}, any d, with fast interaction sums on S^1 and S^2),
 :func:`compare` (PDE against particles: distances, matched atoms), :func:`atomic_state` (stability of an atomic
-stationary state) and :func:`polish_atoms` (Newton's method for one).
+stationary state) and :func:`polish_atoms` (Newton's method for one); with noise, :func:`stationary_state`,
+:func:`branch_from_uniform` and :func:`continue_branch` (stationary states, their branches in the noise and
+the phase transitions: :class:`StationaryState`, :class:`Branch`).
 """
 import importlib
 
@@ -13,10 +15,12 @@ import importlib
 _HOMES = {"Model": ".model", "Perceptron": ".perceptron", "solve_pde": ".pde", "PDEResult": ".pde",
           "simulate_particles": ".particles", "ParticleResult": ".particles", "compare": ".comparison",
           "Comparison": ".comparison", "atomic_state": ".atomic", "AtomicState": ".atomic",
-          "polish_atoms": ".atomic"}
+          "polish_atoms": ".atomic", "stationary_state": ".stationary", "branch_from_uniform": ".stationary",
+          "continue_branch": ".stationary", "Branch": ".stationary", "StationaryState": ".stationary"}
 
 __all__ = ["Model", "Perceptron", "solve_pde", "PDEResult", "simulate_particles", "ParticleResult",
-           "compare", "Comparison", "atomic_state", "AtomicState", "polish_atoms"]
+           "compare", "Comparison", "atomic_state", "AtomicState", "polish_atoms", "stationary_state",
+           "branch_from_uniform", "continue_branch", "Branch", "StationaryState"]
 
 
 def _version() -> str:

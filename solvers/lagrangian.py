@@ -115,13 +115,15 @@ class NodeAtoms(Atoms):
     ``mass_errors``, ``position_errors`` (radians), ``diffuse_error`` and ``check_nodes`` (the node count
     of the finer run); otherwise these are None."""
 
-    def __init__(self, positions, masses, counts, diffuse: float, radius: float, extents=None) -> None:
+    def __init__(self, positions, masses, counts, diffuse: float, radius: float, extents=None,
+                 dust: float = 0.0, dust_groups: int = 0) -> None:
         order = np.argsort(-np.asarray(masses), kind="stable")
         super().__init__(positions, masses)
         self.counts = np.asarray(counts, dtype=np.int64)[order]
         self.extents = (np.full(len(order), np.nan) if extents is None else np.asarray(extents, dtype=float))[order]
         self.diffuse = float(diffuse)
         self.radius = float(radius)
+        self.dust, self.dust_groups = float(dust), int(dust_groups)
         self.mass_errors = self.position_errors = None
         self.diffuse_error = None
         self.check_nodes = None
@@ -129,7 +131,8 @@ class NodeAtoms(Atoms):
     def heavy(self, min_mass: float) -> "NodeAtoms":
         keep = self.masses >= min_mass
         out = NodeAtoms(self.positions[keep], self.masses[keep], self.counts[keep],
-                        self.diffuse + float(self.masses[~keep].sum()), self.radius, self.extents[keep])
+                        self.diffuse + float(self.masses[~keep].sum()), self.radius, self.extents[keep],
+                        self.dust, self.dust_groups)
         if self.mass_errors is not None:
             out.mass_errors, out.position_errors = self.mass_errors[keep], self.position_errors[keep]
             out.diffuse_error, out.check_nodes = self.diffuse_error, self.check_nodes
@@ -139,7 +142,8 @@ class NodeAtoms(Atoms):
         err = self.mass_errors if self.mass_errors is not None else [None] * len(self)
         rows = ", ".join(f"{m:.4f}" + (f"±{e:.1e}" if e is not None else "") + f"@{np.round(p, 4).tolist()}"
                          for p, m, e in zip(self.positions, self.masses, err))
-        return f"NodeAtoms({len(self)}: {rows}; diffuse {self.diffuse:.4f})"
+        return (f"NodeAtoms({len(self)}: {rows}; diffuse {self.diffuse:.4f}"
+                + (f"; dust {self.dust:.4f} in {self.dust_groups} groups" if self.dust_groups else "") + ")")
 
 
 def not_stationary_note(stop_reason: str, t_last: float, groups: int) -> str | None:
@@ -167,9 +171,15 @@ def unresolved(masses, errors) -> np.ndarray:
     return np.zeros(masses.shape, bool) if errors is None else np.asarray(errors, dtype=float) >= masses
 
 
-def node_atoms(nodes: Nodes, radius: float) -> NodeAtoms:
+#: node groups lighter than this (of the total mass) are dust, counted apart from the atoms: along a ReLU
+#: unit's dead-zone boundary the nodes gather into strings of tiny groups that are not the run's answer
+DUST = 1e-3
+
+
+def node_atoms(nodes: Nodes, radius: float, dust: float = DUST) -> NodeAtoms:
     """Atoms of a node measure: single-linkage groups at geodesic ``radius`` holding >= 2 initial nodes,
-    with a node within ``radius`` of their centre (module docstring)."""
+    with a node within ``radius`` of their centre (module docstring); groups lighter than ``dust`` are
+    counted apart (``NodeAtoms.dust``, ``dust_groups``)."""
     x, w, count = nodes.x, nodes.w, nodes.count
     d = x.shape[1]
     if len(w) == 0:
@@ -188,7 +198,11 @@ def node_atoms(nodes: Nodes, radius: float) -> NodeAtoms:
     np.add.at(total, labels, w[:, None] * x)
     resultant = np.divide(np.linalg.norm(total, axis=1), masses, out=np.zeros(k), where=masses > 0)
     atom = (counts >= 2) & (nearest <= radius) & (resultant >= 0.5)
-    return NodeAtoms(centres[atom], masses[atom], counts[atom], float(masses[~atom].sum()), radius, extents[atom])
+    small = atom & (masses < dust)
+    atom &= ~small
+    rest = ~atom & ~small
+    return NodeAtoms(centres[atom], masses[atom], counts[atom], float(masses[rest].sum()), radius, extents[atom],
+                     float(masses[small].sum()), int(small.sum()))
 
 
 def estimate_atoms(atoms: NodeAtoms, check: NodeAtoms, check_nodes: int, floor: float = 0.0,
@@ -203,7 +217,8 @@ def estimate_atoms(atoms: NodeAtoms, check: NodeAtoms, check_nodes: int, floor: 
     two on S^1): an atom's basin boundary lies somewhere within one node spacing, so its mass is not known
     more finely (two runs can agree exactly when both grids put the boundary between the same mass
     coordinates)."""
-    out = NodeAtoms(atoms.positions, atoms.masses, atoms.counts, atoms.diffuse, atoms.radius, atoms.extents)
+    out = NodeAtoms(atoms.positions, atoms.masses, atoms.counts, atoms.diffuse, atoms.radius, atoms.extents,
+                    atoms.dust, atoms.dust_groups)
     n = len(out)
     merr = out.masses.copy()
     perr = np.full(n, np.nan)
@@ -404,6 +419,7 @@ class LagrangianPhase(Integration):
         self.next_attempt = self.t        # the next certification attempt
         self.quiet = None                 # after a plateau: (its group count, the time attempts resume)
         self.samples: list = []           # (t, energy) at the attempts since the last plateau
+        self.diffuse_log: list = []       # (t, diffuse mass) at the last two attempts
         self.why_not = ""                 # why the last attempt did not certify
         if self.nodes is not None:
             self._choose_method()
@@ -512,6 +528,7 @@ class LagrangianPhase(Integration):
                 "next_attempt": self.next_attempt,
                 "quiet": None if self.quiet is None else list(self.quiet),
                 "samples": [list(s) for s in self.samples], "plateaus": [p.to_dict() for p in self.plateaus],
+                "diffuse_log": [list(d) for d in self.diffuse_log],
                 "terminal": None if self.terminal is None else self.terminal.to_dict(),
                 "ended": None if self.ended is None else list(self.ended)}
 
@@ -535,6 +552,7 @@ class LagrangianPhase(Integration):
         self.quiet = None if q is None else (int(q[0]), float(q[1]))
         self.samples = [(float(a), float(b)) for a, b in state.get("samples", [])]
         self.plateaus = [term.Plateau.from_dict(p) for p in state.get("plateaus", [])]
+        self.diffuse_log = [(float(a), float(b)) for a, b in state.get("diffuse_log", [])]
         self.terminal = None if state.get("terminal") is None else term.TerminalState.from_dict(state["terminal"])
         self.ended = None if state.get("ended") is None else tuple(state["ended"])
 
@@ -592,6 +610,8 @@ class LagrangianPhase(Integration):
             self.samples.append((self.t, self._energy()))
         n = self.nodes
         groups = term.group_nodes(n.x, n.w, n.count, self.atom_radius)
+        # the mass still outside every group of two or more initial nodes, and how fast it falls
+        self.diffuse_log = (self.diffuse_log + [(self.t, float(groups.masses[groups.counts < 2].sum()))])[-2:]
         if self.quiet is not None and not force:
             k, t_resume = self.quiet
             if len(groups) == k and self.t < t_resume:
@@ -665,8 +685,19 @@ class LagrangianPhase(Integration):
             return self._attempt()
         return None
 
+    def diffuse_rate(self) -> tuple[float, float] | None:
+        """(diffuse mass, how fast it falls per unit time) from the last two certification attempts; None
+        before two."""
+        if len(self.diffuse_log) < 2 or self.diffuse_log[1][0] <= self.diffuse_log[0][0]:
+            return None
+        (t0, d0), (t1, d1) = self.diffuse_log
+        return d1, (d0 - d1) / (t1 - t0)
+
     def report(self, h: float) -> dict:
-        return {"dt": h, "nodes": len(self.nodes), "nsteps": self.nsteps}
+        out = {"dt": h, "nodes": len(self.nodes), "nsteps": self.nsteps}
+        if self.diffuse_log:
+            out["diffuse"] = self.diffuse_log[-1][1]
+        return out
 
     def run(self, t_final: float, *, save_time: Callable[[], float] | None = None,
             on_save: Callable[[], None] | None = None, progress: Callable | None = None,

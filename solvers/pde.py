@@ -43,6 +43,9 @@ METHODS = ("DP54", "BS32")
 _ROUND_OFF_FLOOR = 1e-14
 
 
+#: the nodes' default step tolerance, as a fraction of their mean spacing (PDEOptions.node_rtol)
+NODE_TOLERANCE = 2.5e-3
+
 #: with t_final = inf, snapshots are save_every apart for the first hundred, then twice as far apart for
 #: every next hundred: a run of unknown length keeps a bounded number of them per decade of time
 SNAPSHOTS_PER_DOUBLING = 100
@@ -127,8 +130,13 @@ class PDEOptions:
     nodes : int or None
         Nodes of the continuation (default ``space.default_nodes``: 4096 on S^1, 8192 on S^2, where the
         count is rounded to a Gauss grid 2 nlat^2).
-    node_rtol, node_atol : float
-        Step error tolerances of the nodes (radians): max_j |err_j| <= node_atol + node_rtol.
+    node_rtol, node_atol : float or None
+        Step error tolerances of the nodes (radians): max_j |err_j| <= node_atol + node_rtol. Default
+        ``NODE_TOLERANCE`` (2.5e-3) times the nodes' mean spacing, and node_atol 1e-2 of that (S^1, 4096
+        nodes: 3.8e-6; S^2, 8192 nodes: 9.8e-5 rad): a step's error is then a small fraction of the distance
+        between nodes, which is what decides the atoms and their masses. The error-estimate rerun scales
+        them with its own spacing. Much finer tolerances only multiply the rejected steps where nodes cross a
+        ReLU unit's switching line (the drift's derivative jumps there).
     merge_tol : float
         Nodes closer than this (radians) become one node.
     drift_tol : float
@@ -164,8 +172,8 @@ class PDEOptions:
     handoff_degree: int | None = None
     handoff_at: float | None = None
     nodes: int | None = None
-    node_rtol: float = 1e-6
-    node_atol: float = 1e-8
+    node_rtol: float | None = None
+    node_atol: float | None = None
     merge_tol: float = 1e-6
     drift_tol: float = 1e-10
     atom_radius: float | None = None
@@ -173,10 +181,10 @@ class PDEOptions:
     kick: float = 1e-4
 
     def __post_init__(self) -> None:
-        for name in ("rtol", "atol", "cfl", "tail_tol", "tail_max", "positivity_tol", "sa_psi_min", "node_rtol",
-                     "node_atol", "merge_tol", "drift_tol", "kick"):
+        for name in ("rtol", "atol", "cfl", "tail_tol", "tail_max", "positivity_tol", "sa_psi_min", "merge_tol",
+                     "drift_tol", "kick"):
             check.number(f"option {name}", getattr(self, name), gt=0)
-        for name in ("dt0", "dt_max", "handoff_at", "atom_radius"):
+        for name in ("dt0", "dt_max", "handoff_at", "atom_radius", "node_rtol", "node_atol"):
             check.number(f"option {name}", getattr(self, name), gt=0, allow_none=True)
         if self.continuation is not None:
             check.choice("option continuation", self.continuation, CONTINUATIONS)
@@ -301,6 +309,12 @@ class PDEResult:
         concentrated (near atoms); ``density`` holds its heat-smoothed series on the output grid."""
         return self.space.evaluate(self.coefficients(i), np.asarray(x, dtype=float))
 
+    def diffuse_rate(self) -> tuple[float, float] | None:
+        """(mass outside every group of two or more initial nodes, how fast it fell per unit time) between the
+        continuation's last two certification attempts; None before two. It says how far a run still moving
+        is from its end."""
+        return None if self.lagrangian is None else self.lagrangian.get("diffuse_rate")
+
     @property
     def t_handoff(self) -> float | None:
         """Time of the handoff to the Lagrangian continuation (None without one)."""
@@ -377,7 +391,9 @@ class PDEResult:
             f"  {self.step_counts()}, {len(self.t)} snapshots, "
             f"resolution {int(self.degree[0])} -> {int(self.degree[-1])}, wall {self.wall_time:.2f} s",
             f"  energy {self.energy[0]:.10g} -> {self.energy[-1]:.10g}; |mass - 1| <= "
-            f"{np.max(np.abs(self.mass - 1)):.2e}; min rho {self.min_density[-1]:.3g}; tail {self.tail[-1]:.2e}",
+            f"{np.max(np.abs(self.mass - 1)):.2e}"
+            # past the handoff rho is a node measure: no minimum or spectral tail to watch
+            + (f"; min rho {self.min_density[-1]:.3g}; tail {self.tail[-1]:.2e}" if self.lagrangian is None else ""),
         ]
         if self.lagrangian is not None:
             h = self.lagrangian["handoff"]
@@ -397,12 +413,21 @@ class PDEResult:
         if isinstance(atoms, lagrangian.NodeAtoms):
             lines.append(f"  atoms (node groups within {atoms.radius:.2g} rad): {len(atoms)}; diffuse mass "
                          f"{atoms.diffuse:.4f}" + (f" ± {atoms.diffuse_error:.1e}" if atoms.diffuse_error is not None
-                                                   else ""))
+                                                   else "")
+                         + (f"; dust (groups below {lagrangian.DUST:g}): {atoms.dust_groups} groups, mass "
+                            f"{atoms.dust:.4f}" if atoms.dust_groups else ""))
+            rate = self.diffuse_rate()
+            if rate is not None and self.terminal is None:
+                left, fall = rate
+                lines.append(f"  mass in no group: {left:.4f}, falling by {fall:.2e} per unit time at the end"
+                             + (f" (at that rate gone in {left / fall:.3g} time units)" if fall > 0 and left > 0
+                                else ""))
             note = lagrangian.not_stationary_note(self.stop_reason, float(self.t[-1]), len(atoms))
             if note and self.terminal is None:
                 lines.append(f"  {note}")
             loose = lagrangian.unresolved(atoms.masses, atoms.mass_errors)
-            for k in range(min(len(atoms), 12)):
+            # a certified end lists its atoms above; the node groups it was polished from only count
+            for k in range(0 if self.terminal is not None else min(len(atoms), 12)):
                 err = "" if atoms.mass_errors is None else f" ± {atoms.mass_errors[k]:.1e}"
                 lines.append(f"    mass {atoms.masses[k]:.4f}{err} at {np.round(atoms.positions[k], 4).tolist()}"
                              + (lagrangian.UNRESOLVED if loose[k] else ""))
@@ -600,6 +625,11 @@ def prepare_pde(model: Model, t_final: float, degree: int, initial="uniform", sa
                          "continuation does (noise = 0, continuation='lagrangian'): give a finite t_final"
                          + (" (with noise the stationary density is a smooth one)" if model.noise > 0 else ""))
     if opts.continuation == "lagrangian":
+        spacing = space.node_spacing(opts.nodes or space.default_nodes)
+        if opts.node_rtol is None:
+            opts.node_rtol = NODE_TOLERANCE * spacing
+        if opts.node_atol is None:
+            opts.node_atol = 1e-2 * opts.node_rtol
         # a degree above the default handoff degree raises it: the user asked for that resolution
         opts.handoff_degree = opts.handoff_degree or max(space.default_handoff_degree, int(degree))
         if degree > opts.handoff_degree:
@@ -1030,10 +1060,13 @@ class PDERun(Integration):
             if opts.continuation == "none" and self.model.noise > 0:
                 chk = (chk[0], chk[1] + " (no Lagrangian continuation with noise: the flow has no "
                                         "characteristics to follow)")
-        if chk is None and math.isinf(self.t_final) and diag["vmax"] <= opts.drift_tol:
-            # a density at rest (the uniform one, without a perceptron): the end of a run without end
-            chk = ("stationary", f"the density is at rest: max |v| on the grid {diag['vmax']:.3g} <= drift_tol "
-                                 f"{_sci(opts.drift_tol)} (a stationary density, not atomic)")
+        rest = max(opts.drift_tol, opts.rtol)
+        if chk is None and math.isinf(self.t_final) and diag["vmax"] <= rest:
+            # a density at rest (the uniform one, without a perceptron): the end of a run without end. Its
+            # slowest modes decay at the explicit steps' stability bound once below the step tolerance, so
+            # rest is judged to that accuracy (rtol), not below it
+            chk = ("stationary", f"the density is at rest: max |v| on the grid {diag['vmax']:.3g} <= "
+                                 f"max(drift_tol, rtol) = {_sci(rest)} (a stationary density, not atomic)")
         if lands and self.t == self.save_time() and chk is None:
             self.save_index += 1
             self._snapshot(diag)
@@ -1073,8 +1106,11 @@ class PDERun(Integration):
         sums = None
         if self.model.attention != "none":
             sums = InteractionSums(self.model.d, self.model.beta, "auto")
-        return lagrangian.LagrangianPhase(self.model, self.space, nodes, t, self.good["degree"], o.node_rtol,
-                                          o.node_atol, o.merge_tol, o.drift_tol, sums=sums,
+        # the rerun at twice the nodes steps to its own, finer spacing
+        scale = 1.0 if nodes is None else self.space.node_spacing(len(nodes)) / self.space.node_spacing(
+            int(self.handoff["nodes"]))
+        return lagrangian.LagrangianPhase(self.model, self.space, nodes, t, self.good["degree"], o.node_rtol * scale,
+                                          o.node_atol * scale, o.merge_tol, o.drift_tol, sums=sums,
                                           certify=radius is not None, atom_radius=radius or 0.0, kick=o.kick)
 
     def _hand_off(self, reason: str, message: str) -> tuple[str | None, str]:
@@ -1151,7 +1187,8 @@ class PDERun(Integration):
         wall0 = time.perf_counter()
         self.t = self.good["t"]
         # t_end: the rerun's end, which is before t_final when the run stopped stationary
-        report = lambda t, info: self.progress(t, {"check": "2x nodes", "t_end": t_end, **info})  # noqa: E731
+        end = self.t_final if certified else t_end
+        report = lambda t, info: self.progress(t, {"check": "2x nodes", "t_end": end, **info})  # noqa: E731
         self.checking = True
         phase.stop_request = self.stop_request
         try:
@@ -1188,6 +1225,7 @@ class PDERun(Integration):
         if self.lag is not None:
             lag = {"handoff": dict(self.handoff), "merges": np.array(self.lag.merges, dtype=float).reshape(-1, 3),
                    "node_nsteps": self.lag.nsteps, "node_nrejected": self.lag.nrejected, "check": self.check,
+                   "diffuse_rate": self.lag.diffuse_rate(),
                    # the solution reached its end and only the error-estimate rerun was cut: its atoms hold,
                    # without error bars
                    "check_interrupted": bool(self.checking)}

@@ -90,7 +90,7 @@ shtns = _import_shtns_quietly()
 __all__ = [
     "SphereBasis", "ncoef", "degree_of", "canonical_degrees", "native_to_canonical_index",
     "evaluate", "evaluate_grid", "evaluate_equiangular", "spectral_tail", "l2_norm", "resize", "equiangular_grid",
-    "unit_vectors", "tangents", "grid_neighbours", "dealiased_grid", "fft_size", "gauss_nodes",
+    "unit_vectors", "tangents", "grid_neighbours", "dealiased_grid", "fft_size", "gauss_nodes", "legendre_table",
 ]
 
 _EFFORTS = ("FFTW_ESTIMATE", "FFTW_MEASURE", "FFTW_PATIENT", "FFTW_EXHAUSTIVE")
@@ -509,6 +509,18 @@ def _legendre_rows(L: int, cos_t: np.ndarray, sin_t: np.ndarray):
         np.multiply(P1[l - 1], sin_t, out=P[l])
         P[l] *= sect[l]
         yield l, P[: l + 1]
+
+
+def legendre_table(L: int, cos_t: np.ndarray) -> np.ndarray:
+    """Pbar_l^m(cos theta) for 0 <= m <= l <= L at the colatitudes given, shape (L + 1, L + 1, n) indexed
+    [l, m, i] (zero for m > l): the associated Legendre functions of this module's harmonics, orthonormal
+    for the area measure (2 pi ∫ Pbar_l^m Pbar_k^m d cos(theta) = delta_lk), Condon–Shortley phase."""
+    cos_t = np.asarray(cos_t, dtype=float).ravel()
+    sin_t = np.sqrt(np.maximum(1.0 - cos_t * cos_t, 0.0))
+    out = np.zeros((int(L) + 1, int(L) + 1, cos_t.size))
+    for l, P in _legendre_rows(int(L), cos_t, sin_t):
+        out[l, : l + 1] = P
+    return out
 
 
 def _order_sums(c: np.ndarray, L: int, cos_t: np.ndarray, sin_t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

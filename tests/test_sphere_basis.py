@@ -292,3 +292,20 @@ def test_point_coefficients_are_sums_of_scipys_harmonics_on_both_paths(n, L):
     assert nufft == (n > 50)
     c = sphere.point_coefficients(x, w, L)
     assert np.abs(c - ref).max() < 1e-13 * w.sum()
+
+
+def test_legendre_table_is_orthonormal_for_the_area_measure():
+    """spectral.sphere.legendre_table: 2 pi ∫ Pbar_l^m Pbar_k^m d cos(theta) = delta_lk (Gauss–Legendre, exact),
+    and Pbar_l^m e^{i m phi} is the harmonic SHTns synthesises."""
+    from spectral.sphere import SphereBasis, legendre_table
+    z, w = np.polynomial.legendre.leggauss(40)
+    P = legendre_table(12, z)
+    for m in range(13):
+        G = 2 * np.pi * np.einsum("li,ki,i->lk", P[m:, m], P[m:, m], w)
+        assert np.abs(G - np.eye(13 - m)).max() < 1e-13
+    b = SphereBasis(12)
+    c = np.zeros(b.nlm, dtype=complex)
+    c[np.nonzero((b.l == 5) & (b.m == 3))[0][0]] = 0.5                # f = 2 Re(0.5 Y_53) = Pbar_5^3 cos(3 phi)
+    f = b.synth(c)
+    expected = legendre_table(12, b.cos_theta)[5, 3][:, None] * np.cos(3 * b.phi)[None, :]
+    assert np.abs(f - expected).max() < 1e-13

@@ -389,3 +389,55 @@ def test_a_step_shortened_to_land_on_a_snapshot_leaves_the_step_control_as_it_wa
     assert snap.nsteps <= free.nsteps + len(snap.saved)
     changes = lambda d: int(np.count_nonzero(d[1:] != d[:-1]))
     assert changes(dt) <= changes(np.asarray(free.steps["dt"])) + 2 * len(snap.saved)
+
+
+# --- Rosenbrock-W methods (the node continuation's stiff steps) --------------------------------------------
+def _rosenbrock_errors(tab, jac, steps):
+    """Global errors at t = 1 of y' = f(y) (van der Pol, mu = 1, from (2, 0)) with ``jac`` the W of the steps."""
+    from scipy.integrate import solve_ivp
+    from solvers.stepping import Rosenbrock
+    f = lambda t, y, last=False: np.array([y[1], (1 - y[0] ** 2) * y[1] - y[0]])      # noqa: E731
+    ref = solve_ivp(f, (0, 1), [2.0, 0.0], rtol=1e-13, atol=1e-14, method="DOP853").y[:, -1]
+    errs = []
+    for n in steps:
+        st = Rosenbrock(f, tab, lambda u, g: (lambda b, M=np.eye(2) - g * jac(u): np.linalg.solve(M, b)))
+        y = np.array([2.0, 0.0])
+        for i in range(n):
+            y = st.step(i / n, y, 1.0 / n)[0]
+        errs.append(np.abs(y - ref).max())
+    return np.array(errs)
+
+
+@pytest.mark.parametrize("name", ["ROS2", "ROS34PW2"])
+def test_rosenbrock_w_methods_have_their_order_for_any_w(name):
+    """A W-method keeps its order whatever W approximates the Jacobian: with the exact Jacobian and with W = 0
+    (then ROS2 is Heun's method and ROS34PW2 an explicit Runge–Kutta method of order 3), halving the step
+    divides the error by 2^order."""
+    from solvers import stepping
+    tab = getattr(stepping, name)
+    exact = lambda y: np.array([[0.0, 1.0], [-2 * y[0] * y[1] - 1, 1 - y[0] ** 2]])      # noqa: E731
+    for jac in (exact, lambda y: np.zeros((2, 2))):
+        e = _rosenbrock_errors(tab, jac, (40, 80, 160))
+        rates = np.log2(e[:-1] / e[1:])
+        assert np.all(np.abs(rates - tab.order) < 0.15), rates
+
+
+@pytest.mark.parametrize("name", ["ROS2", "ROS34PW2"])
+def test_rosenbrock_w_methods_step_over_stiffness(name):
+    """y1' = -lambda (y1 - y2^2), y2' = -y2, lambda = 10^6: the solution follows the slow manifold y1 = y2^2,
+    y2 = e^{-t}. L-stable methods with the exact Jacobian take steps of 10^5 / lambda and more, and converge
+    at their order in the slow variable (the embedded estimate stays of the order of the error)."""
+    from solvers import stepping
+    from solvers.stepping import Rosenbrock
+    tab, lam = getattr(stepping, name), 1e6
+    f = lambda t, y, last=False: np.array([-lam * (y[0] - y[1] ** 2), -y[1]])      # noqa: E731
+    J = lambda y: np.array([[-lam, 2 * lam * y[1]], [0.0, -1.0]])                     # noqa: E731
+    errs = []
+    for n in (10, 20, 40):
+        st = Rosenbrock(f, tab, lambda u, g: (lambda b, M=np.eye(2) - g * J(u): np.linalg.solve(M, b)))
+        y = np.array([1.0, 1.0])
+        for i in range(n):
+            y, _, err = st.step(2 * i / n, y, 2.0 / n)
+        errs.append(abs(y[1] - math.exp(-2.0)) + abs(y[0] - math.exp(-4.0)))
+    rates = np.log2(np.array(errs[:-1]) / np.array(errs[1:]))
+    assert np.all(rates > tab.order - 0.5), (errs, rates)

@@ -1373,7 +1373,8 @@ class ArchiveWriter:
         _put(g, "positions", np.asarray(positions, dtype=float))
         _put(g, "masses", np.asarray(masses, dtype=float))
         if isinstance(atoms, NodeAtoms):
-            attrs.update(kind="node groups", diffuse=atoms.diffuse, radius=atoms.radius)
+            attrs.update(kind="node groups", diffuse=atoms.diffuse, radius=atoms.radius, dust=atoms.dust,
+                         dust_groups=atoms.dust_groups)
             _put(g, "counts", atoms.counts)
             _put(g, "extents", atoms.extents)
             if atoms.mass_errors is not None:
@@ -1627,6 +1628,9 @@ def _read_nodes(g: h5py.Group, T: int, restart: dict | None) -> tuple[list, dict
     its first node snapshot)."""
     state = restart or {}
     steps = {k: int(g.attrs.get(k, state.get(k, 0))) for k in ("node_nsteps", "node_nrejected")}
+    log = state.get("diffuse_log") or []
+    if len(log) == 2 and log[1][0] > log[0][0]:
+        steps["diffuse_rate"] = (float(log[1][1]), (float(log[0][1]) - float(log[1][1])) / (log[1][0] - log[0][0]))
     if "lagrangian" not in g or "t" not in g["lagrangian"]:
         if state.get("phase") != "lagrangian" or not state.get("handoff"):
             return [None] * T, None

@@ -5,6 +5,7 @@
     attnpde plot ARCHIVE [--out DIR]
     attnpde sweep CONFIG --beta LIST [--workers N | --scheduler ADDRESS] [--out DIR] [--resume] [--force]
     attnpde validate CONFIG --n LIST [--seeds M] [--workers N | --scheduler ADDRESS] [--at T] [--out PATH] [--force]
+    attnpde branch CONFIG [--out PATH] [--resume] [--force]
 
 ``--scheduler`` sends the tasks of a sweep or a validation to a running Dask cluster
 (:mod:`solvers.app.executor`); without it they run in ``--workers`` local processes (default 2).
@@ -272,6 +273,41 @@ def cmd_validate(args) -> int:
     return EXIT_OK
 
 
+def cmd_branch(args) -> int:
+    """A branch of stationary states with noise into an archive, and its diagram (``solvers.app.branch``)."""
+    from .archive import ArchiveError
+    from .branch import load_branch_config, run_branch
+    from .config import ConfigError
+    from .runner import RunRefused
+
+    try:
+        config = load_branch_config(args.config)
+    except ConfigError as e:
+        return _config_error(args.config, e)
+    out = Path(args.out) if args.out else _default_out(args.config)
+    if args.resume and args.force:
+        return _err("--resume and --force exclude each other")
+    problem = _archive_path_problem(out, args.config, bool(args.out))
+    if problem:
+        return _err(problem)
+    try:
+        outcome = run_branch(config, out, resume=args.resume, force=args.force, command=_command("branch"))
+    except (RunRefused, ArchiveError) as e:
+        return _err(str(e))
+    except OSError as e:
+        return _err(f"{out}: cannot write the archive ({e.strerror or e})")
+    print(f"archive: {outcome.path} ({outcome.status})")
+    if outcome.status == "interrupted":
+        print(f"interrupted: continue with  attnpde branch {shlex.quote(args.config)} --out {shlex.quote(str(out))} "
+              "--resume")
+        return _interrupted_exit()
+    from .info import describe
+    print(describe(outcome.path))
+    if outcome.figure is not None:
+        print(f"figure: {outcome.figure}")
+    return EXIT_OK
+
+
 _SCHEDULER_HELP = ("a running Dask scheduler (tcp://HOST:PORT, or the file of `dask scheduler --scheduler-file`): "
                    "the tasks run on its workers instead of local processes (README: Running on a Dask cluster)")
 
@@ -328,6 +364,13 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--out", help="archive path (default: CONFIG's stem + _validation.h5)")
     v.add_argument("--force", action="store_true", help="overwrite an existing archive")
     v.set_defaults(func=cmd_validate)
+    b = sub.add_parser("branch", help="a branch of stationary states with noise (continuation in nu); its diagram")
+    b.add_argument("config", help="TOML configuration with [model] and [branch] (README: noise, docs/noise.md)")
+    b.add_argument("--out", help="archive path (default: the configuration's path with .h5); the diagram is "
+                   "written beside it as <stem>_branch.png")
+    b.add_argument("--resume", action="store_true", help="continue an interrupted or killed branch from its last point")
+    b.add_argument("--force", action="store_true", help="overwrite an existing archive")
+    b.set_defaults(func=cmd_branch)
     return ap
 
 

@@ -198,7 +198,7 @@ PDE = Table({
     "max_steps": Int(min=1), "output_points": Int(min=2), "threads": Int(min=1),
     "planner": Choice(("FFTW_ESTIMATE", "FFTW_MEASURE", "FFTW_PATIENT", "FFTW_EXHAUSTIVE")),
     "continuation": Choice(CONTINUATIONS), "handoff_degree": Int(min=MIN_DEGREE), "handoff_at": POS,
-    "nodes": Int(min=2), "node_rtol": POS, "node_atol": POS, "merge_tol": POS, "drift_tol": POS,
+    "nodes": Int(min=2), "node_rtol": POS, "node_atol": POS, "merge_tol": POS, "drift_tol": POS, "kick": POS,
     "atom_radius": POS, "error_estimate": Choice((True, False)),
 }, required=("degree", "t_final"))
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..lagrangian import UNRESOLVED, not_stationary_note, unresolved
+from ..lagrangian import DUST, UNRESOLVED, not_stationary_note, unresolved
 from .archive import load
 from .config import ConfigError, parse_config
 
@@ -76,6 +76,8 @@ def _pde_atoms_lines(pos, mass, attrs: dict, errs, position_errors=None, extents
     return ([f"  atoms: {len(mass)} node groups ({rule}; mass >= 0.01: {heavy}{resolved}), total mass "
              f"{np.sum(mass):.4f}; diffuse mass "
              f"{attrs['diffuse']:.4f}" + (f" ± {attrs['diffuse_error']:.1e}" if errs is not None else "") + est]
+            + ([f"  dust (node groups below {DUST:g} of the mass, not listed): {int(attrs['dust_groups'])} groups, "
+                f"mass {float(attrs['dust']):.4f}"] if int(attrs.get("dust_groups", 0)) else [])
             + _atoms_lines(pos, mass, errors=errs, position_errors=position_errors, extents=extents))
 
 
@@ -95,8 +97,10 @@ def describe_pde(r, atoms: dict) -> list[str]:
            f"resolution {int(r.degree[0])} -> {int(r.degree[-1])}, {len(r.refinements)} refinement(s), "
            + ("wall not recorded (no end)" if r.stop_reason == "killed" else f"wall {r.wall_time:.1f} s"),
            f"  energy {r.energy[0]:.10g} -> {r.energy[-1]:.10g}{_energy_note(r.model)}; max |mass - 1| = "
-           f"{np.max(np.abs(r.mass - 1)):.2e}; min rho (last) {r.min_density[-1]:.3g}; "
-           f"spectral tail (last) {r.tail[-1]:.2e}"]
+           f"{np.max(np.abs(r.mass - 1)):.2e}"
+           # past the handoff rho is a node measure: no minimum or spectral tail to watch
+           + (f"; min rho (last) {r.min_density[-1]:.3g}; spectral tail (last) {r.tail[-1]:.2e}"
+              if r.lagrangian is None else "")]
     if r.lagrangian is not None:
         out += _continuation_lines(r)
     for k, pl in enumerate(getattr(r, "plateaus", None) or []):
@@ -114,7 +118,8 @@ def describe_pde(r, atoms: dict) -> list[str]:
                                  atoms.get("pde:position_errors"), atoms.get("pde:extents"))
         note = (not_stationary_note(r.stop_reason, float(r.t[-1]), len(atoms["pde"][1]))
                 if attrs.get("kind") == "node groups" and terminal is None else None)
-        out += lines[:1] + ([f"  {note}"] if note else []) + lines[1:]       # under the atoms' first line
+        # a certified end lists its atoms above; the node groups it was polished from only count
+        out += lines[:1] + ([f"  {note}"] if note else []) + (lines[1:] if terminal is None else [])
     return out
 
 
@@ -204,6 +209,9 @@ def describe(path: str | Path) -> str:
         if run.made_by == "validate":
             out.append(f"  not finished ({why}): `attnpde validate` does not resume; the same command again "
                        "starts the study over, its PDE included")
+        elif str(a.get("command", "")).startswith("attnpde branch"):
+            out.append(f"  not finished ({why}): `attnpde branch CONFIG --out {shlex.quote(str(run.path))} --resume` "
+                       "continues it from its last point")
         elif run.made_by == "sweep":
             out.append(f"  not finished ({why}): a member of `attnpde sweep`; the sweep's own command with "
                        "--resume (its configuration, --beta list and --out folder) continues it from "
@@ -229,6 +237,8 @@ def describe(path: str | Path) -> str:
     if run.comparison is not None:
         out.append("comparison (PDE vs particles):")
         out += ["  " + line for line in run.comparison.summary().splitlines()]
+    from .branch import describe_branch
+    out += describe_branch(run.path)
     val = run.validation
     if val is not None:
         out.append(f"validation: particles -> PDE for N = {', '.join(str(int(n)) for n in val.n)} "

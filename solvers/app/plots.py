@@ -49,6 +49,13 @@ def plot_archive(path: str | Path, out_dir: str | Path | None = None) -> list[Pa
     Raises ArchiveError for a file that is not an archive, or an archive without any snapshot.
     """
     run = load(path)
+    from .branch import is_branch_archive, load_branch, plot_branch
+    if is_branch_archive(path):
+        out = Path(out_dir) if out_dir else Path(path).parent
+        out.mkdir(parents=True, exist_ok=True)
+        from .branch import _title as branch_title
+        return [plot_branch(load_branch(path), out / (Path(path).stem + "_branch.png"),
+                            branch_title(run.model, run.attrs.get("name", "")))]
     if not any(r is not None and len(r.t) for r in (run.pde, run.particles)):
         # e.g. a run killed before its first snapshot reached the file: every figure would be empty
         raise ArchiveError(f"{path}: no snapshot recorded (status {run.status or 'unknown'}): nothing to plot")
