@@ -27,13 +27,8 @@ Noise (nu > 0) is added after the deterministic step by a geodesic Euler–Maruy
 x <- exp_x(sqrt(2 nu h) P_x xi), xi ~ N(0, I_d) (Lie splitting, weak order 1; the exponential map
 produces the Ito drift -nu (d-1) x dt of Brownian motion on the sphere). Not with "adaptive".
 
-Snapshots record positions, the energy E (``Model.energy``, pair term from the same sums), the largest
-drift max_i |v(x_i)| (the deterministic velocity, as the reference code's stopping rule measures it),
-the dissipation s sum_i w_i |v_i|^2 (= dE/dt for noiseless USA with a gradient perceptron) and the
-cluster count. The stopping rule (:class:`StopRule`) is the reference one: the cluster count is
-unchanged over ``window`` consecutive snapshots (the initial one excluded) and the largest drift is
-<= ``drift_tol``; clusters by ``rule`` ("linkage", or "paper": the released code's own count, with its
-condition that no cluster spans more than ``spread_factor`` radii; :mod:`solvers.atoms`).
+Snapshots record what :class:`ParticleResult` lists; :class:`StopRule` ends a run as the reference
+experiments do, when the cluster count and the largest drift have settled.
 
 A fixed step can be beyond the integrator's stability bound (a strong attention, gamma = e^beta, or a
 perceptron of large weights): the particles then oscillate about their clusters, or settle where the
@@ -46,11 +41,9 @@ h |lambda| for a linear flow along its mode lambda (v = lambda x: Delta v = lamb
 q above the stability bound of the method on the negative real axis (:data:`STABILITY_BOUND`: Euler 2,
 RK4 2.785; the flow's contractions are real, gradient flows' Jacobians being symmetric) amplifies that
 mode. Snapshots record the largest q since the previous one (``step_stiffness``); a run whose q went
-over the bound says so in its message (``ParticleResult.beyond_stability``), with the first time.
-The main paper's protocol (Euler, dt = 0.1) stays far below the bound (q <= 0.35, docs/studies.md); a
-collapsing cluster under attention of strength gamma tends to q = h gamma, so a strong attention (gamma of
-order 20 and more at dt = 0.1) or a perceptron of large weights is where a fixed step goes over it.
-Not measured with noise (its increment dominates the displacement) nor for "adaptive" (its error
+over the bound says so in its message (``ParticleResult.beyond_stability``), with the first time. A
+collapsing cluster under attention of strength gamma tends to q = h gamma (measured values:
+docs/studies.md). Not measured with noise (its increment dominates the displacement) nor for "adaptive" (its error
 control rejects such steps); above 2^16 particles q reads every k-th particle (a fixed stride).
 """
 from __future__ import annotations
