@@ -720,7 +720,7 @@ def _sphere_figures(run, out: Path) -> list[Path]:
                     # the PDE's mass right of its atom, the particles' left: a matched pair stays readable
                     ax.annotate(text, (a, b), xytext=(8 if n_mark == 0 else -8, 0), textcoords="offset points",
                                 ha="left" if n_mark == 0 else "right", va="center", fontsize=LABEL_SIZE, color=col,
-                                path_effects=_outlined(col), zorder=7)
+                                zorder=7, bbox=dict(boxstyle="round,pad=0.15", fc="black", alpha=0.6, lw=0))
         ax.set_title(title + note, fontsize=LABEL_SIZE)
         _sphere_axes(ax)
     if mesh is not None:
