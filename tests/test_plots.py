@@ -222,8 +222,8 @@ def _comparison(particle_masses, t=10.0):
     pairs = [{"pde_position": np.array([1.0, 0.0]), "particle_position": np.array([1.0, 0.0]), "position_error": 0.0,
               "pde_mass": m, "particle_mass": m, "mass_difference": 0.0} for m in particle_masses]
     z = np.zeros(2)
-    return Comparison(t=np.array([0.0, t]), w1=z, mmd=z, moment_gap=z, energy_gap=z, cdf_drift=None, matched_atoms=pairs,
-                      unmatched_pde=[], unmatched_particles=[], kernel="exp", moments_degree=8,
+    return Comparison(t=np.array([0.0, t]), w1=z, mmd=z, moment_gap=z, energy_gap=z, cdf_drift=None,
+                      matched_atoms=pairs, unmatched_pde=[], unmatched_particles=[], kernel="exp", moments_degree=8,
                       options={"atom_radius": 0.1, "smoothing": 0.025, "min_mass": 0.01})
 
 

@@ -8,9 +8,10 @@ particles on top and the atoms marked and labelled with their masses; energy aga
 
 Time axes are linear, square-root or logarithmic, whichever spreads the motion of the measure most
 evenly over the axis (:func:`time_scale`): a run that collapses by t = 40 and then sits still until
-t = 1000 is drawn on a log axis. Past the PDE's handoff to its node continuation the density is drawn as
-what it is, the node measure binned (mass per bin), not as its truncated series, whose ringing around
-isolated nodes looks like structure; the spectral solver's diagnostics stop at the handoff.
+t = 1000 is drawn on a log axis. Past the PDE's handoff to its node continuation the density is drawn
+from the node measure itself (on S^1 each node's mass over its Voronoi cell, on S^2 a positive kernel),
+not from its truncated series, whose ringing around isolated nodes looks like structure; the spectral
+solver's diagnostics stop at the handoff. docs/figures.md shows each figure before and after.
 """
 from __future__ import annotations
 
@@ -279,7 +280,8 @@ def plot_comparison(cmp, path: Path, title: str = "", t_handoff: float | None = 
         con = cmp.concentration.get(kind)
         if con is not None:
             name = "PDE" if kind == "pde" else kind
-            ax.plot(con["t"], con["mass_near_atoms"], style, color="C0", label=f"{name}: mass {within} of its final atoms")
+            ax.plot(con["t"], con["mass_near_atoms"], style, color="C0",
+                    label=f"{name}: mass {within} of its final atoms")
             ax.plot(con["t"], con["effective_support"], style, color="C1", label=f"{name}: effective support (95%)")
     if series:
         longest = max(series, key=lambda c: c["t"][-1])
@@ -467,8 +469,9 @@ def _spacetime_figure(run, out: Path) -> Path:
         else:
             h = _node_density(nodes.x, nodes.w, nodes.count, bins)
             binned[r] = np.ma.masked_equal(h, 0.0)     # an empty bin: no mass, drawn as the background
+    # at least 10: the uniform density (1) sits in the middle of the scale, not at its top
     vmax = max(float(np.ma.max(series)) if series.count() else 0.0, float(np.ma.max(binned)) if binned.count() else 0.0,
-               1.1)
+               10.0)
     lo = 1e-2
     norm = LogNorm(vmin=lo, vmax=vmax)
     import matplotlib
@@ -684,8 +687,11 @@ def _sphere_figures(run, out: Path) -> list[Path]:
             fields[j] = (pde.density[i] if nodes is None else _sphere_node_density(nodes.x, nodes.w, pde.grid))
         # one colour scale for every panel: the maps are comparable, and a nearly uniform panel (t = 0)
         # does not get a colour bar of its own spanning 1 to 1.1
-        norm = LogNorm(vmin=lo, vmax=max([float(np.max(f)) for f in fields] + [10 * lo]))
+        # at least 10: the uniform density (1) sits in the middle of the scale, not at its top
+        norm = LogNorm(vmin=lo, vmax=max([float(np.max(f)) for f in fields] + [10.0]))
     pa = _pde_atoms(run)
+    if pa is not None and not len(pa[1]):
+        pa = None                                  # no atom: none to mark, nor to name in the legend
     for j, i in enumerate(idx):
         ax = fig.add_subplot(grid[j // ncol, j % ncol], projection="mollweide")
         ax.set_facecolor(cmap(0.0))
@@ -840,8 +846,10 @@ def _spectral_panels(fig, grid, pde, handoff: float | None) -> None:
         if tr <= end:
             for a in (a1, a2):
                 a.axvline(tr, color="0.6", ls=":", lw=1)
-            a1.annotate(f"{unit}={int(new)}", (tr, 0.0), xycoords=a1.get_xaxis_transform(), xytext=(2, 3 + 10 * (k % 3)),
-                        textcoords="offset points", ha="left", va="bottom", fontsize=8, color="0.3")
+            # staggered: refinements come in quick succession
+            a1.annotate(f"{unit}={int(new)}", (tr, 0.0), xycoords=a1.get_xaxis_transform(),
+                        xytext=(2, 3 + 10 * (k % 3)), textcoords="offset points", ha="left", va="bottom", fontsize=8,
+                        color="0.3")
     if handoff is not None:
         for a in (a1, a2):
             a.axvline(handoff, color="0.35", ls="--", lw=1)
