@@ -269,6 +269,7 @@ def plot_comparison(cmp, path: Path, title: str = "", t_handoff: float | None = 
     scale = scale or time_scale(cmp.t)
     _apply_time_scale(ax, scale, *_time_range(cmp.t, scale))
     ax.set_ylabel("distance")
+    _plain_log_labels(ax)
     ax.set_title(f"PDE vs particles at their {len(cmp.t)} common times", fontsize=10)
     _mark_handoff(ax, t_handoff)
     if ax.get_lines():
