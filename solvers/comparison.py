@@ -102,11 +102,18 @@ class Comparison:
             lines.append("  ".join(parts))
             lines.append(f"kernel {self.kernel}; moments up to degree {self.moments_degree}")
             r = self.options.get("atom_radius", float("nan"))
+            h = self.options.get("smoothing", float("nan"))
+            # the rule is named: `attnpde info` lists other atoms too (the PDE's node groups, the particles'
+            # clusters), which count other mass
             lines.append(f"matched atoms at t = {t:.4g}: {len(self.matched_atoms)} (unmatched: {len(self.unmatched_pde)} "
-                         f"PDE, {len(self.unmatched_particles)} particle atom(s)); mass within {r:.3g} rad of each:")
+                         f"PDE, {len(self.unmatched_particles)} particle atom(s)); one rule for both measures: density "
+                         f"peaks (smoothed at {h:.3g} rad), each atom's mass the mass within {r:.3g} rad of its peak:")
             for p in self.matched_atoms:
                 lines.append(f"    PDE {p['pde_mass']:.4f} vs particles {p['particle_mass']:.4f} (difference "
                              f"{p['mass_difference']:+.4f}), position error {p['position_error']:.2e} rad")
+            for kind, unmatched in (("PDE", self.unmatched_pde), ("particle", self.unmatched_particles)):
+                for _, m in unmatched:
+                    lines.append(f"    {kind} atom {m:.4f} without a partner within {r:.3g} rad")
         for kind in ("pde", "particles"):
             if kind in self.concentration:
                 lines.append(f"{kind}: {self.concentration[kind]['statement']}")
