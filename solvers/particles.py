@@ -211,9 +211,9 @@ class ParticleOptions:
     Attributes
     ----------
     sum : {"auto", "direct", "fast", "nufft"}
-        Interaction sums (:class:`solvers.interaction.InteractionSums`; "nufft": S^1 and S^2).
+        Interaction sums (:class:`solvers.interaction.InteractionSums`; "fast": S^1; "nufft": S^1 and S^2).
     sum_tol : float
-        Truncation of the fast sums relative to lambda_0 (and the NUFFT precision, at least 1e-14).
+        Truncation of the fast sums relative to lambda_0 (and the NUFFT precision, at least 1e-12).
     block_bytes : int
         Memory bound of a direct-sum block (bytes).
     rtol, atol : float
