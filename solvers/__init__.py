@@ -15,7 +15,7 @@ _HOMES = {"Model": ".model", "Perceptron": ".perceptron", "solve_pde": ".pde", "
 
 __all__ = ["Model", "Perceptron", "solve_pde", "PDEResult", "simulate_particles", "ParticleResult",
            "compare", "Comparison"]
-__version__ = "0.1.3"
+__version__ = "0.1.4"
 
 
 def __getattr__(name: str):

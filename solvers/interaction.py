@@ -104,16 +104,19 @@ PAIR_MIN_POINTS = 2048
 # (min(NUFFT_COST_THREADS, chunks)); nufft S^2 ~ (sources + 2 evaluation points) * _C_S2NUFFT + (ducc0 calls)
 # * (_C_S2NUFFT_CALL + L^2 _C_S2NUFFT_DEGREE) / 3 (one adjoint per chunk of sources, two syntheses per chunk of
 # evaluation points; one thread). Only the ratios matter: the model compares methods, and the constants are
-# fitted by scripts/cost_model.py --fit and scaled to the unit of _C_DIRECT.
+# fitted by ``scripts/cost_model.py --fit`` (--d 2 and --d 3, one thread, beta = 1 .. 100, N = 30 .. 10^5, the
+# sums at their sources) and scaled to the unit of _C_DIRECT (the direct sums' fit of the same run), the mean of
+# two runs. A point of the S^1 NUFFT costs about as much as 20 Bessel modes of a fast-sum point, so the NUFFT is
+# the pick from a few thousand points at beta >= 1; on S^2 the NUFFT is the pick from a few hundred points.
 _C_DIRECT = 1.0e-9
-_C_CIRCLE = 1.23e-9
-_C_CIRCLE_POINT = 4.5e-9
-_C_CIRCLE_CALL = 5.6e-5
-_C_NUFFT = 4.66e-8
-_C_NUFFT_CALL = 1.08e-4
-_C_S2NUFFT = 4.0e-7
-_C_S2NUFFT_CALL = 3.0e-4
-_C_S2NUFFT_DEGREE = 5.0e-7
+_C_CIRCLE = 2.9e-9
+_C_CIRCLE_POINT = 2.6e-8
+_C_CIRCLE_CALL = 7.1e-5
+_C_NUFFT = 6.5e-8
+_C_NUFFT_CALL = 1.43e-4
+_C_S2NUFFT = 2.1e-7
+_C_S2NUFFT_CALL = 3.6e-4
+_C_S2NUFFT_DEGREE = 5.5e-7
 
 
 def _as_points(name: str, a, d: int | None = None) -> np.ndarray:

@@ -9,8 +9,8 @@ mu_N = sum_j w_j delta_{x_j}:
 self-interaction included. With noise nu > 0: dX = v dt + sqrt(2 nu) dB on the sphere. Time is the
 model's time (layers); positions are unit vectors; the velocity is in radians per unit time.
 
-Interaction sums come from :mod:`solvers.interaction` (direct for any d; fast Fourier / harmonic
-sums on S^1 / S^2). Integrators, all staying on the sphere:
+Interaction sums come from :mod:`solvers.interaction` (direct for any d; Fourier series on S^1 and
+harmonic series on S^2, through ducc0's NUFFTs). Integrators, all staying on the sphere:
 
 - ``"euler"``: x <- (x + h v(x)) / |x + h v(x)| — the reference experiments' scheme (the main paper §4);
 - ``"rk4"``: classical Runge–Kutta for the extension F(x) = v(x / |x|) of the field to R^d \\ {0}
