@@ -25,7 +25,7 @@ Both are dimensionless (the kernel is <= 1; G is a tangent vector at x). Three w
   transform gives c_k for |k| <= K, and one type-2 transform (on the same plan) gives
     Psi(x) + i G_theta(x) = sum_{|k|<=K} (lambda_|k| - k g_|k|) c_k z^k
   (both fields are real, so one complex transform carries the two). O((N + M) w + K log K), w = 13 the
-  spreading width at the precision eps = max(tol, NUFFT_EPS_MIN).
+  spreading width at the precision eps = max(tol, NUFFT_EPS_MIN) = 3e-13.
 
 ``nufft`` on S^2 (d = 3) — the addition theorem for the orthonormal harmonics (Funk–Hecke, The model §2),
     exp(beta(<x,y> - 1)) = 4 pi sum_l lambda_l sum_{|m|<=l} Y_lm(x) conj(Y_lm(y)),
@@ -41,8 +41,9 @@ threads and on every call.
 
 The degree K (L) is the smallest for which every dropped multiplier (and, on S^1, k g_k; on S^2,
 (l + 1) g_l) is below ``tol`` (1e-17) times lambda_0. Since max Psi >= mean Psi = lambda_0 ∫ d(w-measure),
-the truncation error is ~tol relative to max Psi; the transforms' error is ~1e-13 relative to max Psi
-(~1e-12 relative to max |G|, measured up to N = 10^6 and beta = 100); G inherits the same absolute error.
+the truncation error is ~tol relative to max Psi; the transforms' error is <= ~6e-14 relative to max Psi
+(<= ~2e-12 relative to max |G|, which is small for uniform points; measured up to N = 10^5 and beta = 100,
+``scripts/sums_accuracy.py``); G inherits the same absolute error.
 "Relative" accuracy below means relative to max_x Psi(x) (the scale of both fields: |G| <= Psi
 pointwise); the tests also check it relative to max |G|.
 
@@ -72,16 +73,16 @@ SUM_METHODS = ("auto", "direct", "fast", "nufft")
 DEFAULT_BLOCK_BYTES = 32 * 2 ** 20
 #: multipliers below this fraction of lambda_0 are dropped by the fast sums
 DEFAULT_TOL = 1e-17
-#: the smallest precision asked of ducc0's transforms (its floor in double precision is 2e-13). At 1e-12 the
-#: NUFFT sums agree with the direct sums to <= 3e-13 relative to max Psi and <= 1e-12 relative to max |G|
-#: (beta = 0.001 .. 100, N <= 10^6, clustered and uniform points); at 1e-11 and 1e-10 the worst grew to 7e-12
-#: and 6e-11, too near the tests' 1e-10, for 5% less time
-NUFFT_EPS_MIN = 1e-12
+#: the smallest precision asked of ducc0's transforms (its floor in double precision is 2e-13). At 1e-12 the S^2
+#: sums were within 1e-12 of the direct ones (relative to max |G|), but their errors are not symmetric about
+#: the equator, and particles on it (whose exact field is tangent to it) left it by 2.6e-14 in 200 RK4 steps;
+#: 3e-13 takes a kernel one point wider on S^2 (none on S^1) and keeps them within 3e-15
+NUFFT_EPS_MIN = 3e-13
 #: ducc0's oversampling factor of the S^1 NUFFT sums, and the S^2 one: each passed as a window of +-0.01 that
 #: holds a single factor of ducc0's kernel table, where ducc0 then takes the narrowest kernel of that factor
 #: meeting the precision. Left to itself ducc0 picks kernel and factor by a cost model of the thread count,
 #: the point count and the SIMD width, so other machines would get other bits. On S^1 the fine grid stays in
-#: cache and the spreading is the cost: 2.5 (13 points wide at 1e-12) is the largest factor; on S^2 the factor
+#: cache and the spreading is the cost: 2.5 (13 points wide at 3e-13) is the largest factor; on S^2 the factor
 #: moved the time by < 10% between 1.6 and 2.5 (N = 10^2 .. 10^6, L = 15 .. 90)
 CIRCLE_NUFFT_SIGMA = 2.5
 SPHERE_NUFFT_SIGMA = 2.0
@@ -401,14 +402,14 @@ def sphere_bandwidth(beta: float, tol: float = DEFAULT_TOL) -> int:
 
 
 def sphere_nufft_chunk(L: int) -> int:
-    """Points per ducc0 call of the S^2 NUFFT sums: 2^15, or the power of two >= 16 L^2 if larger.
+    """Points per ducc0 call of the S^2 NUFFT sums: 2^14, or the power of two >= 16 L^2 if larger.
 
     Depends on L only, so the chunks (and the order of the sums) are fixed by the point count and beta.
     Each call has a fixed cost of ~(0.07 + 1.3e-4 L^2) ms against ~0.1 us per point (the adjoint and both
     syntheses, measured), so a chunk of >= 16 L^2 points keeps it near a tenth of the chunk's time, while
-    chunks of 2^15 already spread N ~ 10^5 points on several threads.
+    chunks of 2^14 share N ~ 10^5 points evenly between two threads.
     """
-    return max(2 ** 15, 1 << (16 * L * L - 1).bit_length())
+    return max(2 ** 14, 1 << (16 * L * L - 1).bit_length())
 
 
 def _sphere_nufft_degree(beta: float, tol: float) -> int:
@@ -474,7 +475,7 @@ class SphereNufftSums:
        Phi = Psi / beta, so G = grad Phi = G_theta e_theta + G_phi e_phi (g_l = lambda_l / beta with its
        exact beta -> 0 limit; the constant has no gradient, so g_0 is not used).
 
-    ducc0 interpolates on the doubled sphere with a kernel of width 14 (2-D) at eps 1e-12: O(N + 2 M)
+    ducc0 interpolates on the doubled sphere with a kernel of width 15 (2-D) at eps 3e-13: O(N + 2 M)
     plus O(L^3) per call; no array of (points x modes). At the poles phi is undefined: phi = 0 there, with
     e_theta, e_phi taken at the same phi (G is the limit along that meridian).
 

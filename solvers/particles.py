@@ -213,7 +213,7 @@ class ParticleOptions:
     sum : {"auto", "direct", "fast", "nufft"}
         Interaction sums (:class:`solvers.interaction.InteractionSums`; "fast": S^1; "nufft": S^1 and S^2).
     sum_tol : float
-        Truncation of the fast sums relative to lambda_0 (and the NUFFT precision, at least 1e-12).
+        Truncation of the fast sums relative to lambda_0 (and the NUFFT precision, at least 3e-13).
     block_bytes : int
         Memory bound of a direct-sum block (bytes).
     rtol, atol : float
