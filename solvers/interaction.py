@@ -429,14 +429,24 @@ def _sphere_nufft_cost(L: int, n_src: int, n_eval: int) -> float:
     return _C_S2NUFFT * (n_src + 2 * n_eval) + calls * (_C_S2NUFFT_CALL + _C_S2NUFFT_DEGREE * L * L) / 3.0
 
 
+def _sin_theta(x: np.ndarray) -> np.ndarray:
+    """sin theta = sqrt(x_1^2 + x_2^2) of unit vectors x (n, 3): 4x faster than numpy's hypot, which unit
+    vectors do not need (0 exactly where x_1 = x_2 = 0, and where their squares underflow: both the angles
+    and the frame then take phi = 0)."""
+    s = x[:, 0] * x[:, 0]
+    s += x[:, 1] * x[:, 1]
+    return np.sqrt(s, out=s)
+
+
 def _sphere_locations(x: np.ndarray, out: np.ndarray) -> np.ndarray:
     """(theta, phi) of unit vectors x (n, 3) into ``out`` (n, 2): theta in [0, pi], phi in [0, 2 pi] (ducc0's
     range), phi = 0 where sin theta = 0 (as in :func:`_sphere_tangent`; arctan2(0, -0.0) would give pi)."""
-    s = np.hypot(x[:, 0], x[:, 1])
+    s = _sin_theta(x)
     np.arctan2(s, x[:, 2], out=out[:, 0])
     phi = np.arctan2(x[:, 1], x[:, 0])
-    phi[s == 0.0] = 0.0
-    phi[phi < 0.0] += 2.0 * math.pi
+    np.add(phi, 2.0 * math.pi, out=phi, where=phi < 0.0)
+    if not s.all():                               # a pole (masks cost more than the rest: only then)
+        phi[s == 0.0] = 0.0
     out[:, 1] = phi
     return out
 
@@ -446,7 +456,7 @@ def _sphere_tangent(g: np.ndarray, x: np.ndarray, out: np.ndarray) -> np.ndarray
     ``out`` (n, 3); e_theta = (cos th cos ph, cos th sin ph, -sin th), e_phi = (-sin ph, cos ph, 0), with
     phi = 0 where sin theta = 0 (the frame of :func:`_sphere_locations`)."""
     gth, gph = g
-    s = np.hypot(x[:, 0], x[:, 1])
+    s = _sin_theta(x)
     pole = s == 0.0
     cph, sph = np.ones_like(s), np.zeros_like(s)
     np.divide(x[:, 0], s, out=cph, where=~pole)
