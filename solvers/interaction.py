@@ -81,9 +81,9 @@ NUFFT_EPS_MIN = 3e-13
 #: ducc0's oversampling factor of the S^1 NUFFT sums, and the S^2 one: each passed as a window of +-0.01 that
 #: holds a single factor of ducc0's kernel table, where ducc0 then takes the narrowest kernel of that factor
 #: meeting the precision. Left to itself ducc0 picks kernel and factor by a cost model of the thread count,
-#: the point count and the SIMD width, so other machines would get other bits. On S^1 the fine grid stays in
-#: cache and the spreading is the cost: 2.5 (13 points wide at 3e-13) is the largest factor; on S^2 the factor
-#: moved the time by < 10% between 1.6 and 2.5 (N = 10^2 .. 10^6, L = 15 .. 90)
+#: the point count and the SIMD width, so other thread counts or machines would get other bits. On S^1 the
+#: fine grid stays in cache and the spreading is the cost: 2.5 (13 points wide at 3e-13) is the largest
+#: factor; on S^2 the factor moved the time by < 10% between 1.6 and 2.5 (N = 10^2 .. 10^6, L = 15 .. 90)
 CIRCLE_NUFFT_SIGMA = 2.5
 SPHERE_NUFFT_SIGMA = 2.0
 #: points per S^1 NUFFT transform: the chunks, and so the order of the sums, depend on the point count only
@@ -92,8 +92,8 @@ NUFFT_CHUNK = 2 ** 17
 #: measured on), whatever the thread count: the method auto picks, and so the bits of the sums, never depend
 #: on the threads (a run resumed with other threads continues bit for bit)
 NUFFT_COST_THREADS = 2
-#: the S^2 sums are offered up to this degree (beyond, about beta > 400, direct sums are cheaper for every N
-#: one can afford)
+#: the S^2 NUFFT sums are offered up to this degree (beta up to about 400; beyond it only the direct sums): ducc0
+#: goes higher, but their accuracy and cost model were measured up to beta = 100 (L = 90) only
 SPHERE_MAX_DEGREE = 200
 #: fewest evaluation points whose two S^2 syntheses (Psi and G) run on two threads when they are one chunk
 #: (below, the hand-over costs about what it saves)
