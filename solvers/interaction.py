@@ -489,8 +489,9 @@ class SphereNufftSums:
     plus O(L^3) per call; no array of (points x modes). At the poles phi is undefined: phi = 0 there, with
     e_theta, e_phi taken at the same phi (G is the limit along that meridian).
 
-    Reproducibility: ducc0's adjoint adds the points into its grid from several threads in a run-dependent
-    order, so every call is single-threaded, with the kernel pinned (SPHERE_NUFFT_SIGMA); the sources come
+    Reproducibility: ducc0's multithreaded calls are not reproducible (its adjoint adds the points into its
+    grid from several threads in a run-dependent order; its synthesis on two threads differed in bits from
+    one), so every call is single-threaded, with the kernel pinned (SPHERE_NUFFT_SIGMA); the sources come
     in fixed chunks of :func:`sphere_nufft_chunk` points whose coefficients are added in chunk order, and
     the evaluation points in the same chunks (Psi and G of each chunk separate tasks). Chunks and tasks
     run ``threads`` at a time: the same bits for any ``threads`` and on every call.
