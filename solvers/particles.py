@@ -14,8 +14,8 @@ mu_N = sum_j w_j delta_{x_j}:
 self-interaction included. With noise nu > 0: dX = v dt + sqrt(2 nu) dB on the sphere. Time is the
 model's time (layers); positions are unit vectors; the velocity is in radians per unit time.
 
-Interaction sums come from :mod:`solvers.interaction` (direct for any d; fast Fourier / harmonic
-sums on S^1 / S^2). Integrators, all staying on the sphere:
+Interaction sums come from :mod:`solvers.interaction` (direct for any d; Fourier series on S^1 and
+harmonic series on S^2, through ducc0's NUFFTs). Integrators, all staying on the sphere:
 
 - ``"euler"``: x <- (x + h v(x)) / |x + h v(x)| — the reference experiments' scheme (the main paper §4);
 - ``"rk4"``: classical Runge–Kutta for the extension F(x) = v(x / |x|) of the field to R^d \\ {0}
@@ -207,9 +207,9 @@ class ParticleOptions:
     Attributes
     ----------
     sum : {"auto", "direct", "fast", "nufft"}
-        Interaction sums (:class:`solvers.interaction.InteractionSums`; "nufft": S^1 and S^2).
+        Interaction sums (:class:`solvers.interaction.InteractionSums`; "fast": S^1; "nufft": S^1 and S^2).
     sum_tol : float
-        Truncation of the fast sums relative to lambda_0 (and the NUFFT precision, at least 1e-14).
+        Truncation of the fast sums relative to lambda_0 (and the NUFFT precision, at least 3e-13).
     block_bytes : int
         Memory bound of a direct-sum block (bytes).
     rtol, atol : float

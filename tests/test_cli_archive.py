@@ -438,7 +438,7 @@ def test_archive_names_its_libraries_and_a_resume_with_others_says_so(tmp_path):
     assert _run_until_signalled(cfg, out, signal.SIGINT).returncode == 130
     with h5py.File(out, "r+") as f:
         here = str(f.attrs["libraries"])
-        for dist in ("numpy", "scipy", "pyFFTW", "shtns", "finufft", "h5py"):
+        for dist in ("numpy", "scipy", "pyFFTW", "shtns", "finufft", "ducc0", "h5py"):
             assert f"{dist.lower()} {version(dist)}" in here, (dist, here)
         f.attrs["libraries"] = here.replace(f"numpy {version('numpy')}", "numpy 1.0.0")
         # and started by another version of attnpde (whose own numerical choices may round differently)

@@ -41,8 +41,8 @@ VALIDATE = BASE + PDE + PARTICLES
 # PDE and particle snapshot times that meet only at t = 0
 ONLY_T0 = BASE + "[pde]\ndegree = 16\nt_final = 1.0\n[particles]\nn = 100\nt_final = 0.7\nsave_every = 0.5\n"
 SMALL = BASE + "[pde]\ndegree = 16\nt_final = 0.1\n"
-# fast sums on S^2 exist up to degree 200: beta = 1e6 needs 8847
-FAST_SPHERE = BASE3 + '[particles]\nn = 10\nt_final = 0.1\nsum = "fast"\n'
+# NUFFT sums on S^2 exist up to degree 200: beta = 1e6 needs 8847
+NUFFT_SPHERE = BASE3 + '[particles]\nn = 10\nt_final = 0.1\nsum = "nufft"\n'
 
 
 # --- set-ups of the command-line rows ------------------------------------------------------------------
@@ -223,8 +223,11 @@ REFUSALS = [
       + '[particles]\nn = 10\nt_final = 0.1\nsum = "nufft"\n'),
      r"^attnpde: error: c\.toml: \[particles\]: nufft sums on S\^2 need degree L = \d+ at beta = 1e\+06, above the "
      r"supported 200; use method='direct'$"),
-    ("sweep-member-invalid-for-its-beta", "cli", (["sweep", "c.toml", "--beta", "1,1e6"], FAST_SPHERE),
-     r"^attnpde: error: c\.toml \(beta = 1e\+06\): \[particles\]: fast sums on S\^2 need degree"),
+    ("run-fast-sums-on-S2", "cli", (["run", "c.toml"], NUFFT_SPHERE.replace('"nufft"', '"fast"')),
+     r"^attnpde: error: c\.toml: \[particles\]: fast sums exist on S\^1 only \(d = 2\), not d = 3: on S\^2 use "
+     r"sum='nufft' or 'auto'$"),
+    ("sweep-member-invalid-for-its-beta", "cli", (["sweep", "c.toml", "--beta", "1,1e6"], NUFFT_SPHERE),
+     r"^attnpde: error: c\.toml \(beta = 1e\+06\): \[particles\]: nufft sums on S\^2 need degree"),
     ("sweep-resume-finished-other-config", "cli",
      (["sweep", "c.toml", "--beta", "1", "--resume"], SMALL,
       archive("c/c_beta1.h5", "finished", SMALL.replace("t_final = 0.1", "t_final = 0.2"))),
