@@ -1,4 +1,4 @@
-"""attnpde solvers: the model (README, The model §1) and what evolves it.
+"""attnpde solvers: the model (docs/model.md §1) and what evolves it.
 
 Public names: :class:`Model`, :class:`Perceptron`, :func:`solve_pde` (spectral PDE on S^1 and S^2),
 :func:`simulate_particles` (particles on S^{d-1}, any d, with fast interaction sums on S^1 and S^2),
@@ -21,10 +21,22 @@ _HOMES = {"Model": ".model", "Perceptron": ".perceptron", "solve_pde": ".pde", "
 __all__ = ["Model", "Perceptron", "solve_pde", "PDEResult", "simulate_particles", "ParticleResult",
            "compare", "Comparison", "atomic_state", "AtomicState", "polish_atoms", "stationary_state",
            "branch_from_uniform", "continue_branch", "Branch", "StationaryState"]
-__version__ = "0.1.3"
+
+
+def _version() -> str:
+    """The installed distribution's version: pyproject.toml's ``version`` is its only home. A source tree
+    imported without being installed has no metadata and reports ``0+unknown``."""
+    from importlib import metadata
+    try:
+        return metadata.version("attnpde")
+    except metadata.PackageNotFoundError:
+        return "0+unknown"
 
 
 def __getattr__(name: str):
+    if name == "__version__":                  # read once, on first use, like the public names
+        globals()[name] = value = _version()
+        return value
     home = _HOMES.get(name)
     if home is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -34,4 +46,4 @@ def __getattr__(name: str):
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+    return sorted(set(globals()) | set(__all__) | {"__version__"})

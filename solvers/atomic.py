@@ -1,6 +1,6 @@
 """Atomic stationary states: the stability of mu = sum_i m_i delta_{x_i}, and Newton's method for them.
 
-Without noise the stationary states of the model (README, The model §1) are atomic: a probability
+Without noise the stationary states of the model (docs/model.md §1) are atomic: a probability
 measure mu = sum_{i=1}^k m_i delta_{x_i} on S^{d-1} is stationary when every atom is at rest,
 v[mu](x_i) = 0. Whether such a state is stable under the continuity equation d_t rho + div(rho v[rho]) = 0
 is decided here by two linearisations, both from the analytic derivatives of ``Model.velocity``:

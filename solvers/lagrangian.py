@@ -38,9 +38,9 @@ show up as nodes that coincide.
 - Atoms of a node measure (:func:`node_atoms`): groups of nodes within ``atom_radius`` of each other
   (single linkage) that hold at least two initial nodes and have a node within ``atom_radius`` of their
   centre (the normalised weighted mean, which is the atom's position; its resultant length at least
-  1/2); the rest is the *diffuse part* (mass that has not collapsed: in descent with a ReLU perceptron,
-  the dead zone, where every unit is off, keeps a share of the mass that spreads slowly and never
-  collapses). The centre condition leaves out groups whose mean is not where their mass is: a ring of
+  1/2); the rest is the *diffuse part* (mass that has not collapsed yet: in descent with a ReLU
+  perceptron, the mass in the dead zone, where every unit is off, crystallises into atoms only over
+  thousands of time units). The centre condition leaves out groups whose mean is not where their mass is: a ring of
   nodes closing in on a point (data symmetric about an axis on S^2; its mean is the ring's axis), a
   strongly bent chain, a group around a great circle. An atom's ``extent`` is the largest distance of
   its nodes from its centre: a group still contracting along a straight or gently bent chain of linked
@@ -150,8 +150,8 @@ class NodeAtoms(Atoms):
 def not_stationary_note(stop_reason: str, t_last: float, groups: int) -> str | None:
     """The line that says what the ``groups`` node groups of the last snapshot (at ``t_last``) are when the
     continuation ran to t_final still moving: the measure at that time, in which the groups that still move
-    may yet merge or grow (a ReLU perceptron's dead zone never stops drifting: README "The PDE to its
-    atoms"). None for any other end: "stationary"; an interruption (which the run's message already
+    may yet merge or grow (a ReLU perceptron's dead zone collapses slowly: docs/numerics.md). None for any
+    other end: "stationary"; an interruption (which the run's message already
     explains, and which may have come after the stop, in the error-estimate rerun); or no group at all."""
     if stop_reason != "t_final" or groups == 0:
         return None

@@ -1,5 +1,10 @@
-"""The model (README, The model §1): attention (USA / SA / none) plus a perceptron drift on S^{d-1}.
+"""The model: attention (USA / SA / none) plus a perceptron drift on S^{d-1} (docs/model.md §1).
 
+:class:`Model` holds the parameters and defines, once for every solver, the velocity field and the
+energy of a measure; :class:`VonMisesFisher` is an initial density with an exact sampler.
+
+Notes
+-----
 Every solver describes the measure it evolves through two fields, evaluated at points x:
 
     Psi(x) = ∫ exp(beta(<x,y> - 1)) dmu(y)                 (kernel sum, > 0)

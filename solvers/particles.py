@@ -1,5 +1,10 @@
-"""Particle solver of the model (README, The model §1) on S^{d-1}, any d >= 2.
+"""Particle solver of the model (docs/model.md §1) on S^{d-1}, any d >= 2.
 
+:func:`simulate_particles` runs it (:func:`prepare_particles` checks and places the particles first);
+its options, integrators and stopping rules in use: docs/numerics.md, "The particle solver".
+
+Notes
+-----
 N weighted particles x_i (w_i > 0, sum w_i = 1) move with the velocity of their empirical measure
 mu_N = sum_j w_j delta_{x_j}:
 
@@ -9,8 +14,8 @@ mu_N = sum_j w_j delta_{x_j}:
 self-interaction included. With noise nu > 0: dX = v dt + sqrt(2 nu) dB on the sphere. Time is the
 model's time (layers); positions are unit vectors; the velocity is in radians per unit time.
 
-Interaction sums come from :mod:`solvers.interaction` (direct for any d; fast Fourier / harmonic
-sums on S^1 / S^2). Integrators, all staying on the sphere:
+Interaction sums come from :mod:`solvers.interaction` (direct for any d; Fourier series on S^1 and
+harmonic series on S^2, through ducc0's NUFFTs). Integrators, all staying on the sphere:
 
 - ``"euler"``: x <- (x + h v(x)) / |x + h v(x)| — the reference experiments' scheme (the main paper §4);
 - ``"rk4"``: classical Runge–Kutta for the extension F(x) = v(x / |x|) of the field to R^d \\ {0}
@@ -22,13 +27,8 @@ Noise (nu > 0) is added after the deterministic step by a geodesic Euler–Maruy
 x <- exp_x(sqrt(2 nu h) P_x xi), xi ~ N(0, I_d) (Lie splitting, weak order 1; the exponential map
 produces the Ito drift -nu (d-1) x dt of Brownian motion on the sphere). Not with "adaptive".
 
-Snapshots record positions, the energy E (``Model.energy``, pair term from the same sums), the largest
-drift max_i |v(x_i)| (the deterministic velocity, as the reference code's stopping rule measures it),
-the dissipation s sum_i w_i |v_i|^2 (= dE/dt for noiseless USA with a gradient perceptron) and the
-cluster count. The stopping rule (:class:`StopRule`) is the reference one: the cluster count is
-unchanged over ``window`` consecutive snapshots (the initial one excluded) and the largest drift is
-<= ``drift_tol``; clusters by ``rule`` ("linkage", or "paper": the released code's own count, with its
-condition that no cluster spans more than ``spread_factor`` radii; :mod:`solvers.atoms`).
+Snapshots record what :class:`ParticleResult` lists; :class:`StopRule` ends a run as the reference
+experiments do, when the cluster count and the largest drift have settled.
 
 A fixed step can be beyond the integrator's stability bound (a strong attention, gamma = e^beta, or a
 perceptron of large weights): the particles then oscillate about their clusters, or settle where the
@@ -41,13 +41,9 @@ h |lambda| for a linear flow along its mode lambda (v = lambda x: Delta v = lamb
 q above the stability bound of the method on the negative real axis (:data:`STABILITY_BOUND`: Euler 2,
 RK4 2.785; the flow's contractions are real, gradient flows' Jacobians being symmetric) amplifies that
 mode. Snapshots record the largest q since the previous one (``step_stiffness``); a run whose q went
-over the bound says so in its message (``ParticleResult.beyond_stability``), with the first time.
-Measured: the main paper's protocol (``scripts/paper_protocol.py``: N = 1000, Euler, dt = 0.1, its 13 betas)
-reaches 0.22-0.35 (S1), 0.011-0.10 (S1-0), 0.18-0.24 (S2), 0.124-0.126 (S3), none flagged; with N = 400 and
-dt = 0.1, Euler at gamma = 15 (stable, converges) 1.5; Euler at gamma = 25, 40 and with a ReLU perceptron of
-weights ~ N(0, 30^2) 2.1-2.2, each left oscillating (its energy alternating); RK4 at gamma = 35 up to 2.99
-once, then a spurious end state.
-Not measured with noise (its increment dominates the displacement) nor for "adaptive" (its error
+over the bound says so in its message (``ParticleResult.beyond_stability``), with the first time. A
+collapsing cluster under attention of strength gamma tends to q = h gamma (measured values:
+docs/studies.md). Not measured with noise (its increment dominates the displacement) nor for "adaptive" (its error
 control rejects such steps); above 2^16 particles q reads every k-th particle (a fixed stride).
 """
 from __future__ import annotations
@@ -93,9 +89,8 @@ STIFFNESS_FLOOR = 1e-12
 
 #: points per chunk of the pointwise part of a velocity evaluation (:func:`measure_velocity`). A chunk is
 #: about 15 numpy calls, and two threads contend for the GIL around each: 2^15 makes half as many calls
-#: as 2^14, and its temporaries (up to 0.5 MiB each) still stay in the last-level cache. Measured against
-#: 2^14 (10^6 points, two threads, medians of 17 paired ratios): the whole evaluation 0.95x at S^1 beta =
-#: 25, 0.92x at beta = 100, 0.97x at S^2 beta = 4; with one thread unchanged; identical velocities
+#: as 2^14, and its temporaries (up to 0.5 MiB each) still stay in the last-level cache. The velocities do
+#: not depend on the chunk size
 POINTWISE_CHUNK = 2 ** 15
 
 
@@ -109,8 +104,8 @@ def measure_velocity(model: Model, sums: InteractionSums | None, x: np.ndarray, 
     psi, G = sums.fields(x, w)
 
     # the pointwise part (the drift, then v = s (G + drift) in place of G) chunk by chunk on the sums'
-    # threads: its temporaries stay in cache (10^6 points on S^1: the drift 9.8 ms in chunks of 2^14
-    # against 13.4 ms at once, one thread; measured) and fresh arrays of N points are not paged in
+    # threads: its temporaries stay in cache (faster than at once even on one thread) and fresh arrays of
+    # N points are not paged in
     def pointwise(j: int, c: slice) -> None:
         model.velocity(G[c], psi[c, None], model.drift(x[c]), out=G[c])
     map_chunks(pointwise, x.shape[0], POINTWISE_CHUNK, sums.nufft_threads, "attnpde-pointwise")
@@ -146,9 +141,10 @@ class StopRule:
     ``window`` snapshots and the largest drift is at most ``drift_tol``. The released code also asks that no
     cluster be wider than r, uses greedy arcs on S^1 and drift_tol 1e-4: ``StopRule(rule="paper",
     drift_tol=1e-4)`` is that rule. The defaults differ on all three: single linkage on every sphere, no
-    spread condition, drift_tol 5e-4. So a stationary set that has not concentrated (in descent with ReLU,
-    mass frozen where every unit is inactive) stops a default run; its "clusters" are then chains of
-    particles within r of one another, not atoms.
+    spread condition, drift_tol 5e-4. So a set that has not concentrated but moves slower than drift_tol
+    (in descent with ReLU, the mass where every unit is inactive, which gathers into atoms only over
+    thousands of time units) stops a default run; its "clusters" are then chains of particles within r
+    of one another, not atoms.
 
     Attributes
     ----------
@@ -212,9 +208,9 @@ class ParticleOptions:
     Attributes
     ----------
     sum : {"auto", "direct", "fast", "nufft"}
-        Interaction sums (:class:`solvers.interaction.InteractionSums`; "nufft": S^1 and S^2).
+        Interaction sums (:class:`solvers.interaction.InteractionSums`; "fast": S^1; "nufft": S^1 and S^2).
     sum_tol : float
-        Truncation of the fast sums relative to lambda_0 (and the NUFFT precision, at least 1e-14).
+        Truncation of the fast sums relative to lambda_0 (and the NUFFT precision, at least 3e-13).
     block_bytes : int
         Memory bound of a direct-sum block (bytes).
     rtol, atol : float

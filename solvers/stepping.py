@@ -544,9 +544,9 @@ class Progress:
     still receives the first step after the time went back (a new phase, e.g. the PDE's error-estimate
     rerun from its handoff) and the step that ends a phase (``t`` reaching ``info["t_end"]``, default
     ``t_final``). The bar is drawn at most every 0.1 s and once more when it is closed (where the run
-    ended). Both matter on small runs: formatting a line after each of a thousand steps of a 0.2 s run
-    cost ~9% of it (measured, scripts/bench_runs.py's K = 1024 run), the callable's dict ~1%, which the
-    stepping loop no longer builds for a call the interval would drop (:meth:`wants`)."""
+    ended). Both limits matter on short runs, where formatting a line after each of a thousand steps
+    would cost several percent of the run; the stepping loop does not even build the dict for a call the
+    interval would drop (:meth:`wants`)."""
 
     def __init__(self, progress, t_final: float, t0: float = 0.0, max_steps: int | None = None) -> None:
         self.callback = progress if callable(progress) else None
@@ -829,10 +829,9 @@ class Integration:
                                               if bad >= 20 else "non-finite right-hand side")
                     continue
                 # a step cut short to land says little about the step the run can take: its error is
-                # small because it is short. Regrown from it, the run came back over several steps, each
-                # a new step size (new integrating factors): at S^2 L = 127 with 101 snapshots, 525
-                # factor computations in 994 steps against 75 in 987 when the proposal before the cut
-                # stands (the controller's memory as it was), unless the cut step proposes a larger one
+                # small because it is short. Regrown from it, the run would come back over several steps,
+                # each a new step size and so new integrating factors; the proposal before the cut stands
+                # instead (the controller's memory as it was), unless the cut step proposes a larger one
                 if memory is not None and self.dt < h_free:
                     self.controller.restore(memory)
                     self.dt = h_free

@@ -438,7 +438,7 @@ def test_archive_names_its_libraries_and_a_resume_with_others_says_so(tmp_path):
     assert _run_until_signalled(cfg, out, signal.SIGINT).returncode == 130
     with h5py.File(out, "r+") as f:
         here = str(f.attrs["libraries"])
-        for dist in ("numpy", "scipy", "pyFFTW", "shtns", "finufft", "h5py"):
+        for dist in ("numpy", "scipy", "pyFFTW", "shtns", "finufft", "ducc0", "h5py"):
             assert f"{dist.lower()} {version(dist)}" in here, (dist, here)
         f.attrs["libraries"] = here.replace(f"numpy {version('numpy')}", "numpy 1.0.0")
         # and started by another version of attnpde (whose own numerical choices may round differently)
@@ -894,7 +894,7 @@ def test_comparison_figure_leaves_out_undefined_and_zero_distances(tmp_path, mon
 
 def test_sphere_maps_say_when_the_particles_are_drawn_at_another_time(tmp_path, monkeypatch):
     """The S^2 maps draw the particles' nearest snapshot beside each PDE snapshot: where its time differs
-    (other save_every), the panel's title gives it; the figure's title names only the layers drawn."""
+    (other save_every), the panel's title gives it; the figure's legend names only the layers drawn."""
     from solvers.app import plots
     from solvers.app.runner import run_config
 
@@ -902,18 +902,24 @@ def test_sphere_maps_say_when_the_particles_are_drawn_at_another_time(tmp_path, 
             "[particles]\nn = 50\nt_final = 1.0\nsave_every = 0.3\n")
     run_config(parse_config(text), tmp_path / "a.h5", log=lambda s: None, progress=False)
     figs = []
-    monkeypatch.setattr(plots, "_save", lambda fig, path: figs.append(fig) or path)
+    monkeypatch.setattr(plots, "_save", lambda fig, path, **kw: figs.append(fig) or path)
     plots._sphere_figures(load(tmp_path / "a.h5"), tmp_path)
     titles = [ax.get_title() for ax in figs[0].axes if ax.get_title()]
     # PDE snapshots 0, 0.5, 1; particle snapshots 0, 0.3, 0.6, 0.9, 1: at 0.5 the nearest is 0.6
     assert titles == ["t = 0", "t = 0.5, particles at t = 0.6", "t = 1"], titles
-    assert figs[0]._suptitle.get_text().endswith("\nPDE density (Mollweide, log scale), particles (cyan), "
-                                                 "PDE atoms (lime), particle atoms (white)")
+    legend = [t.get_text() for t in figs[0].legends[0].get_texts()]
+    # the PDE's atoms are named only where there are some (one second of beta = 1 forms none)
+    formed = len(load(tmp_path / "a.h5").atoms["pde"][1])
+    pde_atoms = ["PDE atoms (basins of the density): mass right"] if formed else []
+    assert legend == ["particles"] + pde_atoms + ["particle atoms (as the comparison): mass left"], legend
+    assert "Mollweide maps: PDE density" in figs[0]._suptitle.get_text()
     # the particles alone: no PDE layer named
     text = '[model]\nd = 3\nbeta = 1.0\nflow = "ascent"\n[particles]\nn = 50\nt_final = 1.0\nsave_every = 0.5\n'
     run_config(parse_config(text), tmp_path / "b.h5", log=lambda s: None, progress=False)
     plots._sphere_figures(load(tmp_path / "b.h5"), tmp_path)
-    assert figs[1]._suptitle.get_text().endswith("\nparticles (cyan), particle atoms (white)")
+    legend = [t.get_text() for t in figs[1].legends[0].get_texts()]
+    assert legend == ["particles", "particle atoms (as the comparison): mass left"], legend
+    assert figs[1]._suptitle.get_text().endswith("\nMollweide maps: particles")
     import matplotlib.pyplot as plt
     for fig in figs:                     # _save would have closed them: no Mollweide axes left current
         plt.close(fig)

@@ -1,4 +1,4 @@
-"""Smoke test of scripts/paper_protocol.py (--quick): the protocol runs end to end, writes its outputs,
+"""Smoke test of scripts/studies/paper_protocol.py (--quick): the protocol runs end to end, writes its outputs,
 and reproduces facts stated outside this code (the main paper §4; The model §5)."""
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.fixture(scope="module")
 def quick(tmp_path_factory):
     # imported by name, so that the worker processes can unpickle its job function
-    if str(ROOT / "scripts") not in sys.path:
-        sys.path.insert(0, str(ROOT / "scripts"))
+    if str(ROOT / "scripts" / "studies") not in sys.path:
+        sys.path.insert(0, str(ROOT / "scripts" / "studies"))
     mod = importlib.import_module("paper_protocol")
     out = tmp_path_factory.mktemp("paper_protocol")
     assert mod.main(["--quick", "--betas", "0.01,5", "--n", "100", "--out", str(out)]) == 0
@@ -70,8 +70,8 @@ def test_descent_clusters_obey_the_theorem_3_5_bound(quick):
 
 
 def test_theorem_3_5_constants():
-    if str(ROOT / "scripts") not in sys.path:
-        sys.path.insert(0, str(ROOT / "scripts"))
+    if str(ROOT / "scripts" / "studies") not in sys.path:
+        sys.path.insert(0, str(ROOT / "scripts" / "studies"))
     mod = importlib.import_module("paper_protocol")
     from scipy.stats import norm
     z = np.linspace(-8.0, 8.0, 1_600_001)

@@ -41,8 +41,8 @@ VALIDATE = BASE + PDE + PARTICLES
 # PDE and particle snapshot times that meet only at t = 0
 ONLY_T0 = BASE + "[pde]\ndegree = 16\nt_final = 1.0\n[particles]\nn = 100\nt_final = 0.7\nsave_every = 0.5\n"
 SMALL = BASE + "[pde]\ndegree = 16\nt_final = 0.1\n"
-# fast sums on S^2 exist up to degree 200: beta = 1e6 needs 8847
-FAST_SPHERE = BASE3 + '[particles]\nn = 10\nt_final = 0.1\nsum = "fast"\n'
+# NUFFT sums on S^2 exist up to degree 200: beta = 1e6 needs 8847
+NUFFT_SPHERE = BASE3 + '[particles]\nn = 10\nt_final = 0.1\nsum = "nufft"\n'
 
 
 # --- set-ups of the command-line rows ------------------------------------------------------------------
@@ -116,7 +116,17 @@ REFUSALS = [
     # the comparison is made at the common snapshot times: it would measure the initial data alone
     ("compare-at-t0-only", "config", ONLY_T0 + "[compare]\n",
      r"compare: the PDE \(no save_every: t = 0 and t_final = 1\) and the particles \(save_every = 0\.5, "
-     r"t_final = 0\.7\) share no snapshot time after t = 0, .*: give both the same save_every \(and t_final\)$"),
+     r"t_final = 0\.7\) share no snapshot time after t = 0, .*: set pde\.save_every and particles\.save_every to "
+     r"the same value, at most half the shorter t_final \(0\.7\)$"),
+    # one common time after t = 0 is one number without a trend: the issue's 0.25 against 0.3 met at t = 1 only
+    ("compare-at-one-time-only", "config",
+     BASE + "[pde]\ndegree = 16\nt_final = 1.0\nsave_every = 0.25\n[particles]\nn = 100\nt_final = 1.0\n"
+            "save_every = 0.3\n[compare]\n",
+     r"^compare: the PDE \(save_every = 0\.25, t_final = 1\) and the particles \(save_every = 0\.3, t_final = 1\) "
+     r"share one snapshot time after t = 0 \(t = 1\), and the comparison is made at common times, at least two after "
+     r"t = 0: set pde\.save_every and particles\.save_every to the same value, at most half the shorter t_final \(1\)$"),
+    ("compare-at-t-final-only", "config", BASE + PDE + "[particles]\nn = 10\nt_final = 1.0\n[compare]\n",
+     r"the particles \(no save_every: t = 0 and t_final = 1\) share one snapshot time after t = 0 \(t = 1\)"),
     ("compare-at-t0-only-stop-rule", "config", BASE + PDE + "[particles]\nn = 100\nt_final = 2.0\ndt = 0.03\n"
      "[particles.stop]\nwindow = 3\n[compare]\n",
      r"particles \(save_every = 0\.3 \(the default with a stop rule\), t_final = 2\) share no snapshot time"),
@@ -213,8 +223,11 @@ REFUSALS = [
       + '[particles]\nn = 10\nt_final = 0.1\nsum = "nufft"\n'),
      r"^attnpde: error: c\.toml: \[particles\]: nufft sums on S\^2 need degree L = \d+ at beta = 1e\+06, above the "
      r"supported 200; use method='direct'$"),
-    ("sweep-member-invalid-for-its-beta", "cli", (["sweep", "c.toml", "--beta", "1,1e6"], FAST_SPHERE),
-     r"^attnpde: error: c\.toml \(beta = 1e\+06\): \[particles\]: fast sums on S\^2 need degree"),
+    ("run-fast-sums-on-S2", "cli", (["run", "c.toml"], NUFFT_SPHERE.replace('"nufft"', '"fast"')),
+     r"^attnpde: error: c\.toml: \[particles\]: fast sums exist on S\^1 only \(d = 2\), not d = 3: on S\^2 use "
+     r"sum='nufft' or 'auto'$"),
+    ("sweep-member-invalid-for-its-beta", "cli", (["sweep", "c.toml", "--beta", "1,1e6"], NUFFT_SPHERE),
+     r"^attnpde: error: c\.toml \(beta = 1e\+06\): \[particles\]: nufft sums on S\^2 need degree"),
     ("sweep-resume-finished-other-config", "cli",
      (["sweep", "c.toml", "--beta", "1", "--resume"], SMALL,
       archive("c/c_beta1.h5", "finished", SMALL.replace("t_final = 0.1", "t_final = 0.2"))),
@@ -400,11 +413,11 @@ def test_sweep_resume_skips_finished_members(tmp_path):
 @pytest.mark.parametrize("particles", [
     "[particles]\nn = 10\nt_final = 2.0\nsave_every = 0.5\n",          # the same times, to a later end
     "[particles]\nn = 10\nt_final = 1.0\nsave_every = 0.25\n",         # every second one in common
-    "[particles]\nn = 10\nt_final = 1.0\n",                             # t_final in common
     "[particles]\nn = 10\nt_final = 3.0\ndt = 0.05\n[particles.stop]\nwindow = 3\n",   # 0.5 = 10 dt, the default
     "[particles]\nn = 10\nt_final = 3.0\ndt = 0.05\n[particles.stop]\n",     # an empty one: the default rule
 ])
 def test_a_comparison_with_common_times_after_t0_is_accepted(particles):
-    """The refusal above only where no snapshot time after t = 0 is shared (1e-9 relative, as compare)."""
+    """The refusals above only where fewer than two snapshot times after t = 0 are shared (1e-9 relative, as
+    compare): here 0.5 and 1 are."""
     cfg = parse_config(BASE + PDE + particles + "[compare]\n")
     assert cfg.compare == {}

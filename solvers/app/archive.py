@@ -115,13 +115,14 @@ def libraries() -> str:
     this is written with every archive)."""
     import platform
 
+    import ducc0
     import finufft
     import pyfftw
     import scipy
 
     from spectral.sphere import shtns
     mods = [("numpy", np), ("scipy", scipy), ("pyfftw", pyfftw), ("shtns", shtns), ("finufft", finufft),
-            ("h5py", h5py)]
+            ("ducc0", ducc0), ("h5py", h5py)]
     text = ", ".join(f"{name} {getattr(m, '__version__', '?')}" for name, m in mods)
     text += f", HDF5 {h5py.version.hdf5_version}"
     cpu = ""

@@ -399,8 +399,10 @@ def _snapshot_times(table: dict, default_every: float | None) -> np.ndarray | No
 
 
 def _check_common_times(pde: dict, particles: dict) -> None:
-    """Refuse a [compare] whose solvers share no snapshot time after t = 0: the comparison is made at the
-    common times only (``comparison.common_times``) and would measure the initial data alone."""
+    """Refuse a [compare] whose solvers share fewer than two snapshot times after t = 0: the comparison is
+    made at the common times only (``comparison.common_times``), and with none it would measure the initial
+    data alone, with one it would be a single number without a trend (pde.save_every = 0.25 against
+    particles.save_every = 0.3 to t = 1 meet at t = 0 and t = 1 only)."""
     from ..comparison import common_times
     from ..particles import DEFAULT_DT
 
@@ -410,16 +412,24 @@ def _check_common_times(pde: dict, particles: dict) -> None:
     tp, tq = _snapshot_times(pde, None), _snapshot_times(particles, every)
     if tp is None or tq is None:
         return
-    if not len(common_times(tp[tp > 0], tq)[0]):
-        def schedule(table: dict, default: float | None) -> str:
-            if "save_every" in table or default is not None:
-                return (f"save_every = {table.get('save_every', default):g}"
-                        + ("" if "save_every" in table else " (the default with a stop rule)")
-                        + f", t_final = {table['t_final']:g}")
-            return f"no save_every: t = 0 and t_final = {table['t_final']:g}"
-        raise ConfigError("compare", f"the PDE ({schedule(pde, None)}) and the particles ({schedule(particles, every)}) "
-                                     "share no snapshot time after t = 0, and the comparison is made at common "
-                                     "times: give both the same save_every (and t_final)")
+    ip, _ = common_times(tp[tp > 0], tq)
+    if len(ip) >= 2:
+        return
+
+    def schedule(table: dict, default: float | None) -> str:
+        if "save_every" in table or default is not None:
+            return (f"save_every = {table.get('save_every', default):g}"
+                    + ("" if "save_every" in table else " (the default with a stop rule)")
+                    + f", t_final = {table['t_final']:g}")
+        return f"no save_every: t = 0 and t_final = {table['t_final']:g}"
+    shared = ("share no snapshot time after t = 0" if not len(ip) else
+              f"share one snapshot time after t = 0 (t = {tp[tp > 0][ip[0]]:g})")
+    # the same save_every gives every snapshot of the shorter run in common; two of them need t_final >= 2 of it
+    shorter = min(float(pde["t_final"]), float(particles["t_final"]))
+    raise ConfigError("compare", f"the PDE ({schedule(pde, None)}) and the particles ({schedule(particles, every)}) "
+                                 f"{shared}, and the comparison is made at common times, at least two after t = 0: "
+                                 "set pde.save_every and particles.save_every to the same value, at most half the "
+                                 f"shorter t_final ({shorter:g})")
 
 
 def quadrature_count_problem(d: int, n: int) -> str | None:

@@ -123,9 +123,64 @@ def describe_pde(r, atoms: dict) -> list[str]:
     return out
 
 
-def describe_particles(r, atoms: dict) -> list[str]:
+def _clusters_and_comparison(r, masses: np.ndarray, cmp) -> list[str]:
+    """How the clusters `info` lists relate to the particle atoms the comparison names: the same atoms, or
+    why not (another rule, another time). Both are printed, so they must tell one story.
+
+    The clusters (the stopping rule's count) take all of the mass that links to them; the comparison's atoms
+    (solvers.comparison: density peaks) only the mass within its atom radius of each peak, at the last time
+    both solvers saved, which precedes the particles' end when the PDE saves less often or stops earlier.
+    """
+    q = np.array(sorted([p["particle_mass"] for p in cmp.matched_atoms]
+                        + [float(m) for _, m in cmp.unmatched_particles], reverse=True))
+    min_mass = float(cmp.options.get("min_mass", 0.01))
+    c = np.sort(np.asarray(masses, dtype=float)[np.asarray(masses) >= min_mass])[::-1]
+    radius = float(cmp.options.get("atom_radius", float("nan")))
+    t_c, t_p = float(cmp.t[-1]), float(r.t[-1])
+    when = "" if abs(t_c - t_p) <= 1e-9 * max(1.0, abs(t_p)) else \
+        f" (at t = {t_c:.4g}, the last time both solvers saved; the clusters are at the particles' end, t = {t_p:.4g})"
+    rule = f"density peaks, each with the mass within {radius:.3g} rad of it"
+    listed = ", ".join(f"{m:.4f}" for m in q[:8]) + (" ..." if len(q) > 8 else "")
+    if len(q) == len(c) and (not len(q) or np.max(np.abs(q - c)) <= 0.02):
+        return [f"  the comparison below finds the same {len(q)} particle atom(s) by its own rule ({rule}): "
+                f"{listed or 'none'}{when}"]
+    extra = float(np.sum(c) - np.sum(q))
+    these = "this cluster holds" if len(c) == 1 else f"these {len(c)} clusters hold"
+    return [f"  the comparison below names other particle atoms: {len(q)} by its own rule ({rule}): {listed or 'none'}"
+            + when,
+            f"    {these} {np.sum(c):.4f} of the mass, those atoms {np.sum(q):.4f}: "
+            + (f"the clusters also take the {extra:.4f} they link to through the diffuse mass between the atoms"
+               if extra > 0.01 else "the two rules split the mass differently")]
+
+
+def _pde_atoms_and_comparison(r, positions, masses, cmp) -> list[str]:
+    """How the PDE atoms `info` lists relate to the comparison's PDE atoms: the comparison counts the mass
+    within its atom radius of each density peak (diffuse mass near an atom included), at the last time both
+    solvers saved; each listed atom is paired with the comparison's nearest one within that radius."""
+    found = [(p["pde_position"], p["pde_mass"]) for p in cmp.matched_atoms] + list(cmp.unmatched_pde)
+    radius = float(cmp.options.get("atom_radius", float("nan")))
+    if not found or not len(masses):
+        return []
+    P = np.asarray([f[0] for f in found]).reshape(len(found), -1)
+    pairs = []
+    for x, m in zip(np.asarray(positions)[:8], masses[:8]):
+        dist = np.arccos(np.clip(P @ np.asarray(x), -1.0, 1.0))
+        k = int(np.argmin(dist))
+        if dist[k] <= radius:
+            pairs.append(f"{found[k][1]:.4f} for {m:.4f}")
+    if not pairs:
+        return []
+    t_c, t_e = float(cmp.t[-1]), float(r.t[-1])
+    when = (f"at t = {t_c:.4g}" if abs(t_c - t_e) <= 1e-9 * max(1.0, abs(t_e))
+            else f"at t = {t_c:.4g}, the last time both solvers saved, before the PDE's end")
+    return [f"  the comparison below counts the mass within {radius:.3g} rad of each atom's density peak ({when}; "
+            f"diffuse mass near it included): {', '.join(pairs)} here"]
+
+
+def describe_particles(r, atoms: dict, comparison=None) -> list[str]:
     """A `ParticleResult`: size, how it ended, the clusters recorded at the end (by the rule and scale of
-    its stopping rule, recorded with them)."""
+    its stopping rule, recorded with them) and, with a ``comparison``, how they relate to its particle
+    atoms."""
     out = ["particles:", f"  N = {r.x.shape[1]}, {len(r.t)} snapshots (t = {r.t[0]:.4g} .. {r.t[-1]:.4g})",
            _ended(r)]
     stiffness = r.stiffness_line()
@@ -138,6 +193,8 @@ def describe_particles(r, atoms: dict) -> list[str]:
                 else "clusters at the end by the released code's rule (greedy arcs on S^1, components on S^2)")
         out.append(f"  {what}: {len(mass)} (mass >= 0.01: {int(np.sum(mass >= 0.01))})")
         out += _atoms_lines(pos, mass)
+        if comparison is not None and len(comparison.t):
+            out += _clusters_and_comparison(r, mass, comparison)
     return out
 
 
@@ -232,8 +289,13 @@ def describe(path: str | Path) -> str:
     out += describe_model(run.model)
     if run.pde is not None:
         out += describe_pde(run.pde, run.atoms)
+        terminal = getattr(run.pde, "terminal", None)
+        listed = ((terminal.positions, terminal.masses) if terminal is not None
+                  else run.atoms.get("pde"))
+        if run.comparison is not None and len(run.comparison.t) and listed is not None:
+            out += _pde_atoms_and_comparison(run.pde, *listed, run.comparison)
     if run.particles is not None:
-        out += describe_particles(run.particles, run.atoms)
+        out += describe_particles(run.particles, run.atoms, run.comparison)
     if run.comparison is not None:
         out.append("comparison (PDE vs particles):")
         out += ["  " + line for line in run.comparison.summary().splitlines()]

@@ -8,7 +8,7 @@ Setups (d = 2, USA with gamma = 1 and the kernel exp(beta(<x,y> - 1)), no noise)
     S2    descent, ReLU perceptron
     S3    descent, GeLU perceptron
 
-Protocol (the conventions of scripts/reference_experiments.py): N = 1000 particles i.i.d. uniform on the
+Protocol (the conventions of scripts/studies/reference_experiments.py): N = 1000 particles i.i.d. uniform on the
 circle (particle seed 42), perceptron ``Perceptron.random(2, 2, activation, 1.0, seed=111)`` (units = d,
 a_k uniform on the circle, c_k standard normal; the same weights for every beta and for S1/S2/S3 -- only
 the activation differs), explicit Euler with dt = 0.1, one snapshot every 10 steps, stopping rule
@@ -37,15 +37,14 @@ Outputs (in --out, default runs/paper_protocol/):
   t_stop, steps, clusters (all; and with mass >= 0.01), masses, dead-zone ("frozen") mass.
 - optionally (``--pde-betas``, default 1,5,25; ``--no-pde`` to skip; off in --quick): the PDE from the
   uniform density for S1, S2, S3 with its default options — the spectral solver, then the Lagrangian
-  continuation (README "The PDE to its atoms") — to its terminal state (stationary, or t = 2000): its
+  continuation (docs/numerics.md) — to its terminal state (stationary, or t = 2000): its
   atoms (node groups) with masses ± the error estimate of the rerun at twice the nodes, and its diffuse
   mass, next to the particle clusters at convergence: terminal states against terminal states, and for
   each PDE atom the particle mass within 0.05 rad of it (``solvers.comparison.terminal_atoms``). S1-0 is
   skipped: the uniform density is an exact stationary state of pure attention (nothing breaks the symmetry).
 
-Cost: the full protocol (52 particle runs, 9 PDE runs, 2 workers) took 80 s on the project's 2-core
-machine with a load average near 3 (114 s and 201 s in earlier runs at loads near 3 and 4); --quick
-takes under 10 s.
+Cost: the full protocol (52 particle runs, 9 PDE runs) takes one to two minutes on 2 cores with
+2 workers; --quick under 10 s. Results: docs/studies.md.
 
 Theorem 3.5 (anti-concentration of cluster masses in descent). Its formulas are lost in the paper's text
 extraction (its §3.2: (3.1)-(3.3) came out as empty placeholders); the bound is taken from
@@ -71,11 +70,11 @@ import time
 from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 import numpy as np  # noqa: E402
 
-# the reference protocol's seeds, shared with scripts/reference_experiments.py
+# the reference protocol's seeds, shared with reference_experiments.py (this directory)
 from reference_experiments import PARTICLE_SEED, PERCEPTRON_SEED  # noqa: E402
 D = 2
 DT = 0.1
@@ -450,8 +449,7 @@ def main(argv=None) -> int:
     ap.add_argument("--workers", type=int, default=2, help="local processes (default 2)")
     ap.add_argument("--scheduler", metavar="ADDRESS",
                     help="run the jobs on a running Dask cluster (tcp://HOST:PORT or a scheduler file) instead of "
-                         "local processes; the workers must import this script's directory (README: Running on a "
-                         "Dask cluster)")
+                         "local processes; the workers must import this script's directory (docs/cluster.md)")
     ap.add_argument("--max-steps", type=int, default=MAX_STEPS)
     ap.add_argument("--fit-min-beta", type=float, default=1.0,
                     help="fit clusters = a + b sqrt(beta) over beta >= this (default 1)")

@@ -4,7 +4,7 @@ beta = 10 (docs/branches_s1.png), the switch of kind located by bisection on com
 Bessel-ratio root on S^1 and S^2, the subcritical fold and transition at beta = 3 on both, and the leading
 eigenvalues of the k-cluster states at larger beta (their metastability).
 
-    .venv/bin/python scripts/noise_figures.py [--out docs] [--skip-figure]
+    .venv/bin/python scripts/studies/noise_figures.py [--out docs] [--skip-figure]
 """
 from __future__ import annotations
 
@@ -83,7 +83,7 @@ def figure(out: Path) -> Path:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parents[1] / "docs")
+    ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parents[2] / "docs")
     ap.add_argument("--skip-figure", action="store_true")
     args = ap.parse_args()
     for d, degree, lo, hi in ((2, 64, 2.0, 3.0), (3, 32, 1.5, 2.5)):
