@@ -599,6 +599,51 @@ def simulate_particles(model: Model, n: int | None = None, x0: np.ndarray | None
                              restart=restart, **options).run(progress=progress, callback=callback)
 
 
+def _place_particles(d: int, n: int | None, x0, weights, init: str, density: Callable | None,
+                     seed: int) -> tuple[np.ndarray, np.ndarray, str]:
+    """The initial positions (N, d), weights (N,) summing to 1 and their description, from ``x0`` or placed
+    by ``init`` (arguments of :func:`prepare_particles`); ValueError for arguments that conflict."""
+    if x0 is not None:
+        if density is not None:
+            raise ValueError("x0 and density conflict: give initial positions or a density to sample, not both")
+        if init != "random":
+            raise ValueError(f"x0 and init={init!r} conflict: init places particles only when x0 is not given")
+        x = np.array(x0, dtype=float)
+        if x.ndim != 2 or x.shape[1] != d:
+            raise ValueError(f"x0 must have shape (N, {d}) for d = {d}, got {x.shape}")
+        if x.shape[0] < 1:
+            raise ValueError("x0 must hold at least one particle")
+        if n is not None and n != x.shape[0]:
+            raise ValueError(f"n = {n!r} conflicts with x0, which holds {x.shape[0]} particles")
+        if not np.all(np.isfinite(x)):
+            raise ValueError("x0 must be finite")
+        nrm = np.linalg.norm(x, axis=1)
+        if np.any(nrm == 0):
+            raise ValueError(f"x0 row {int(np.nonzero(nrm == 0)[0][0])} is zero; positions must be non-zero "
+                             "(they are normalised onto the sphere)")
+        x = x / nrm[:, None]
+        w = None
+        desc = "given positions x0"
+    else:
+        if n is None:
+            raise ValueError("give the number of particles n, initial positions x0, or a restart state")
+        if weights is not None and init == "quadrature":
+            raise ValueError("weights conflict with init='quadrature', which sets the weights itself")
+        init_seq = np.random.SeedSequence(seed).spawn(2)[0]
+        x, w, desc = initial_particles(d, n, init, density, init_seq)
+    if weights is not None:
+        wv = np.array(weights, dtype=float).reshape(-1) if np.ndim(weights) else None
+        if wv is None or wv.shape != (x.shape[0],):
+            raise ValueError(f"weights must hold one value per particle ({x.shape[0]}), got shape {np.shape(weights)}")
+        if not np.all(np.isfinite(wv)) or np.any(wv <= 0):
+            raise ValueError("weights must be finite and > 0")
+        w = wv
+    if w is None:
+        w = np.full(x.shape[0], 1.0 / x.shape[0])
+    w = w / w.sum()
+    return x, w, desc
+
+
 def prepare_particles(model: Model, n: int | None = None, x0: np.ndarray | None = None,
                       weights: np.ndarray | None = None, t_final: float | None = None, init: str = "random",
                       density: Callable | None = None, seed: int = 0, integrator: str = "rk4",
@@ -698,44 +743,7 @@ def prepare_particles(model: Model, n: int | None = None, x0: np.ndarray | None 
             raise ValueError(f"restart state does not hold (N, {d}) positions and (N,) weights")
         desc = state.initial
     else:
-        if x0 is not None:
-            if density is not None:
-                raise ValueError("x0 and density conflict: give initial positions or a density to sample, not both")
-            if init != "random":
-                raise ValueError(f"x0 and init={init!r} conflict: init places particles only when x0 is not given")
-            x = np.array(x0, dtype=float)
-            if x.ndim != 2 or x.shape[1] != d:
-                raise ValueError(f"x0 must have shape (N, {d}) for d = {d}, got {x.shape}")
-            if x.shape[0] < 1:
-                raise ValueError("x0 must hold at least one particle")
-            if n is not None and n != x.shape[0]:
-                raise ValueError(f"n = {n!r} conflicts with x0, which holds {x.shape[0]} particles")
-            if not np.all(np.isfinite(x)):
-                raise ValueError("x0 must be finite")
-            nrm = np.linalg.norm(x, axis=1)
-            if np.any(nrm == 0):
-                raise ValueError(f"x0 row {int(np.nonzero(nrm == 0)[0][0])} is zero; positions must be non-zero "
-                                 "(they are normalised onto the sphere)")
-            x = x / nrm[:, None]
-            w = None
-            desc = "given positions x0"
-        else:
-            if n is None:
-                raise ValueError("give the number of particles n, initial positions x0, or a restart state")
-            if weights is not None and init == "quadrature":
-                raise ValueError("weights conflict with init='quadrature', which sets the weights itself")
-            init_seq = np.random.SeedSequence(seed).spawn(2)[0]
-            x, w, desc = initial_particles(d, n, init, density, init_seq)
-        if weights is not None:
-            wv = np.array(weights, dtype=float).reshape(-1) if np.ndim(weights) else None
-            if wv is None or wv.shape != (x.shape[0],):
-                raise ValueError(f"weights must hold one value per particle ({x.shape[0]}), got shape {np.shape(weights)}")
-            if not np.all(np.isfinite(wv)) or np.any(wv <= 0):
-                raise ValueError("weights must be finite and > 0")
-            w = wv
-        if w is None:
-            w = np.full(x.shape[0], 1.0 / x.shape[0])
-        w = w / w.sum()
+        x, w, desc = _place_particles(d, n, x0, weights, init, density, seed)
     return ParticleRun(model, x, w, desc, t_final, integrator, dt, save_every, rule, seed, opts, state)
 
 
