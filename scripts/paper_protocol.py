@@ -56,20 +56,20 @@ Outputs (in --out, default runs/paper_protocol/):
   breaks the symmetry).
 - The cap: ``--pde-max-steps`` (default 10000; 0 for none) bounds the accepted steps of each run's
   continuation and, separately, of its rerun; a run stopped by it has no rerun (the package reruns only
-  after "stationary" or "t_final"), so its node groups carry no error bars. Measured here (docs/terminal.md): S1 and S3 certify in
-  <= 1104 and <= 294 steps (2-5 s of CPU each, rerun included), S2 at beta <= 7 in <= 5400 steps (4-20 s);
-  S2 at beta >= 10 takes 16 000 to more than 220 000 steps of its explicit stepping (dt ~ 1.3, the stability
-  bound of the perceptron's rate c_2 = 2.44 at the dead zone's edge) while the dead-zone mass crystallises
-  over 1e4 - 1e7 time units, 34 s (beta = 10) to more than 300 s (beta = 50) of CPU for the run alone and
-  two to four times that for its rerun at twice the nodes; they stop at the cap, near t = 1.3e4, "not
-  certified: cap reached" (12-18 s of CPU each). Without the cap, beta = 15 certified 9 stable atoms at
-  t = 3.5e5 (119 s of CPU with the rerun), beta = 35 ended at t = 4.1e7 after three plateaus of growth
-  1.5e-6 to 2.9e-6 (249 s for the run alone), beta = 50 had 1189 of its 4096 nodes still apart at
-  t = 3.0e5 after 300 s.
+  after "stationary" or "t_final"), so its node groups carry no error bars. Measured here
+  (docs/terminal.md): S1 and S3 certify in <= 1104 and <= 294 steps (2-6 s of CPU each, rerun included),
+  S2 at beta <= 7 in <= 5400 steps (4-20 s); S2 at beta >= 10 takes 16 000 to more than 220 000 steps of
+  its explicit stepping (dt ~ 1.3 at every beta: the stability bound of a rate ~2.5, consistent with the
+  perceptron's c_2 = 2.44 at the dead zone's edge) while the dead-zone mass crystallises over 1e4 - 1e7
+  time units, 34 s (beta = 10) to more than 300 s (beta = 50) of CPU for the run alone and up to four
+  times that for its rerun at twice the nodes; they stop at the cap, near t = 1.3e4, "not certified: cap
+  reached" (12-18 s of CPU each). Without the cap, beta = 15 certified 9 stable atoms at t = 3.5e5 (119 s
+  of CPU with the rerun), beta = 35 ended at t = 4.1e7 after three plateaus of growth 1.5e-6 to 2.9e-6
+  (249 s for the run alone), beta = 50 had 1189 of its 4096 nodes still apart at t = 3.0e5 after 300 s.
 
-Cost: the full protocol (52 particle runs, 39 PDE runs, 2 workers) took 1016 s of wall time on the
-project's 2-core machine at a load average of 7 to 16 (other work on it), for 272 s of CPU in the PDE
-runs and 93 s in the particle runs: about 3 minutes on two idle cores. The longest jobs go first
+Cost: the full protocol (52 particle runs, 39 PDE runs, 2 workers) took 1016 s and 789 s of wall time on
+the project's 2-core machine at load averages of 7 to 16 and 4.8 to 13.6 (other work on it), for 282 s of
+CPU in the PDE runs and 24 s in the particle runs: about 2.5-3 minutes on two idle cores. The longest jobs go first
 (:func:`expected_cost`). --quick (no PDE) takes under 10 s of CPU.
 
 Theorem 3.5 (anti-concentration of cluster masses in descent). Its formulas are lost in the paper's text
@@ -440,7 +440,7 @@ def plot_masses(records, setups, path: Path, title: str, pde=()) -> None:
         prow = sorted((p for p in pde if p["setup"] == s), key=lambda p: p["beta"])
         errs = [e for p in prow for e in (p["mass_errors"] or [])]
         # the error bars are often far below a marker's size on this log scale: the label says how large
-        err_note = f"; errors <= {max(errs):.1e}" if errs else ""
+        err_note = f"; error <= {max(errs):.1e}" if errs else ""
         lab_cert = lab_open = True
         for p in prow:
             m = np.asarray(p["masses"])
@@ -449,8 +449,8 @@ def plot_masses(records, setups, path: Path, title: str, pde=()) -> None:
             x = np.full(len(m), math.sqrt(p["beta"]) + 0.12)
             ax.errorbar(x, m, yerr=e, fmt=PDE_MARKERS.get(s, "P"), ms=5, color="k" if p["certified"] else "0.6",
                         mfc=col if p["certified"] else "none", mew=0.6, elinewidth=1, capsize=2, ls="none",
-                        label=(f"PDE atom, certified (± error at 2x nodes{err_note})" if p["certified"] and lab_cert else
-                               "PDE node group, not certified" if not p["certified"] and lab_open else None))
+                        label=(f"PDE atom (certified{err_note})" if p["certified"] and lab_cert else
+                               "PDE node group (not certified)" if not p["certified"] and lab_open else None))
             if p["certified"]:
                 lab_cert = False
             else:
