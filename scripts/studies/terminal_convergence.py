@@ -18,7 +18,7 @@ certified atoms paired by position across N (the nearest atom within 0.1 rad of 
 run), with the differences |m_N - m_4N| and |m_2N - m_4N|, next to one node's weight 1/N (on S^2 the
 node weights are rho x Gauss weight, about 1/N).
 
-    scripts/terminal_convergence.py [--cases circle,sphere] [--factors 1,2,4] [--workers 2] [--json OUT]
+    scripts/studies/terminal_convergence.py [--cases circle,sphere] [--factors 1,2,4] [--workers 2] [--json OUT]
 """
 from __future__ import annotations
 
