@@ -43,7 +43,7 @@ The degree K (L) is the smallest for which every dropped multiplier (and, on S^1
 (l + 1) g_l) is below ``tol`` (1e-17) times lambda_0. Since max Psi >= mean Psi = lambda_0 ∫ d(w-measure),
 the truncation error is ~tol relative to max Psi; the transforms' error is <= ~6e-14 relative to max Psi
 (<= ~2e-12 relative to max |G|, which is small for uniform points; measured up to N = 10^5 and beta = 100,
-``scripts/sums_accuracy.py``); G inherits the same absolute error.
+``scripts/studies/sums_accuracy.py``); G inherits the same absolute error.
 "Relative" accuracy below means relative to max_x Psi(x) (the scale of both fields: |G| <= Psi
 pointwise); the tests also check it relative to max |G|.
 

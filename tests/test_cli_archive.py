@@ -596,6 +596,26 @@ def test_sweep_writes_one_archive_per_beta(tmp_path):
     assert bad.returncode == 2 and "'x' is not a number" in bad.stderr
 
 
+def test_the_sweep_figure_has_integer_count_ticks(tmp_path, monkeypatch):
+    """`attnpde sweep` draws counts against sqrt(beta) with integer ticks only."""
+    import matplotlib
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
+
+    from solvers import Model
+    from solvers.app import sweep
+
+    seen = []
+    monkeypatch.setattr(Figure, "savefig", lambda fig, *a, **k: seen.append(fig))
+    config = type("C", (), {"name": "t", "model": Model(2, 1.0, "ascent")})()
+    sweep._plot([{"beta": 1.0, "clusters": 2, "pde_atoms": 2}, {"beta": 4.0, "clusters": 3, "pde_atoms": 3}],
+                tmp_path / "f.png", config)
+    (fig,) = seen
+    loc = fig.axes[0].yaxis.get_major_locator()
+    assert isinstance(loc, MaxNLocator) and all(float(v).is_integer() for v in loc.tick_values(1.7, 3.2))
+
+
 @pytest.mark.parametrize("command, flag", [("sweep", "--beta"), ("validate", "--n")])
 def test_a_list_that_starts_with_a_minus_sign_reaches_the_check_of_its_values(tmp_path, capsys, command, flag):
     # argparse alone takes "-1,2" for an option and answers "expected one argument"

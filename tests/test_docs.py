@@ -21,7 +21,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "runs" / "README.md"]
 #: the files whose ```python blocks take more than a few seconds (they run in the slow lane)
-SLOW = {"README.md", "archive.md", "numerics.md"}
+SLOW = {"README.md", "archive.md", "numerics.md", "terminal.md"}
 #: a fenced block: its info string's first word and its text (fences at the start of a line only)
 FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```[ \t]*$", re.M | re.S)
 

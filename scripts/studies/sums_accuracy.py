@@ -7,7 +7,7 @@ and at 300 other points (poles included on S^2) against ``direct_fields`` there.
 largest error in Psi and in G relative to max Psi, and in G relative to max |G| (the three numbers the
 tests bound by 1e-10).
 
-    scripts/sums_accuracy.py [--betas 0,1,4,9,25,100] [--n 2000] [--uniform] [--check 300]
+    scripts/studies/sums_accuracy.py [--betas 0,1,4,9,25,100] [--n 2000] [--uniform] [--check 300]
 """
 from __future__ import annotations
 
