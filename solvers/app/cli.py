@@ -188,7 +188,18 @@ def _workers(args) -> tuple[int, str | None]:
     workers = 2 if args.workers is None else args.workers
     if workers < 1:
         return 0, "--workers must be >= 1"
+    from .._memory import refuse_if_too_big
+    try:
+        refuse_if_too_big({f"{workers} worker processes": workers * WORKER_BYTES},
+                          f"lower --workers (each process takes about {WORKER_BYTES / 2 ** 20:.0f} MiB before its runs)")
+    except ValueError as e:
+        return 0, f"--workers {workers}: {str(e).replace('the run would need', 'would need')}"
     return workers, None
+
+
+#: memory of a local worker process before its runs (Python, numpy, scipy and the solvers imported: 98 MiB of
+#: resident memory measured after a small particle run)
+WORKER_BYTES = 100.0 * 2 ** 20
 
 
 def cmd_sweep(args) -> int:

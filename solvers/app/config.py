@@ -362,9 +362,11 @@ def _perceptron(spec: dict, d: int) -> Perceptron:
         except ValueError as e:
             raise ConfigError(path, str(e).replace("Perceptron: ", "")) from None
     units = spec.get("units", d)
-    _refuse_too_big(f"{path}.units" if "units" in spec else "model.d",
-                    {f"the weights of {units} units in R^{d}": _perceptron_table_bytes(units, d)},
-                    "lower units" if "units" in spec else f"set {path}.units (its default is d)")
+    # named by the larger of its two factors
+    key = f"{path}.units" if "units" in spec and units >= d else "model.d"
+    _refuse_too_big(key, {f"the weights of {units} units in R^{d}": _perceptron_table_bytes(units, d)},
+                    "lower units" if key != "model.d" else "lower d" if "units" in spec else
+                    f"lower d, or set {path}.units (its default is d)")
     try:
         return Perceptron.random(d, units, activation, spec.get("scale", 1.0), spec.get("seed", 0),
                                  general=spec.get("form", "gradient") == "general",
@@ -375,8 +377,9 @@ def _perceptron(spec: dict, d: int) -> Perceptron:
 
 def _perceptron_table_bytes(units: int, d: int) -> float:
     """Bytes of a random perceptron's tables while it is made: directions drawn and normalised, weights,
-    biases and the product W (about 4 arrays of units x d and 4 of units)."""
-    return 8.0 * float(units) * (4.0 * d + 4.0)
+    biases, the product W and their temporaries (peak measured with tracemalloc, d = 2, 3, 8: 4 d + 7.4
+    doubles per unit in the gradient form, 5 d + 5.4 in the general one)."""
+    return 8.0 * float(units) * (5.0 * d + 8.0)
 
 
 def _refuse_too_big(key: str, parts: dict, advice: str) -> None:
@@ -544,6 +547,28 @@ def _check_common_times(pde: dict, particles: dict) -> None:
                                      "times: give both the same save_every (and t_final)")
 
 
+#: the smallest angle (rad) the comparison takes as a radius or a smoothing scale: unit vectors are known to
+#: about eps = 2.2e-16 per entry, so a smaller angle between two of them is round-off (and a subnormal one
+#: divided by 4, smoothing's default, is 0)
+ANGLE_MIN = 1e-15
+
+
+def _check_compare_scales(compare: dict, model: Model) -> None:
+    """Refuse the [compare] scales whose atom radius or smoothing (defaults filled in as the comparison does:
+    ``comparison.atom_scales``) is below ANGLE_MIN: the comparison would refuse them after both solvers ran."""
+    from ..particles import cluster_radius
+
+    scale = compare.get("cluster_scale", 0.5)
+    radius = compare.get("atom_radius", min(cluster_radius(model.beta, model.d, scale), 0.1))
+    h = compare.get("smoothing", radius / 4.0)
+    for key, v, what in (("atom_radius", radius, "the atom radius"), ("smoothing", h, "the smoothing scale")):
+        if not v >= ANGLE_MIN:
+            given = key if key in compare else ("cluster_scale" if "atom_radius" not in compare else "atom_radius")
+            raise ConfigError(f"compare.{given}", f"makes {what} {v:.3g} rad, below {ANGLE_MIN:g} (unit vectors are "
+                                                  "known to about 2.2e-16 per entry: a smaller angle between two is "
+                                                  f"round-off); raise compare.{given}")
+
+
 def quadrature_count_problem(d: int, n: int) -> str | None:
     """Why init = "quadrature" cannot place ``n`` particles on S^{d-1} (None if it can): on S^2 it takes
     a Gauss grid of 2 nlat^2 nodes. The message is the particle solver's own."""
@@ -677,6 +702,7 @@ def parse_config(text: str, source: str = "<string>") -> RunConfig:
     if compare is not None:
         _check_compare(compare, pde, d)
         _check_common_times(pde, particles)
+        _check_compare_scales(compare, model)
 
     run = cfg.get("run", {})
     return RunConfig(text=text, raw=raw, model=model, initial=initial, pde=pde, particles=particles,
@@ -789,8 +815,9 @@ def read_config_text(path: str | Path) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise refuse(f"not a UTF-8 TOML file (byte {e.start}: {data[e.start:e.start + 1]!r}; an archive? give the "
-                     ".toml configuration)") from None
+        if e.start == 0 or data.startswith(b"\x89HDF"):
+            raise refuse("not a UTF-8 TOML file (an archive? give the .toml configuration)") from None
+        raise refuse(f"not a UTF-8 TOML file: byte {e.start} ({data[e.start:e.start + 1]!r}) is not UTF-8") from None
 
 
 def load_config(path: str | Path) -> RunConfig:
