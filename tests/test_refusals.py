@@ -417,6 +417,11 @@ REFUSALS = [
      r"2\.2e-16 per entry"),
     ("compare-cluster-scale-below-round-off", "config", VALIDATE + "[compare]\ncluster_scale = 1e-300\n",
      r"^compare\.cluster_scale: makes the atom radius 1e-300 rad, below 1e-15"),
+    ("stop-scale-below-round-off", "config", BASE + "[particles]\nn = 10\nt_final = 1.0\n[particles.stop]\n"
+                                                   "scale = 5e-21\n",
+     r"^particles\.stop\.scale: makes the cluster radius scale / sqrt\(beta\) 5e-21 rad, below 1e-15"),
+    ("merge-tol-below-round-off", "config", SMALL + "merge_tol = 1e-300\n",
+     r"^pde\.merge_tol: must be a number >= 1e-15 \(unit vectors are known to about 2\.2e-16 per entry"),
 
     ("model-beta-beyond-ive-range", "api", lambda: Model(2, 2e9, "ascent"),
      r"^Model: beta must be <= 1e\+09 \(the kernel's multipliers ive\(k, beta\) are NaN above"),

@@ -248,6 +248,14 @@ DEGREE_MAX = 1 << 20
 DEGREE_WHY = "2^20, the most degrees the package computes the kernel's multipliers to"
 DEGREE = Int(min=MIN_DEGREE, max=DEGREE_MAX, why=DEGREE_WHY)
 
+#: the smallest angle (rad) taken as a radius, a merging distance or a smoothing scale: unit vectors are
+#: known to about eps = 2.2e-16 per entry, so a smaller angle between two of them is round-off; the linkage
+#: of clusters and atoms (``solvers.atoms``) bins points in cubes of that side, whose integer indices x / side
+#: must stay within 64 bits (a subnormal radius divided by 4, the comparison's default smoothing, is 0)
+ANGLE_MIN = 1e-15
+ANGLE_WHY = "unit vectors are known to about 2.2e-16 per entry: a smaller angle between two is round-off"
+ANGLE = Num(min=ANGLE_MIN, why=ANGLE_WHY)
+
 PERCEPTRON = Table({
     "units": Int(min=1), "activation": Choice(ACTIVATIONS),
     "scale": Num(gt=0, max=SCALE_MAX, why="the weights scale N(0, 1) stay finite"), "seed": Int(min=0),
@@ -277,8 +285,8 @@ PDE = Table({
     "max_steps": Int(min=1), "output_points": Int(min=2), "threads": Int(min=1),
     "planner": Choice(("FFTW_ESTIMATE", "FFTW_MEASURE", "FFTW_PATIENT", "FFTW_EXHAUSTIVE")),
     "continuation": Choice(CONTINUATIONS), "handoff_degree": DEGREE, "handoff_at": POS,
-    "nodes": Int(min=2), "node_rtol": POS, "node_atol": POS, "merge_tol": POS, "drift_tol": POS, "kick": POS,
-    "atom_radius": POS, "error_estimate": Choice((True, False)),
+    "nodes": Int(min=2), "node_rtol": POS, "node_atol": POS, "merge_tol": ANGLE, "drift_tol": POS, "kick": POS,
+    "atom_radius": ANGLE, "error_estimate": Choice((True, False)),
 }, required=("degree", "t_final"))
 
 PARTICLES = Table({
@@ -401,7 +409,11 @@ def initial_density(spec: dict, d: int) -> Callable | str:
     if kind == "von_mises":
         # a density with an exact sampler: i.i.d. particles of a concentrated one without rejection
         return VonMisesFisher(spec["mu"], float(spec["kappa"]))
-    axis = unit_vector(spec.get("axis", np.eye(d)[-1 if d > 2 else 0]))
+    if "axis" in spec:
+        axis = unit_vector(spec["axis"])
+    else:                                   # e_d (e_1 on the circle), not a row of the d x d identity
+        axis = np.zeros(d)
+        axis[-1 if d > 2 else 0] = 1.0
     degree, amplitude = int(spec["degree"]), float(spec["amplitude"])
     from scipy.special import eval_gegenbauer
 
@@ -547,12 +559,6 @@ def _check_common_times(pde: dict, particles: dict) -> None:
                                      "times: give both the same save_every (and t_final)")
 
 
-#: the smallest angle (rad) the comparison takes as a radius or a smoothing scale: unit vectors are known to
-#: about eps = 2.2e-16 per entry, so a smaller angle between two of them is round-off (and a subnormal one
-#: divided by 4, smoothing's default, is 0)
-ANGLE_MIN = 1e-15
-
-
 def _check_compare_scales(compare: dict, model: Model) -> None:
     """Refuse the [compare] scales whose atom radius or smoothing (defaults filled in as the comparison does:
     ``comparison.atom_scales``) is below ANGLE_MIN: the comparison would refuse them after both solvers ran."""
@@ -564,9 +570,8 @@ def _check_compare_scales(compare: dict, model: Model) -> None:
     for key, v, what in (("atom_radius", radius, "the atom radius"), ("smoothing", h, "the smoothing scale")):
         if not v >= ANGLE_MIN:
             given = key if key in compare else ("cluster_scale" if "atom_radius" not in compare else "atom_radius")
-            raise ConfigError(f"compare.{given}", f"makes {what} {v:.3g} rad, below {ANGLE_MIN:g} (unit vectors are "
-                                                  "known to about 2.2e-16 per entry: a smaller angle between two is "
-                                                  f"round-off); raise compare.{given}")
+            raise ConfigError(f"compare.{given}", f"makes {what} {v:.3g} rad, below {ANGLE_MIN:g} ({ANGLE_WHY}); "
+                                                  f"raise compare.{given}")
 
 
 def quadrature_count_problem(d: int, n: int) -> str | None:
@@ -691,6 +696,13 @@ def parse_config(text: str, source: str = "<string>") -> RunConfig:
         if "save_every" in particles and particles["save_every"] > particles["t_final"]:
             raise ConfigError("particles.save_every", f"must be <= particles.t_final = {particles['t_final']}")
         _check_counts(particles, "particles", ("save_every", "dt"))
+        stop = particles.get("stop")
+        if stop is not None:
+            from ..particles import cluster_radius
+            radius = cluster_radius(model.beta, d, stop.get("scale", 0.5))
+            if not radius >= ANGLE_MIN:
+                raise ConfigError("particles.stop.scale", f"makes the cluster radius scale / sqrt(beta) {radius:.3g} rad, "
+                                                          f"below {ANGLE_MIN:g} ({ANGLE_WHY})")
         if init == "quadrature":
             problem = quadrature_count_problem(d, particles["n"])
             if problem is not None:
