@@ -17,12 +17,24 @@ A configuration has these tables (either solver may be absent, not both)::
     [compare]               PDE <-> particle comparison (needs both solvers)
 
 Every problem is reported as a :class:`ConfigError` naming the key path (``model.beta``) and what is
-allowed. :func:`load_config` parses and validates; nothing is run or written.
+allowed, in one line. :func:`load_config` parses and validates; nothing is run or written.
+
+Limits before work. A configuration is read only from a regular file of at most 1 MiB in UTF-8
+(:func:`read_config_text`: FIFOs, devices, directories are refused from their stat); the TOML parser's own
+failures, deep nesting included, are one line (:func:`parse_toml`). Every number that sets a size or enters
+an exponent is bounded, the reason said with the bound: beta <= 1e9 (the range of the multipliers ive(k,
+beta)), kappa <= 1e300 (the von Mises sampler), biases within 1e150 (the activations' primitives z^2/2),
+degrees <= 2^20, t_final / save_every and t_final / dt <= 2^53, radii >= 1e-15 rad, integers within 64 bits.
+Names have no control character (they end up in HDF5 attributes and file names). What needs memory is
+estimated against this machine's before anything is built (the perceptron's weights here, its products with
+the points it is evaluated at and the PDE's transforms in :func:`check_memory`; the solvers' snapshots when
+they are prepared), and refused naming the key.
 """
 from __future__ import annotations
 
 import math
 import os
+import re
 import reprlib
 import stat
 import sys
@@ -232,7 +244,6 @@ def _join(path: str, key: str) -> str:
 
 def _key(key: str) -> str:
     """A key as TOML writes it: bare, or quoted with its control characters escaped (one line)."""
-    import re
     if re.fullmatch(r"[A-Za-z0-9_-]{1,60}", key):
         return key
     return json_string(key if len(key) <= 60 else key[:57] + "...")
