@@ -330,7 +330,16 @@ REFUSALS = [
     ("particles-snapshots-beyond-memory", "api",
      lambda: simulate_particles(Model(2, 5.0, "ascent"), n=10 ** 6, t_final=10.0, integrator="euler", dt=0.01,
                                 save_every=0.01),
-     r"^the run would need about 37\.3 GiB \(1002 snapshots of 1000000 particles kept and stacked"),
+     r"^the run would need about 37\.6 GiB \(1002 snapshots of 1000000 particles kept and stacked 37\.3 GiB, "
+     r"working arrays 0\.268 GiB\)"),
+    # no snapshots to count (a stopping rule, no t_final): the working arrays, 18 of N x d doubles
+    ("particles-working-arrays-beyond-memory", "api",
+     lambda: simulate_particles(Model(2, 5.0, "ascent"), n=10 ** 8, stop=True),
+     r"^the run would need about 26\.8 GiB \(working arrays 26\.8 GiB\), more than 80% of this machine's 16 GiB; "
+     r"lower n$"),
+    ("particles-steps-overflow", "api",
+     lambda: simulate_particles(Model(2, 5.0, "ascent"), n=10, t_final=1e300, dt=1e-300),
+     r"^t_final / dt = inf steps of the fixed-step integrator 'rk4' exceed max_steps"),
     ("particles-steps-beyond-max-steps", "api",
      lambda: simulate_particles(Model(2, 5.0, "ascent"), n=100, t_final=1.0, dt=1e-4, max_steps=1000),
      r"^t_final / dt = 10000 steps of the fixed-step integrator 'rk4' exceed max_steps = 1000"),
@@ -350,7 +359,7 @@ REFUSALS = [
     ("particles-run-refused-before-its-archive", "cli",
      (["run", "c.toml", "--force"], BASE + '[particles]\nn = 1000000000\nt_final = 10.0\nintegrator = "euler"\n'
       "dt = 0.01\nsave_every = 0.01\n", archive("c.h5", "finished")),
-     r"^attnpde: error: c\.toml: \[particles\]: the run would need about 3\.73e\+04 GiB"),
+     r"^attnpde: error: c\.toml: \[particles\]: the run would need about 3\.76e\+04 GiB"),
 
     # --- limits before work: sizes, exponents, names, the file itself ------------------------------------
     # beta beyond the range of the multipliers ive(k, beta) (AMOS: NaN above (2^31 - 1)/2); was OverflowError
