@@ -171,3 +171,12 @@ def test_every_value_anywhere_is_accepted_or_refused_in_one_line(base, monkeypat
                 parse_config(text)
             except ConfigError as e:
                 assert "\n" not in str(e) and len(str(e)) < 2000, (path, value, str(e))
+
+
+def test_a_max_degree_beyond_memory_is_accepted_where_the_continuation_caps_the_resolution(tmp_path, monkeypatch):
+    """With the Lagrangian continuation (on by default without noise) the Eulerian resolution stops at the
+    handoff degree: a max_degree whose transforms would not fit is never reached, and is accepted."""
+    monkeypatch.setattr("solvers._memory.physical_memory", lambda: 16.0 * 2 ** 30)
+    c = tmp_path / "c.toml"
+    c.write_text(BASE.replace("d = 2", "d = 3") + "[pde]\ndegree = 16\nt_final = 1.0\nmax_degree = 8191\n")
+    assert load_config(c).pde["max_degree"] == 8191

@@ -448,8 +448,12 @@ REFUSALS = [
      r"4096 nodes, twice for its error estimate \(5 arrays of units x points for gelu\) 30\.5 GiB\), more than 80% "
      r"of this machine's 16 GiB; lower units$"),
     ("pde-transforms-beyond-memory", "api",
-     lambda: _load(BASE3 + "[pde]\ndegree = 16\nt_final = 1.0\nmax_degree = 8191\n"),
-     r"^pde\.max_degree: would need about 57\.6 GiB \(the PDE's transforms at degree 8191 57\.6 GiB\)"),
+     lambda: _load(BASE3 + "[pde]\ndegree = 16\nt_final = 1.0\nmax_degree = 8191\ncontinuation = \"none\"\n"),
+     r"^pde\.max_degree: would need about 57\.6 GiB \(the PDE's transforms at max_degree = 8191 57\.6 GiB\), more "
+     r"than 80% of this machine's 16 GiB; lower max_degree$"),
+    ("pde-handoff-transforms-beyond-memory", "api",
+     lambda: _load(BASE3 + "[pde]\ndegree = 16\nt_final = 1.0\nmax_degree = 10000\nhandoff_degree = 8191\n"),
+     r"^pde\.handoff_degree: would need about 57\.6 GiB \(the PDE's transforms at handoff_degree = 8191"),
     ("validate-perceptron-at-n-beyond-memory", "api",
      lambda: _particle_counts(BASE + "[model.perceptron]\nunits = 1000\n" + PDE + PARTICLES, [10, 10 ** 6]),
      r"^--n 1000000: would need about 14\.9 GiB \(the perceptron's 1000 units at 1000000 particles"),

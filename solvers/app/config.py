@@ -732,6 +732,22 @@ def parse_config(text: str, source: str = "<string>") -> RunConfig:
                      compare=compare, name=run.get("name", ""), source=source)
 
 
+def _eulerian_cap(config: RunConfig) -> tuple[int, str, bool]:
+    """(the PDE's largest Eulerian resolution, the key that sets it, whether the Lagrangian continuation
+    takes over there), as ``solvers.pde`` sets its cap: min(max_degree, handoff_degree) with the continuation
+    (on by default without noise), max_degree without."""
+    from ..pde import space_for
+
+    pde, space = config.pde, space_for(config.model.d)[1]
+    max_degree = pde.get("max_degree", space.default_max_degree)
+    continues = config.model.noise == 0 and pde.get("continuation", "lagrangian") == "lagrangian"
+    if continues:
+        handoff = pde.get("handoff_degree") or max(space.default_handoff_degree, pde["degree"])
+        if handoff < max_degree:
+            return handoff, "handoff_degree", True
+    return max_degree, "max_degree", continues
+
+
 def perceptron_points(config: RunConfig, n: int | None = None) -> tuple[int, str]:
     """(the most points the perceptron is evaluated at at once in a run of ``config``, where): the PDE's
     grid at its largest Eulerian resolution, the continuation's nodes (twice them for the error estimate;
@@ -742,13 +758,7 @@ def perceptron_points(config: RunConfig, n: int | None = None) -> tuple[int, str
     if pde is not None:
         from ..pde import space_for
         space = space_for(d)[1]
-        max_degree = pde.get("max_degree", space.default_max_degree)
-        continues = config.model.noise == 0 and pde.get("continuation", "lagrangian") == "lagrangian"
-        if continues:
-            handoff = pde.get("handoff_degree") or max(space.default_handoff_degree, pde["degree"])
-            cap, which = min(max_degree, handoff), "handoff_degree"
-        else:
-            cap, which = max_degree, "max_degree"
+        cap, which, continues = _eulerian_cap(config)
         grid = int(np.prod(space.computational_grid(cap)))
         best = max(best, (grid, f"the PDE's grid at {which} = {cap}"))
         if continues:
@@ -772,10 +782,10 @@ def check_memory(config: RunConfig, n: int | None = None, key_n: str = "particle
     if pde is not None:
         from ..pde import space_for
         space = space_for(d)[1]
-        key = "pde.max_degree" if "max_degree" in pde else "pde.degree"
-        top = pde.get("max_degree", space.default_max_degree)
-        _refuse_too_big(key, {f"the PDE's transforms at degree {top}": space.transform_bytes(top)},
-                        "lower max_degree" + ("" if "max_degree" in pde else " (default " + str(top) + ")"))
+        cap, which, _ = _eulerian_cap(config)
+        key = f"pde.{which}" if which in pde else "pde.degree"
+        _refuse_too_big(key, {f"the PDE's transforms at {which} = {cap}": space.transform_bytes(cap)},
+                        f"lower {which}" + ("" if which in pde else f" (default {cap})"))
     p = config.model.perceptron
     if p is None:
         return
