@@ -143,10 +143,31 @@ def cmd_run(args) -> int:
     return EXIT_OK
 
 
+def _not_a_regular_file(path: str) -> str | None:
+    """Why ``path`` cannot be an archive to read (a FIFO would block its reader, a device such as /dev/zero
+    never ends), None for a regular file, a directory or a missing path (the reader says what they are)."""
+    import os
+    import stat
+
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return None
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return None
+    what = ("a FIFO (named pipe)" if stat.S_ISFIFO(mode) else
+            "a character device" if stat.S_ISCHR(mode) else "a block device" if stat.S_ISBLK(mode) else
+            "a socket" if stat.S_ISSOCK(mode) else "not a regular file")
+    return f"{path}: is {what}; give an archive (.h5)"
+
+
 def cmd_info(args) -> int:
     from .archive import ArchiveError
     from .info import describe
 
+    problem = _not_a_regular_file(args.archive)
+    if problem:
+        return _err(problem)
     try:
         print(describe(args.archive))
     except ArchiveError as e:
@@ -156,6 +177,10 @@ def cmd_info(args) -> int:
 
 def cmd_plot(args) -> int:
     from .archive import ArchiveError
+
+    problem = _not_a_regular_file(args.archive)
+    if problem:
+        return _err(problem)
 
     if args.out:
         out = Path(args.out)
