@@ -798,7 +798,8 @@ def check_memory(config: RunConfig, n: int | None = None, key_n: str = "particle
     _refuse_too_big(key, {f"the perceptron's {p.units} units at {where} ({arrays} arrays of units x points for "
                           f"{p.activation})": 8.0 * arrays * p.units * points},
                     "lower " + {"model.perceptron.a": "the number of units (rows of a)",
-                                "model.d": "d, or set model.perceptron.units (its default is d)"}.get(key, key.split(".")[-1]))
+                                "model.d": "d, or set model.perceptron.units (its default is d)",
+                                key_n: "the particle count, or the units"}.get(key, key.split(".")[-1]))
 
 
 def read_config_text(path: str | Path) -> str:
