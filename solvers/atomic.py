@@ -224,6 +224,18 @@ def _perceptron_term(model: Model, x: np.ndarray, E: np.ndarray) -> np.ndarray |
     return D
 
 
+def drift_jacobians(model: Model, positions) -> tuple[np.ndarray, np.ndarray]:
+    """The perceptron drift's own part of the flow's Jacobian at each point, s D_i (k, d-1, d-1) in the
+    frames (k, d, d-1) of :func:`tangent_frames` (zeros without a perceptron): the local, block-diagonal
+    part of the node flow's Jacobian, where a perceptron makes the flow stiff."""
+    x = np.asarray(positions, dtype=float)
+    E = tangent_frames(x)
+    D = _perceptron_term(model, x, E)
+    if D is None:
+        return np.zeros((x.shape[0], x.shape[1] - 1, x.shape[1] - 1)), E
+    return model.sign * D, E
+
+
 @dataclass
 class _Parts:
     """The pieces both Jacobians are built from (module docstring, Notes), in the frames E."""

@@ -246,8 +246,25 @@ class CircleSums:
         self.lam = zonal_multipliers(self.beta, 2, K)
         self.g = potential_multipliers(self.beta, 2, K)
         self.block = int(block)
-        self._buf = np.empty((K + 1, self.block), dtype=complex)
-        self._out = np.empty((2, self.block), dtype=complex)
+        # the power table, made on first use: (K + 1) x block complex numbers, 5.4 GiB at beta = 1e8 (K = 88480),
+        # where InteractionSums makes this object for its cost model only (it picks the NUFFT)
+        self._tables = None
+
+    @property
+    def table_bytes(self) -> float:
+        """Bytes of the power table and the output block (made on the first :meth:`fields`)."""
+        return 16.0 * (self.K + 3) * self.block
+
+    @property
+    def _buf(self) -> np.ndarray:
+        if self._tables is None:
+            self._tables = (np.empty((self.K + 1, self.block), dtype=complex), np.empty((2, self.block), dtype=complex))
+        return self._tables[0]
+
+    @property
+    def _out(self) -> np.ndarray:
+        self._buf
+        return self._tables[1]
 
     def cost(self, n_src: int, n_eval: int) -> float:
         """Estimated seconds of one :meth:`fields` call."""
@@ -635,6 +652,10 @@ class InteractionSums:
         if method == "fast" and self._fast is None:
             other = "on S^2 use sum='nufft' or 'auto'" if self.d == 3 else "use sum='direct' or 'auto'"
             raise ValueError(f"fast sums exist on S^1 only (d = 2), not d = {self.d}: {other}")
+        if method == "fast" and self.d == 2:
+            from ._memory import refuse_if_too_big
+            refuse_if_too_big({f"the fast sums' table of K = {self._fast.K} modes": self._fast.table_bytes},
+                              "use sum='nufft' or 'auto'")
         if method == "nufft":
             if self.d not in (2, 3):
                 raise ValueError(f"nufft sums exist on S^1 and S^2 only (d = 2, 3), not d = {self.d}: "

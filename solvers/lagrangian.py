@@ -68,7 +68,7 @@ from scipy.optimize import linear_sum_assignment
 from scipy.linalg import lu_factor, lu_solve
 
 from . import terminal as term
-from .atomic import reduced_jacobian
+from .atomic import drift_jacobians, reduced_jacobian
 from .atoms import Atoms, circle_closest_chord, circle_neighbour_chords, single_linkage_clusters
 from .interaction import InteractionSums
 from .model import Model
@@ -344,9 +344,19 @@ def _closest_chord(x: np.ndarray, near: tuple | None = None) -> float:
 # ----------------------------------------------------------------------------------------------
 # the continuation
 # ----------------------------------------------------------------------------------------------
-#: node systems of at most this many tangent dimensions may be stepped by ROS34PW2 with the dense Jacobian of
-#: the node flow (L-stable: the step follows the slow collapse, not the fastest atom's rate); larger ones by DP54
+#: node systems of at most this many tangent dimensions take Rosenbrock steps with the dense Jacobian of the
+#: node flow (L-stable: the step follows the slow collapse, not the fastest atom's rate); larger ones with its
+#: block-diagonal perceptron part
 IMPLICIT_DIMENSIONS = 768
+
+
+def _block_norm(B: np.ndarray) -> float:
+    """max_i ||B_i||_2 of blocks (k, n, n): the spectral radius bound of a block-diagonal matrix."""
+    if B.size == 0:
+        return 0.0
+    if B.shape[1] == 1:
+        return float(np.abs(B).max())
+    return float(np.linalg.norm(B, ord=2, axis=(1, 2)).max())
 #: the explicit steps are checked for stiffness every this many steps: h rho(J) above STIFF (DP54's real
 #: stability bound is 3.3) switches to ROS34PW2, and a Rosenbrock step with h rho(J) below NONSTIFF back
 STIFFNESS_CHECK = 25
@@ -367,10 +377,11 @@ class LagrangianPhase(Integration):
     node positions, built at the handoff or from a restart state; :meth:`run` advances it to t_final or
     until "stationary".
 
-    Steps are Dormand–Prince 5(4) while the nodes are many, and ROS34PW2 (linearly implicit, with the Jacobian
-    of the node flow, :func:`~solvers.atomic.reduced_jacobian`) once their tangent dimensions are at most
-    ``IMPLICIT_DIMENSIONS``: near the end one atom's fast rate would otherwise hold the explicit step at
-    its stability bound while the last nodes collapse slowly. With ``certify`` the phase polishes its node
+    Steps are Dormand–Prince 5(4) until they are stiff, then ROS34PW2 (a linearly implicit W-method) with
+    the node flow's Jacobian (:func:`~solvers.atomic.reduced_jacobian`) while the nodes' tangent dimensions
+    are at most ``IMPLICIT_DIMENSIONS``, with its block-diagonal perceptron part beyond: an atom on a ReLU
+    unit's switching line, or the perceptron's rate at a dead zone's edge, would otherwise hold the explicit
+    step at its stability bound while the last nodes collapse slowly. With ``certify`` the phase polishes its node
     groups into a stationary atomic measure on a schedule and classifies it (:mod:`solvers.terminal`): a
     stable one ends the run ("stationary", ``terminal``), an unstable one is recorded as a plateau
     (``plateaus``) and left by a kick of ``kick`` radians.
@@ -430,11 +441,8 @@ class LagrangianPhase(Integration):
             self.controller.facold = state.node_facold
 
     def _choose_method(self) -> None:
-        """DP54, or ROS34PW2 once the explicit steps are stiff and the nodes few (``implicit``); a change of
-        method starts its controller afresh."""
-        d = self.nodes.x.shape[1]
-        if len(self.nodes) * (d - 1) > IMPLICIT_DIMENSIONS:
-            self.implicit = False
+        """DP54, or ROS34PW2 once the explicit steps are stiff (``implicit``); a change of method starts its
+        controller afresh."""
         tab = ROS34PW2 if self.implicit else TABLEAUS["DP54"]
         if tab is not self.tableau:
             self.tableau = tab
@@ -452,16 +460,25 @@ class LagrangianPhase(Integration):
             sigma, v = math.sqrt(norm), w / norm
         return h * sigma
 
+    def _dense(self) -> bool:
+        """Whether the Rosenbrock steps use the node flow's whole Jacobian (few nodes) or only its local,
+        block-diagonal part, the perceptron's (``solvers.atomic.drift_jacobians``): a W-method keeps its
+        order with either, and the perceptron is where the stiffness of many nodes comes from."""
+        return len(self.nodes) * (self.nodes.x.shape[1] - 1) <= IMPLICIT_DIMENSIONS
+
     def _check_stiffness(self) -> None:
         """After an accepted step: switch to the Rosenbrock steps when the explicit ones are stiff (every
         STIFFNESS_CHECK steps), back when the Rosenbrock step is no longer (its last factorisation)."""
-        d = self.nodes.x.shape[1]
         if self.implicit:
             if self._stiff_h is not None and self._stiff_h < NONSTIFF:
                 self.implicit = False
-        elif len(self.nodes) * (d - 1) <= IMPLICIT_DIMENSIONS and self.nsteps % STIFFNESS_CHECK == 0 and self.dt:
-            J, _ = reduced_jacobian(self.model, self.nodes.x, self.nodes.w)
-            if self._stiffness(J, self.dt) > STIFF:
+        elif self.nsteps % STIFFNESS_CHECK == 0 and self.dt:
+            if self._dense():
+                J, _ = reduced_jacobian(self.model, self.nodes.x, self.nodes.w)
+                stiff = self._stiffness(J, self.dt)
+            else:
+                stiff = self.dt * _block_norm(drift_jacobians(self.model, self.nodes.x)[0])
+            if stiff > STIFF:
                 self.implicit = True
         self._choose_method()
 
@@ -492,11 +509,23 @@ class LagrangianPhase(Integration):
         return float(np.sqrt(np.einsum("nd,nd->n", err, err).max())) / (self.atol + self.rtol)
 
     def jacobian_factor(self, u: np.ndarray, g: float):
-        """(I - g W)^{-1} for the Rosenbrock steps, W = E J E^T: J the Jacobian of the node flow on the nodes' tangent frames E
-        (the normal components of a vector pass through unchanged: the flow keeps |x|)."""
+        """(I - g W)^{-1} for the Rosenbrock steps, W = E J E^T with J the node flow's Jacobian on the nodes'
+        tangent frames E (:meth:`_dense`), or its block-diagonal perceptron part; the normal components of a
+        vector pass through unchanged (the flow keeps |x|)."""
         x = u / np.linalg.norm(u, axis=1, keepdims=True)
+        h = g / self.tableau.gamma
+        if not self._dense():
+            B, E = drift_jacobians(self.model, x)
+            self._stiff_h = h * _block_norm(B)
+            M = np.eye(B.shape[1]) - g * B
+
+            def solve_local(b: np.ndarray) -> np.ndarray:
+                beta = np.einsum("nd,ndk->nk", b, E)
+                alpha = np.linalg.solve(M, beta[:, :, None])[:, :, 0]
+                return b + np.einsum("ndk,nk->nd", E, alpha - beta)
+            return solve_local
         J, E = reduced_jacobian(self.model, x, self.nodes.w)
-        self._stiff_h = self._stiffness(J, g / self.tableau.gamma)
+        self._stiff_h = self._stiffness(J, h)
         lu = lu_factor(np.eye(J.shape[0]) - g * J, check_finite=False)
 
         def solve(b: np.ndarray) -> np.ndarray:

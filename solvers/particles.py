@@ -551,21 +551,34 @@ class ParticleResult:
 # ----------------------------------------------------------------------------------------------
 # the solver
 # ----------------------------------------------------------------------------------------------
+#: arrays of N x d doubles a run holds at its peak besides its snapshots: the integrator's stages, the
+#: velocity and the sums' per-point arrays (tracemalloc, 10^6 particles on S^1: 17.3 rk4, 22.3 adaptive and
+#: 14.8 euler with the two snapshots' 5; on S^2 about 4 per particle besides ~0.5 GiB of fixed tables)
+WORK_ARRAYS = 18.0
+
+
 def _refuse_infeasible(d: int, n: int | None, t_final: float | None, integrator: str, dt: float | None,
                        save_every: float | None, opts: ParticleOptions, t0: float) -> None:
-    """ValueError for a run that cannot finish: more fixed steps than max_steps, or snapshots beyond memory."""
-    if t_final is None or n is None:
-        return                          # a stopping rule ends it: its length is not known in advance
-    left = t_final - t0
-    if integrator != "adaptive":
-        steps = math.ceil(left / dt - 1e-9)
-        if steps > opts.max_steps:
-            raise ValueError(f"t_final / dt = {steps} steps of the fixed-step integrator {integrator!r} exceed "
-                             f"max_steps = {opts.max_steps}; raise max_steps or dt")
-    n_snap = 2 + (math.ceil(left / save_every) if save_every is not None else 0)
-    # kept as rows, then stacked into the result (as the PDE's snapshots: 2.5 x)
-    refuse_if_too_big({f"{n_snap} snapshots of {n} particles kept and stacked": 2.5 * n_snap * n * d * 8.0},
-                      "raise save_every or lower n")
+    """ValueError for a run that cannot finish: more fixed steps than max_steps, or its snapshots and working
+    arrays beyond memory."""
+    if n is None:
+        return
+    parts = {}
+    # with a stopping rule and no t_final its length, hence its snapshots, are not known in advance
+    if t_final is not None:
+        left = t_final - t0
+        if integrator != "adaptive":
+            ratio = left / dt - 1e-9
+            steps = math.ceil(ratio) if math.isfinite(ratio) else ratio
+            if steps > opts.max_steps:
+                raise ValueError(f"t_final / dt = {steps} steps of the fixed-step integrator {integrator!r} exceed "
+                                 f"max_steps = {opts.max_steps}; raise max_steps or dt")
+        ratio = left / save_every if save_every is not None else 0.0
+        n_snap = 2 + (math.ceil(ratio) if math.isfinite(ratio) else ratio)
+        # kept as rows, then stacked into the result (as the PDE's snapshots: 2.5 x)
+        parts[f"{n_snap} snapshots of {n} particles kept and stacked"] = 2.5 * n_snap * n * d * 8.0
+    parts["working arrays"] = WORK_ARRAYS * n * d * 8.0
+    refuse_if_too_big(parts, "raise save_every or lower n" if t_final is not None else "lower n")
 
 
 def _check_time(name: str, v, allow_none: bool = True) -> float | None:

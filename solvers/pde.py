@@ -479,7 +479,7 @@ def _initial_coefficients(space, initial, degree: int, tail_tol: float, max_degr
             if not mass > 0:
                 raise ValueError(f"initial density has mass {mass:.3g}; it must be positive")
             c = c / mass
-            miss = float(np.linalg.norm(space.evaluate(c, probe) - want / mass) / np.linalg.norm(want / mass))
+            miss = float(np.linalg.norm(space.evaluate(c, probe) - want / mass) / np.linalg.norm(want / mass)) if np.any(want) else math.inf
             if max(space.tail(c), miss) <= tail_tol or degree >= max_degree:
                 break
             degree = min(2 * degree, max_degree)

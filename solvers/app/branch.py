@@ -27,15 +27,9 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
 
 import h5py
 import numpy as np
@@ -44,7 +38,8 @@ from ..interrupts import graceful_stop
 from ..model import Model
 from ..stationary import REPRESENTATIONS, Branch, prepare_branch
 from .archive import ArchiveError, ArchiveWriter, open_archive, read_model
-from .config import MODEL, RUN, ConfigError, Int, Num, Table, Array, Choice, _perceptron
+from .config import (DEGREE_MAX, DEGREE_WHY, MODEL, RUN, ConfigError, Int, Num, Table, Array, Choice, _perceptron,
+                     _refuse_too_big, parse_toml, read_config_text)
 from .runner import RunRefused, deferred_interrupt
 from .streams import say
 
@@ -56,7 +51,7 @@ BRANCH_COMMAND = "attnpde branch"
 
 POS = Num(gt=0)
 BRANCH = Table({
-    "mode": Int(min=1), "noise_range": Array(1), "degree": Int(min=4),
+    "mode": Int(min=1), "noise_range": Array(1), "degree": Int(min=4, max=DEGREE_MAX, why=DEGREE_WHY),
     "representation": Choice(REPRESENTATIONS), "first_step": POS, "max_step": POS, "min_step": POS,
     "max_points": Int(min=2), "max_angle": POS, "tol": POS, "max_corrections": Int(min=2), "tail_max": POS,
 })
@@ -88,10 +83,7 @@ def parse_branch_config(text: str, source: str = "<string>") -> BranchConfig:
     """Parse and validate a branch configuration (ConfigError naming the key path), and check it as
     :func:`~solvers.stationary.prepare_branch` would (the threshold inside noise_range, the degree holding
     the mode, ...), without following anything."""
-    try:
-        raw = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigError("", f"not valid TOML: {e}") from None
+    raw = parse_toml(text)
     cfg = SCHEMA.check("", raw)
     m = cfg["model"]
     d = m["d"]
@@ -107,6 +99,7 @@ def parse_branch_config(text: str, source: str = "<string>") -> BranchConfig:
     if "noise_range" in branch and branch["noise_range"].shape != (2,):
         raise ConfigError("branch.noise_range", f"must be [lo, hi], got {raw['branch']['noise_range']!r}")
     out = BranchConfig(text=text, raw=raw, model=model, branch=branch, name=cfg.get("run", {}).get("name", ""))
+    _check_branch_memory(out)
     try:
         prepare_branch(model, **out.arguments())
     except (ValueError, TypeError) as e:
@@ -114,15 +107,46 @@ def parse_branch_config(text: str, source: str = "<string>") -> BranchConfig:
     return out
 
 
+def _check_branch_memory(config: BranchConfig) -> None:
+    """ConfigError (naming branch.degree, or the perceptron's units) when the problem of the branch's degree
+    cannot fit in memory; estimated before prepare_branch builds it. Peaks measured with tracemalloc
+    (prepare_branch, beta = 3 and 1000): S^1 8 M (La + 1) x 4 bytes for the M-point grid's tables of the La
+    kernel degrees, and the dense Jacobian of 2 La unknowns; S^2 'zonal' 8 (L + 1)^2 nlat (201.7 MiB at L =
+    256, 12.4 GiB at 1024); S^2 'general' ~370 (L + 1)^2 (24 MiB at 256)."""
+    from spectral import fourier, sphere
+    from spectral.multipliers import kernel_bandwidth
+    from ..stationary import KERNEL_TOL, _is_zonal_potential
+
+    model, b = config.model, config.branch
+    d = model.d
+    L = b.get("degree", 64 if d == 2 else 32)
+    if d == 2:
+        M = fourier.dealiased_size(L)
+        La = min(L - 1, kernel_bandwidth(model.beta, 2, KERNEL_TOL))
+        need, points = 32.0 * M * (La + 1) + 32.0 * (2 * La + 2) ** 2, M
+        what = f"the tables of {La} kernel modes on the grid of {M} points"
+    else:
+        nlat, nphi = sphere.dealiased_grid(L)
+        rep = b.get("representation", "auto")
+        if rep == "auto":
+            rep = "zonal" if _is_zonal_potential(model) else "general"
+        if rep == "zonal":
+            need, points, what = 8.0 * (L + 1) ** 2 * nlat, nlat, f"the zonal tables at degree {L} ({nlat} latitudes)"
+        else:
+            need, points, what = 370.0 * (L + 1) ** 2, nlat * nphi, f"the harmonics at degree {L}"
+    _refuse_too_big("branch.degree", {what: need}, "lower degree")
+    p = model.perceptron
+    if p is not None:
+        from ..perceptron import ACTIVATION_ARRAYS
+        arrays = ACTIVATION_ARRAYS[p.activation]
+        _refuse_too_big("model.perceptron.units", {f"the perceptron's {p.units} units at the branch's {points} grid "
+                                                   f"points ({arrays} arrays of units x points for {p.activation})":
+                                                   8.0 * arrays * p.units * points}, "lower units")
+
+
 def load_branch_config(path: str | Path) -> BranchConfig:
     p = Path(path)
-    try:
-        text = p.read_bytes().decode("utf-8")
-    except OSError as e:
-        raise ConfigError("", f"{path}: cannot read: {e.strerror}") from None
-    except UnicodeDecodeError:
-        raise ConfigError("", f"{path}: not a UTF-8 TOML file") from None
-    cfg = parse_branch_config(text, str(p))
+    cfg = parse_branch_config(read_config_text(path), str(p))
     cfg.name = cfg.name or p.stem
     return cfg
 
@@ -292,8 +316,8 @@ def _check_resumable(path: Path, config: BranchConfig) -> list[dict] | None:
         g = f["branch"]
         points, ended = _read_points(g), json.loads(g.attrs.get("ended", "{}"))
     try:
-        archived = tomllib.loads(text)
-    except tomllib.TOMLDecodeError:
+        archived = parse_toml(text)
+    except ConfigError:
         raise ArchiveError(f"{path}: damaged archive: its configuration does not parse") from None
     strip = lambda raw: {k: v for k, v in raw.items() if k != "run"}  # noqa: E731
     if strip(archived) != strip(config.raw):

@@ -143,10 +143,31 @@ def cmd_run(args) -> int:
     return EXIT_OK
 
 
+def _not_a_regular_file(path: str) -> str | None:
+    """Why ``path`` cannot be an archive to read (a FIFO would block its reader, a device such as /dev/zero
+    never ends), None for a regular file, a directory or a missing path (the reader says what they are)."""
+    import os
+    import stat
+
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return None
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return None
+    what = ("a FIFO (named pipe)" if stat.S_ISFIFO(mode) else
+            "a character device" if stat.S_ISCHR(mode) else "a block device" if stat.S_ISBLK(mode) else
+            "a socket" if stat.S_ISSOCK(mode) else "not a regular file")
+    return f"{path}: is {what}; give an archive (.h5)"
+
+
 def cmd_info(args) -> int:
     from .archive import ArchiveError
     from .info import describe
 
+    problem = _not_a_regular_file(args.archive)
+    if problem:
+        return _err(problem)
     try:
         print(describe(args.archive))
     except ArchiveError as e:
@@ -156,6 +177,10 @@ def cmd_info(args) -> int:
 
 def cmd_plot(args) -> int:
     from .archive import ArchiveError
+
+    problem = _not_a_regular_file(args.archive)
+    if problem:
+        return _err(problem)
 
     if args.out:
         out = Path(args.out)
@@ -188,7 +213,18 @@ def _workers(args) -> tuple[int, str | None]:
     workers = 2 if args.workers is None else args.workers
     if workers < 1:
         return 0, "--workers must be >= 1"
+    from .._memory import refuse_if_too_big
+    try:
+        refuse_if_too_big({f"{workers} worker processes": workers * WORKER_BYTES},
+                          f"lower --workers (each process takes about {WORKER_BYTES / 2 ** 20:.0f} MiB before its runs)")
+    except ValueError as e:
+        return 0, f"--workers {workers}: {str(e).replace('the run would need', 'would need')}"
     return workers, None
+
+
+#: memory of a local worker process before its runs (Python, numpy, scipy and the solvers imported: 98 MiB of
+#: resident memory measured after a small particle run)
+WORKER_BYTES = 100.0 * 2 ** 20
 
 
 def cmd_sweep(args) -> int:
