@@ -631,12 +631,12 @@ class LagrangianPhase(Integration):
                                           self._energy_of)
         if cert is None:
             return None
-        verdict = cert.state.verdict
-        word = f"certified stationary ({len(cert.masses)} atom(s), {verdict}, growth {cert.state.growth:.3e})"
+        verdict = cert.verdict
+        word = f"certified stationary ({len(cert.masses)} atom(s), {verdict}, growth {cert.growth:.3e})"
         if final or verdict != "unstable":
             return self._end(cert, None if final else word)
         for p in self.plateaus:
-            if len(p.masses) == len(cert.masses) and abs(p.energy - cert.energy) <= 1e-12 * max(1.0, abs(p.energy)):
+            if cert.same_state(p.positions, p.masses, self.atom_radius):
                 return self._end(cert, f"{word}: the flow came back to the plateau certified at t = "
                                        f"{p.t_certified:.6g}")
         if len(self.plateaus) >= MAX_PLATEAUS:

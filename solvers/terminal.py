@@ -6,8 +6,9 @@ result is accepted as the state the flow is heading to only if
 
 1. Newton's method converged: max_i |v(x_i)| <= ``CERTIFICATE`` (1e-10 radians per unit time);
 2. no atom moved further than its group's extent (at least the grouping radius: a group of one node has
-   no extent of its own, and the grouping cannot tell positions apart more finely), and no two atoms came
-   within the grouping radius of each other (coincident atoms solve v = 0 trivially);
+   no extent of its own, and the grouping cannot tell positions apart more finely; ten grouping radii, a
+   node spacing by default, for dust, below the nodes' resolution), and no two atoms came within the
+   grouping radius of each other (coincident atoms solve v = 0 trivially);
 3. a short continuation of the node flow from the polished atoms stays put (``STAY_TIME``, at most
    ``STAY_DISTANCE``): the same state is stationary for the flow's own velocity sums.
 
@@ -49,6 +50,9 @@ STAY_DISTANCE = 1e-8
 POLISH_DIMENSIONS = 512
 #: Newton steps of one attempt: from a state the flow has nearly reached, a few suffice
 MAX_NEWTON = 12
+#: atoms lighter than this (of the total mass) are below what the node count resolves (dust): an unstable pull
+#: of theirs is reported, but does not make the state a plateau or decide its verdict
+DUST = 1e-3
 
 
 @dataclass
@@ -84,7 +88,9 @@ def group_nodes(x: np.ndarray, w: np.ndarray, count: np.ndarray, radius: float) 
 
 @dataclass
 class Certificate:
-    """A polished stationary atomic state, accepted (module docstring) and classified."""
+    """A polished stationary atomic state, accepted (module docstring) and classified. ``verdict``,
+    ``growth`` and ``mode`` (the leading unstable direction) leave out the pull of dust atoms (mass below
+    ``DUST``), whose instabilities ``dust_unstable`` counts."""
 
     t: float
     positions: np.ndarray
@@ -94,10 +100,42 @@ class Certificate:
     displacement: np.ndarray
     energy: float
     state: object        # solvers.atomic.AtomicState
+    verdict: str = ""
+    growth: float = math.nan
+    mode: object = None
+    dust_unstable: int = 0
+
+    def __post_init__(self) -> None:
+        s = self.state
+        dust = self.masses < DUST
+        pulls = np.real(np.asarray(s.pull_eigenvalues))                       # (k, d - 1)
+        reduced = np.real(np.asarray(s.reduced_eigenvalues))
+        kept = [(float(v), ("atoms", j)) for j, v in enumerate(reduced)]
+        kept += [(float(v), ("pull", (i, j))) for i in np.nonzero(~dust)[0] for j, v in enumerate(pulls[i])]
+        self.dust_unstable = int(np.sum(np.any(pulls[dust] > s.zero_tol, axis=1))) if dust.any() else 0
+        if not kept:
+            self.verdict, self.growth, self.mode = s.verdict, float(s.growth), s.unstable_direction
+            return
+        growth, (part, where) = max(kept, key=lambda g: g[0])
+        self.growth = growth
+        self.verdict = "unstable" if growth > s.zero_tol else ("stable" if growth < -s.zero_tol else "marginal")
+        from .atomic import Mode
+        if part == "atoms":
+            self.mode = Mode("atoms", s.reduced_eigenvalues[where], s.reduced_vectors[where])
+        else:
+            i, j = where
+            self.mode = Mode("pull", s.pull_eigenvalues[i][j], s.pull_vectors[i][j], atom=int(i))
 
     @property
     def stable(self) -> bool:
-        return bool(self.state.stable)
+        return self.verdict == "stable"
+
+    def same_state(self, positions: np.ndarray, masses: np.ndarray, radius: float) -> bool:
+        """Whether (positions, masses) are these atoms: the same masses, each within ``radius``."""
+        if len(masses) != len(self.masses) or not np.allclose(np.sort(masses), np.sort(self.masses), atol=1e-12):
+            return False
+        near = np.linalg.norm(positions[:, None, :] - self.positions[None, :, :], axis=2).min(axis=1)
+        return bool(np.all(near <= 2.0 * math.sin(radius / 2.0)))
 
 
 def certify(model: Model, groups: Groups, radius: float, t: float, stays_put, energy) -> tuple[Certificate | None, str]:
@@ -112,7 +150,9 @@ def certify(model: Model, groups: Groups, radius: float, t: float, stays_put, en
         return None, f"{k} groups: too many to polish"
     if np.any(groups.resultant < 0.5):
         return None, "a group spread around a great circle"
-    allowed = np.maximum(groups.extents, radius)
+    # dust (below the nodes' resolution) is known only to about a node spacing, ten grouping radii by default:
+    # in the flat field far out in a dead zone such a node can rest 1e-10 from an equilibrium 4e-4 away
+    allowed = np.maximum(groups.extents, np.where(groups.masses < DUST, 10.0 * radius, radius))
     positions, info = polish_atoms(model, groups.centres, groups.masses, tol=CERTIFICATE, max_iter=MAX_NEWTON,
                                    max_displacement=allowed)
     if not info.converged:
@@ -210,7 +250,7 @@ def entered(samples: list, energy: float, t_certified: float) -> float:
 def kicked(cert: Certificate, kick: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, Plateau]:
     """The nodes (x, w, count) of a plateau's polished atoms moved by ``kick`` along its unstable direction,
     and the direction as a :class:`Plateau` field (the rest of the record is the caller's)."""
-    mode = cert.state.unstable_direction
+    mode = cert.mode
     x, w, c = cert.positions.copy(), cert.masses.copy(), cert.counts.copy()
     direction = np.zeros_like(x)
     if mode.part == "atoms":
@@ -232,7 +272,7 @@ def kicked(cert: Certificate, kick: float) -> tuple[np.ndarray, np.ndarray, np.n
         c = np.append(c, half[1])
         c[atom] = half[0]
     x /= np.linalg.norm(x, axis=1, keepdims=True)
-    plateau = Plateau(math.nan, cert.t, cert.energy, float(cert.state.growth), mode.part, atom, direction, kick,
+    plateau = Plateau(math.nan, cert.t, cert.energy, float(cert.growth), mode.part, atom, direction, kick,
                       cert.positions.copy(), cert.masses.copy())
     return x, w, c, plateau
 
@@ -258,7 +298,7 @@ class TerminalState:
     stable : bool
     verdict : {"stable", "unstable", "marginal"}
     growth : float
-        The largest real part of the non-neutral eigenvalues (1 / unit time).
+        The largest real part of the non-neutral eigenvalues (1 / unit time), the pull of dust atoms left out.
     eigenvalues : ndarray
         Every non-neutral eigenvalue of parts (a) and (b) (:mod:`solvers.atomic`), by real part descending.
     neutral : int
@@ -266,6 +306,9 @@ class TerminalState:
     energy : float
     mass_errors, position_errors : ndarray (k,) or None
         From the rerun at twice the nodes (``PDEResult.atoms``' rule); None without it.
+    dust_unstable : int
+        Atoms lighter than ``DUST`` (below what the node count resolves) whose pull is unstable: reported,
+        not counted in the verdict.
     """
 
     t: float
@@ -284,21 +327,22 @@ class TerminalState:
     mass_errors: np.ndarray | None = None
     position_errors: np.ndarray | None = None
     check_nodes: int | None = None
+    dust_unstable: int = 0
 
     @classmethod
     def from_certificate(cls, cert: Certificate) -> "TerminalState":
         s = cert.state
         order = np.argsort(-cert.masses, kind="stable")
         return cls(cert.t, cert.positions[order], cert.masses[order], cert.counts[order], cert.extents[order],
-                   cert.displacement[order], float(s.max_speed), bool(s.stable), str(s.verdict), float(s.growth),
-                   np.asarray(s.eigenvalues), int(s.n_neutral), cert.energy)
+                   cert.displacement[order], float(s.max_speed), cert.stable, cert.verdict, float(cert.growth),
+                   np.asarray(s.eigenvalues), int(s.n_neutral), cert.energy, dust_unstable=cert.dust_unstable)
 
     def __len__(self) -> int:
         return len(self.masses)
 
     def to_dict(self) -> dict:
         out = {k: getattr(self, k) for k in ("t", "max_speed", "stable", "verdict", "growth", "neutral", "energy",
-                                             "check_nodes")}
+                                             "check_nodes", "dust_unstable")}
         for k in ("positions", "masses", "counts", "extents", "displacement", "mass_errors", "position_errors"):
             v = getattr(self, k)
             out[k] = None if v is None else np.asarray(v).tolist()
@@ -316,13 +360,16 @@ class TerminalState:
         return cls(float(d["t"]), arr("positions"), arr("masses"), arr("counts", np.int64), arr("extents"),
                    arr("displacement"), float(d["max_speed"]), bool(d["stable"]), str(d["verdict"]),
                    float(d["growth"]), ev, int(d["neutral"]), float(d["energy"]), arr("mass_errors"),
-                   arr("position_errors"), None if d.get("check_nodes") is None else int(d["check_nodes"]))
+                   arr("position_errors"), None if d.get("check_nodes") is None else int(d["check_nodes"]),
+                   int(d.get("dust_unstable", 0)))
 
     def summary_lines(self) -> list[str]:
         word = {"stable": "stable", "unstable": "unstable (a saddle)", "marginal": "marginal"}[self.verdict]
         lines = [f"terminal state: certified at t = {self.t:.6g}, {len(self)} atom(s), {word}, growth "
                  f"{self.growth:.3e}, max |v| {self.max_speed:.1e}" + (f", {self.neutral} neutral (symmetry)"
-                                                                       if self.neutral else "")]
+                                                                       if self.neutral else "")
+                 + (f"; {self.dust_unstable} dust atom(s) (mass < {DUST:g}, below the nodes' resolution) repel "
+                    "the mass near them" if self.dust_unstable else "")]
         err = self.mass_errors if self.mass_errors is not None else [None] * len(self)
         for p, m, e, c in zip(self.positions, self.masses, err, self.counts):
             pm = f" ± {e:.1e}" if e is not None and math.isfinite(e) else ""

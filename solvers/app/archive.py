@@ -1300,7 +1300,8 @@ class ArchiveWriter:
             self._label_group(t, "pde/terminal")
             _set_attrs(t, {"t": term.t, "max_speed": term.max_speed, "stable": bool(term.stable),
                            "verdict": term.verdict, "growth": term.growth, "neutral": int(term.neutral),
-                           "energy": term.energy, "check_nodes": -1 if term.check_nodes is None else term.check_nodes})
+                           "energy": term.energy, "check_nodes": -1 if term.check_nodes is None else term.check_nodes,
+                           "dust_unstable": int(term.dust_unstable)})
         plateaus = getattr(result, "plateaus", None) or []
         if plateaus:
             p = g.create_group("plateaus")
@@ -1608,7 +1609,8 @@ def _read_terminal(g: h5py.Group) -> tuple:
         terminal = TerminalState(float(a["t"]), get("positions"), get("masses"), get("counts"), get("extents"),
                                  get("displacement"), float(a["max_speed"]), bool(a["stable"]), str(a["verdict"]),
                                  float(a["growth"]), ev, int(a["neutral"]), float(a["energy"]), get("mass_errors"),
-                                 get("position_errors"), None if int(a["check_nodes"]) < 0 else int(a["check_nodes"]))
+                                 get("position_errors"), None if int(a["check_nodes"]) < 0 else int(a["check_nodes"]),
+                                 int(a.get("dust_unstable", 0)))
     plateaus = []
     if "plateaus" in g:
         p = g["plateaus"]
