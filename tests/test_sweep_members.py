@@ -144,7 +144,11 @@ LONG = (CFG.replace("t_final = 0.6", "t_final = 200.0").replace("save_every = 0.
 
 def _start_long_sweep(tmp_path: Path):
     """A sweep of four long members on two workers, in a process group of its own, once its first
-    two members are well inside their runs: (process, the two members' .part files, output folder)."""
+    two members are inside their runs: (process, the two members' .part files, output folder, the file
+    of its stderr). Inside: each has logged its first step (its progress line, written from the stepping
+    loop, where an interrupt stops the run after its step); before, an interrupt can meet a member setting
+    up its archive. (A sleep of 1 s after the .part files appeared stood for this event.)"""
+    import re
     import time
 
     cfg = tmp_path / "m.toml"
@@ -153,15 +157,20 @@ def _start_long_sweep(tmp_path: Path):
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     cmd = [sys.executable, "-m", "solvers.app.cli", "sweep", str(cfg), "--beta", "1,2,3,4", "--workers", "2",
            "--out", str(out)]
-    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    err = tmp_path / "sweep.stderr"
+    with open(err, "w") as stderr:
+        proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, text=True, stdout=subprocess.PIPE, stderr=stderr,
+                                start_new_session=True,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     started = [out / f"m_beta{b}.h5.part" for b in (1, 2)]
-    deadline = time.monotonic() + 120
-    while not all(p.exists() for p in started) and time.monotonic() < deadline and proc.poll() is None:
-        time.sleep(0.1)
-    time.sleep(1.0)                                   # both members well inside their runs
-    assert proc.poll() is None and all(p.exists() for p in started)
-    return proc, started, out
+    stepping = [re.compile(rf"\[beta={b}\] \[pde\] t=") for b in (1, 2)]
+    deadline = time.monotonic() + 120               # a hang guard: the members step within seconds
+    while not all(r.search(err.read_text()) for r in stepping) and time.monotonic() < deadline \
+            and proc.poll() is None:
+        time.sleep(0.05)
+    assert proc.poll() is None and all(r.search(err.read_text()) for r in stepping), err.read_text()
+    assert all(p.exists() for p in started), err.read_text()
+    return proc, started, out, err
 
 
 def _stopped_after_a_step(part: Path) -> bool:
@@ -188,7 +197,7 @@ def test_interrupted_sweep_stops_its_members_and_starts_no_other(tmp_path, who, 
     second Ctrl-C, broke off the pool's shutdown)."""
     import time
 
-    proc, started, out = _start_long_sweep(tmp_path)
+    proc, started, out, errfile = _start_long_sweep(tmp_path)
     t0 = time.monotonic()
     if who == "group":
         os.killpg(proc.pid, sig)
@@ -199,10 +208,11 @@ def test_interrupted_sweep_stops_its_members_and_starts_no_other(tmp_path, who, 
         time.sleep(0.002)       # timeout's two kill() calls, far enough apart to be taken as two signals
         os.killpg(proc.pid, sig)
     try:
-        _, err = proc.communicate(timeout=60)
+        proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
+    err = errfile.read_text()
     assert proc.returncode == 128 + sig, err
     assert time.monotonic() - t0 < 30, err
     assert sorted(p.name for p in out.iterdir()) == [p.name for p in started], err
@@ -238,7 +248,7 @@ def test_workers_of_a_killed_sweep_stop_and_end(tmp_path):
     their step (archives resumable, marked "interrupted") and end, instead of waiting for work forever."""
     import time
 
-    proc, started, out = _start_long_sweep(tmp_path)
+    proc, started, out, _ = _start_long_sweep(tmp_path)
     workers = _children(proc.pid)
     assert len(workers) >= 2, workers
     os.kill(proc.pid, signal.SIGKILL)
