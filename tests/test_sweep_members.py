@@ -241,6 +241,16 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
+def _asleep(pid: int) -> bool:
+    """Whether the process is sleeping (Linux /proc; without it, taken as asleep)."""
+    if not Path("/proc/self/stat").exists():
+        return True
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "S"
+    except OSError:
+        return False
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads the process table from /proc")
 def test_workers_of_a_killed_sweep_stop_and_end(tmp_path):
@@ -294,6 +304,7 @@ def _stop_after_sigterm(path: str) -> str:
 
     from solvers.interrupts import graceful_stop
     with graceful_stop() as request:          # a run: stops at its next step once asked
+        Path(path + ".running").touch()      # in the run: the test may now break the pool
         while not request:
             time.sleep(0.02)
     Path(path).write_text(request.why)       # its state kept
@@ -319,7 +330,13 @@ def test_a_lost_idle_worker_does_not_leave_the_pool_waiting(tmp_path, monkeypatc
     try:
         running = pool.submit(_stop_after_sigterm, str(mark))
         idle = pool.submit(_pid).result(timeout=60)   # the other worker, idle once it returns
-        time.sleep(0.5)
+        # events, not a sleep: the task is in its run (a SIGTERM before it stops the task without a run,
+        # and nothing is kept), and the other worker waits for work (asleep reading the task queue, whose
+        # lock it holds)
+        deadline = time.monotonic() + 60
+        while not (Path(f"{mark}.running").exists() and _asleep(idle)):
+            assert time.monotonic() < deadline, "the task's run did not start, or the other worker did not wait"
+            time.sleep(0.01)
         os.kill(idle, signal.SIGKILL)
         with pytest.raises(executor.TaskLost):
             list(pool.results([running]))
