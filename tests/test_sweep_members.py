@@ -279,16 +279,13 @@ def test_a_lost_worker_ends_the_sweep_and_the_other_keeps_its_state(tmp_path):
     """One worker of two killed (kill -9 of its member's process, once the member has 4 snapshots): the pool
     is broken and sends SIGTERM to its other worker, whose run stops after its step with its state kept
     (unless it reached its own 4 snapshots first and was killed too), and the sweep ends. Before, that
-    SIGTERM killed it, with the work since its last snapshot."""
-    import time
-
+    SIGTERM killed it, with the work since its last snapshot. (A hang is _cli's timeout; a member run to its
+    end leaves no .part.)"""
     cfg = tmp_path / "m.toml"
     cfg.write_text(LONG)
     out = tmp_path / "out"
-    t0 = time.monotonic()
     r = _cli("sweep", cfg, "--beta", "1,2", "--workers", "2", "--out", out, cwd=tmp_path, kill_after=4)
     assert r.returncode == 1 and "lost with the process" in r.stderr, r.stderr
-    assert time.monotonic() - t0 < 120
     parts = sorted(out.iterdir())
     assert [p.name for p in parts] == ["m_beta1.h5.part", "m_beta2.h5.part"]
     killed = []
