@@ -162,16 +162,39 @@ def test_round_trip_run_archive_load(tmp_path):
     assert all(p.stat().st_size > 10_000 for p in pngs)
 
 
+def _wait_for_the_commands_handlers(proc, timeout=60.0):
+    """Return once the command's own signal handlers are in place (``solvers.app.cli.main`` catches SIGTERM,
+    which the interpreter alone leaves at its default; read from /proc; without /proc at once). Before them a
+    Ctrl-C meets the interpreter's start-up, not the command: SIGINT's default action until Python installs
+    its handler, then a KeyboardInterrupt traceback from site or runpy (under load 11 a Ctrl-C 0.3 s after
+    the start landed there in 1 run of 6, 0.22 s after in 3 of 6)."""
+    status = Path(f"/proc/{proc.pid}/status")
+    end = time.monotonic() + timeout
+    while proc.poll() is None:
+        try:
+            caught = next(int(line.split()[1], 16) for line in status.read_text().splitlines()
+                          if line.startswith("SigCgt:"))
+        except (OSError, StopIteration):
+            return
+        if caught >> (signal.SIGTERM - 1) & 1:
+            return
+        assert time.monotonic() < end, f"the command set no handler within {timeout:g} s"
+        time.sleep(0.001)
+
+
 @pytest.mark.parametrize("delay", [0.3, 0.7])
 def test_ctrl_c_while_the_command_starts_ends_it_in_one_line(tmp_path, delay):
     """Ctrl-C in the command's first second (its imports of numpy, scipy, h5py, ...; or its first steps on
-    a loaded machine): exit 130, one line, no traceback, wherever the signal lands (in a compiled module's
-    initialisation it surfaces as that import's ImportError)."""
+    a loaded machine), counted from when its handlers are in place: exit 130, one line, no traceback,
+    wherever the signal lands (in a compiled module's initialisation it surfaces as that import's
+    ImportError)."""
     cfg = write(tmp_path, LONG_PDE_CFG)
     proc = subprocess.Popen([sys.executable, "-m", "solvers.app.cli", "run", str(cfg), "--quiet"], cwd=ROOT,
                             env=dict(os.environ, PYTHONPATH=str(ROOT)), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                            preexec_fn=lambda: (signal.signal(signal.SIGINT, signal.SIG_DFL),      # SIGTERM too:
+                                                signal.signal(signal.SIGTERM, signal.SIG_DFL)))    # see the wait
+    _wait_for_the_commands_handlers(proc)
     time.sleep(delay)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=300)
