@@ -463,7 +463,11 @@ def main(argv: list[str] | None = None) -> int:
     # the command went on to run to its end and exit 0 (seen once, in a fresh clone under load). The
     # handler has recorded it all the same: a run started after it stops after its first step
     # (``set_stop_pending``), as after a Ctrl-C in that step, and the command exits as interrupted.
-    from ..interrupts import set_stop_pending
+    try:
+        from ..interrupts import set_stop_pending
+    except KeyboardInterrupt:                  # before the handlers below: Python's own raised it
+        say("attnpde: interrupted")
+        return EXIT_INTERRUPTED
 
     _SIGNALS.clear()
     saved = {}
