@@ -11,7 +11,10 @@ mu_N = sum_j w_j delta_{x_j}:
     dx_i/dt = v[mu_N](x_i),   v = Model.velocity(G, Psi, drift)        (the PDE's definition)
     Psi(x)  = sum_j w_j exp(beta(<x, x_j> - 1)),   G(x) = sum_j w_j exp(beta(<x, x_j> - 1)) P_x x_j,
 
-self-interaction included. With noise nu > 0: dX = v dt + sqrt(2 nu) dB on the sphere. Time is the
+self-interaction included. With noise nu > 0: dX = v dt + sqrt(2 nu) dB on the sphere, stepped by Strang
+splitting: half the noise, the drift step, half the noise (each half a geodesic Euler–Maruyama increment of
+h/2), so that the invariant measure of the stepping is O(h^2) from the SDE's (a Lie splitting, drift then
+the whole noise, is O(h) off). Time is the
 model's time (layers); positions are unit vectors; the velocity is in radians per unit time.
 
 Interaction sums come from :mod:`solvers.interaction` (direct for any d; Fourier series on S^1 and
@@ -760,6 +763,19 @@ def prepare_particles(model: Model, n: int | None = None, x0: np.ndarray | None 
     return ParticleRun(model, x, w, desc, t_final, integrator, dt, save_every, rule, seed, opts, state)
 
 
+class _StrangNoise:
+    """A fixed-step stepper with noise: the leading half of the noise (``noise(x, h / 2)``), then the drift step
+    from there (its first stage computed at that state); the run adds the closing half (ParticleRun.accept)."""
+
+    def __init__(self, inner, noise) -> None:
+        self.inner, self.noise = inner, noise
+
+    def step(self, t: float, u: np.ndarray, h: float, f0: np.ndarray | None = None):
+        with np.errstate(all="ignore"):
+            half = self.noise(u, 0.5 * h)
+        return self.inner.step(t, half, h, None)
+
+
 class ParticleRun(Integration):
     """One prepared integration (:func:`prepare_particles`): state, stepping, snapshots, stopping rule, on
     the shared loop of :class:`~solvers.stepping.Integration`. :meth:`run` integrates it once."""
@@ -932,6 +948,10 @@ class ParticleRun(Integration):
         if self.stiffness_over_t is None and q > self.stability_bound:
             self.stiffness_over_t = self.t
 
+    def _stepper(self, lin, scaled):
+        inner = super()._stepper(lin, scaled)
+        return inner if self.model.noise == 0 else _StrangNoise(inner, self._noise)
+
     def _noise(self, x: np.ndarray, h: float) -> np.ndarray:
         """Geodesic Euler–Maruyama increment: exp_x(sqrt(2 nu h) P_x xi)."""
         xi = self.rng.standard_normal(x.shape)
@@ -964,8 +984,10 @@ class ParticleRun(Integration):
     def state(self) -> np.ndarray:
         return self.x
 
-    def rhs_at_state(self) -> np.ndarray:
-        return self.velocity(self.x)[0]
+    def rhs_at_state(self) -> np.ndarray | None:
+        # with noise a step starts from the state after its leading half of the noise, and finds the velocity
+        # there itself (_StrangNoise)
+        return self.velocity(self.x)[0] if self.model.noise == 0 else None
 
     def error_norm(self, err: np.ndarray, u: np.ndarray, u_new: np.ndarray) -> float:
         return float(np.sqrt(np.einsum("nd,nd->n", err, err).max())) / (self.opts.atol + self.opts.rtol)
@@ -989,7 +1011,7 @@ class ParticleRun(Integration):
         self.f = f_new if self.controller is not None else None
         if self.model.noise > 0:
             with np.errstate(all="ignore"):
-                x_new = self._noise(x_new, h)
+                x_new = self._noise(x_new, 0.5 * h)          # the closing half of the Strang step
             self.f = None
         if not np.all(np.isfinite(x_new)):
             return "non-finite", f"non-finite positions after the step to t = {self.t:.6g}"
