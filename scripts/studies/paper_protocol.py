@@ -33,22 +33,6 @@ Outputs (in --out, default runs/paper_protocol/):
 - ``cluster_masses.png``: every cluster mass against sqrt(beta), per setup (largest and smallest joined);
   for the ReLU setups the clusters lying in the dead zone (every ReLU unit inactive, <a_k, x> + b_k <= 0
   for all k: the perceptron drift vanishes there) are marked, with the total particle mass in the dead
-<<<<<<< HEAD:scripts/studies/paper_protocol.py
-  zone at the stop ("frozen mass"); for the descent setups the Theorem 3.5 bound B(beta) (below).
-- ``final_states.png``: histograms of the final angles for a few beta, dead zone shaded.
-- ``summary.json`` (records, fits, settings) and the printed table: setup, beta, sqrt(beta), stop reason,
-  t_stop, steps, clusters (all; and with mass >= 0.01), masses, dead-zone ("frozen") mass.
-- optionally (``--pde-betas``, default 1,5,25; ``--no-pde`` to skip; off in --quick): the PDE from the
-  uniform density for S1, S2, S3 with its default options — the spectral solver, then the Lagrangian
-  continuation (docs/numerics.md) — to its terminal state (stationary, or t = 2000): its
-  atoms (node groups) with masses ± the error estimate of the rerun at twice the nodes, and its diffuse
-  mass, next to the particle clusters at convergence: terminal states against terminal states, and for
-  each PDE atom the particle mass within 0.05 rad of it (``solvers.comparison.terminal_atoms``). S1-0 is
-  skipped: the uniform density is an exact stationary state of pure attention (nothing breaks the symmetry).
-
-Cost: the full protocol (52 particle runs, 9 PDE runs) takes one to two minutes on 2 cores with
-2 workers; --quick under 10 s. Results: docs/studies.md.
-=======
   zone at the stop ("frozen mass"); for the descent setups the Theorem 3.5 bound B(beta) (below). The
   PDE's atom masses with their error bars stand just right of each beta's particle column, and for the
   ReLU setups the PDE's atom mass in the (closed) dead zone.
@@ -69,24 +53,13 @@ Cost: the full protocol (52 particle runs, 9 PDE runs) takes one to two minutes 
   particle mass within 0.05 rad of it (``solvers.comparison.terminal_atoms``) goes into the particle
   record. S1-0 is skipped: the uniform density is an exact stationary state of pure attention (nothing
   breaks the symmetry).
-- The cap: ``--pde-max-steps`` (default 10000; 0 for none) bounds the accepted steps of each run's
-  continuation and, separately, of its rerun; a run stopped by it has no rerun (the package reruns only
-  after "stationary" or "t_final"), so its node groups carry no error bars. Measured here
-  (docs/terminal.md): S1 and S3 certify in <= 1104 and <= 294 steps (2-6 s of CPU each, rerun included),
-  S2 at beta <= 7 in <= 5400 steps (4-20 s); S2 at beta >= 10 takes 16 000 to more than 220 000 steps of
-  its explicit stepping (dt ~ 1.3 at every beta: the stability bound of a rate ~2.5, consistent with the
-  perceptron's c_2 = 2.44 at the dead zone's edge) while the dead-zone mass crystallises over 1e4 - 1e7
-  time units, 34 s (beta = 10) to more than 300 s (beta = 50) of CPU for the run alone and up to four
-  times that for its rerun at twice the nodes; they stop at the cap, near t = 1.3e4, "not certified: cap
-  reached" (12-18 s of CPU each). Without the cap, beta = 15 certified 9 stable atoms at t = 3.5e5 (119 s
-  of CPU with the rerun), beta = 35 ended at t = 4.1e7 after three plateaus of growth 1.5e-6 to 2.9e-6
-  (249 s for the run alone), beta = 50 had 1189 of its 4096 nodes still apart at t = 3.0e5 after 300 s.
+- The cap: ``--pde-max-steps`` (default 30000; 0 for none) bounds the accepted steps of each run's
+  continuation and, separately, of its error-estimate rerun. A run stopped by it is "not certified: cap
+  reached" with its node groups at that time and no error bars (the package reruns only after
+  "stationary" or "t_final"); a certified run whose rerun the cap cut keeps its certified atoms, without
+  error bars ("rerun cut by the cap"). The costs and the runs the cap stops: docs/terminal.md.
 
-Cost: the full protocol (52 particle runs, 39 PDE runs, 2 workers) took 1016 s and 789 s of wall time on
-the project's 2-core machine at load averages of 7 to 16 and 4.8 to 13.6 (other work on it), for 282 s of
-CPU in the PDE runs and 24 s in the particle runs: about 2.5-3 minutes on two idle cores. The longest jobs go first
-(:func:`expected_cost`). --quick (no PDE) takes under 10 s of CPU.
->>>>>>> protocol:scripts/paper_protocol.py
+The longest jobs go first (:func:`expected_cost`). --quick (no PDE) takes seconds.
 
 Theorem 3.5 (anti-concentration of cluster masses in descent). Its formulas are lost in the paper's text
 extraction (its §3.2: (3.1)-(3.3) came out as empty placeholders); the bound is taken from
@@ -126,7 +99,7 @@ BETAS = [0.01, 0.05, 0.1, 0.5, 1.0, 3.0, 5.0, 7.0, 10.0, 15.0, 25.0, 35.0, 50.0]
 QUICK_BETAS = [0.01, 1.0, 5.0]
 QUICK_N = 200
 #: cap on the accepted steps of a PDE run's continuation (and of its error-estimate rerun); see the docstring
-PDE_MAX_STEPS = 10_000
+PDE_MAX_STEPS = 30_000
 HEAVY = 0.01            # "heavy" clusters / atoms: mass >= 0.01 (as in `attnpde sweep`)
 #: an atom is in the (closed) ReLU dead zone when every unit's argument <a_k, x> + b_k is at most this
 DEAD_TOL = 1e-9
@@ -307,12 +280,12 @@ def run_pde(setup: str, beta: float, t_final: float = math.inf, max_steps: int |
 
 def expected_cost(job: tuple) -> float:
     """A rough cost (seconds) of a job, to start the longest first so that the workers finish together
-    (CPU seconds measured here, docs/terminal.md): S2's PDE grows with beta up to the cap (beta >= 10), the
-    other PDE runs take ~5 s, the particle runs a few seconds, more at large beta."""
+    (CPU seconds, docs/terminal.md): S2's PDE grows with beta up to the cap (beta >= 25), the other PDE
+    runs take ~5 s, the particle runs a few seconds, more at large beta."""
     kind, setup, beta = job
     if kind == "pde":
         if setup == "S2":
-            return 40.0 if beta >= 10 else 20.0 if beta >= 3 else 8.0
+            return 60.0 if beta >= 25 else 12.0 if beta >= 3 else 6.0
         return 5.0
     return 1.0 + beta / 10.0
 
@@ -621,7 +594,8 @@ def _pde_end(p: dict) -> str:
     T = p["terminal"]
     if T is None:
         return f"{p['status']} (t = {p['t_stop']:.4g}, {p['atoms']} node groups, diffuse {p['diffuse']:.3f})"
-    return f"certified at t = {T['t']:.4g}: {VERDICT[T['verdict']]} (growth {T['growth']:.2e})"
+    cut = "; rerun cut by the cap: no error bars" if p.get("check_stop") == "max_steps" else ""
+    return f"certified at t = {T['t']:.4g}: {VERDICT[T['verdict']]} (growth {T['growth']:.2e}){cut}"
 
 
 def _pde_atoms(p: dict, k: int = 16) -> str:
