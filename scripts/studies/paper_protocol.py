@@ -619,7 +619,10 @@ def pde_markdown(records: list[dict], pde: list[dict]) -> str:
     for p in pde:
         r = _particles_of(records, p)
         pl = "<br>".join(f"{q['t_entered']:.4g} -> {q['t_certified']:.4g} ({q['growth']:.1e}, {q['part']})"
-                         for q in p["plateaus"]) or "-"
+                         for q in p["plateaus"][:3]) or "-"
+        if len(p["plateaus"]) > 3:
+            last = p["plateaus"][-1]
+            pl += f"<br>... {len(p['plateaus']) - 3} more, the last certified at t = {last['t_certified']:.4g}"
         part = "-" if r is None else f"{r['clusters']} at t = {r['t_stop']:g}: {_fmt_masses(r['masses'], 8)}"
         dead = "-" if r is None or r["frozen_mass"] is None else f"{r['frozen_mass']:.3f} / {p['dead_mass']:.3f}"
         rows.append(f"| {p['setup']} | {p['beta']:g} | {_pde_end(p)} | {p['atoms']}: {_pde_atoms(p, 20)} | {pl} | "
