@@ -198,6 +198,17 @@ class _Problem:
     def residual(self, ev: _Eval) -> np.ndarray:
         return ev.x - ev.T
 
+    def _gibbs(self, phi: np.ndarray, nu: float) -> tuple[np.ndarray, np.ndarray, float]:
+        """rho = exp(s (phi + V) / nu) / Z on the quadrature nodes, with its exponent shifted to a maximum of
+        0 and log Z of the shifted exponent."""
+        if self.V is not None:
+            phi = phi + self.V
+        expo = (self.s / nu) * phi
+        expo -= expo.max()
+        r = _exp(expo)
+        Z = float(self.wq @ r)
+        return r / Z, expo, math.log(Z)
+
     def free_energy(self, ev: _Eval) -> float:
         """F = nu ∫ rho log rho - s E[rho] (module Notes), the pair term sum_l g_l |rho_l|^2 in orthonormal
         coordinates (rho_0 = 1), the entropy from log rho = expo - log Z (no log of a small number)."""
@@ -224,16 +235,9 @@ class _Dense(_Problem):
         self.blocks = blocks
 
     def evaluate(self, x: np.ndarray, nu: float) -> _Eval:
-        phi = self.E @ (self.gg * x)
-        if self.V is not None:
-            phi = phi + self.V
-        expo = (self.s / nu) * phi
-        expo -= expo.max()
-        r = _exp(expo)
-        Z = float(self.wq @ r)
-        rho = r / Z
+        rho, expo, logZ = self._gibbs(self.E @ (self.gg * x), nu)
         wr = self.wq * rho
-        return _Eval(x=x, nu=nu, rho=rho, expo=expo, logZ=math.log(Z), wr=wr, T=self.E.T @ wr)
+        return _Eval(x=x, nu=nu, rho=rho, expo=expo, logZ=logZ, wr=wr, T=self.E.T @ wr)
 
     def covariance(self, ev: _Eval, E: np.ndarray | None = None, centred: bool = True) -> np.ndarray:
         """Cov_rho(e_i, e_j) of the columns of E (default the unknowns' basis); ``centred=False`` for a block
@@ -448,16 +452,9 @@ class _Krylov(_Problem):
 
     def evaluate(self, x: np.ndarray, nu: float) -> _Eval:
         kb = self.kbasis
-        phi = kb.synth(self.to_native(self.gg * x)).ravel()
-        if self.V is not None:
-            phi = phi + self.V
-        expo = (self.s / nu) * phi
-        expo -= expo.max()
-        r = _exp(expo)
-        Z = float(self.wq @ r)
-        rho = r / Z
+        rho, expo, logZ = self._gibbs(kb.synth(self.to_native(self.gg * x)).ravel(), nu)
         T = self.from_native(kb.analys(rho.reshape(kb.shape)))
-        return _Eval(x=x, nu=nu, rho=rho, expo=expo, logZ=math.log(Z), wr=self.wq * rho, T=T)
+        return _Eval(x=x, nu=nu, rho=rho, expo=expo, logZ=logZ, wr=self.wq * rho, T=T)
 
     def _cov(self, ev: _Eval, u: np.ndarray) -> np.ndarray:
         """C u: the coordinates of rho (psi - <psi>_rho), psi the field of coordinates u."""
