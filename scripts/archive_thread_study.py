@@ -18,7 +18,8 @@ with this writer:
 - the run's snapshot callback copies each snapshot, and hands the thread a batch every ``--batch``
   snapshots;
 - the thread appends the batch's rows, and compresses the density's whole chunks itself (HDF5's
-  shuffle + deflate, ``solvers.app.archive._deflate``, written with ``H5Dwrite_chunk``; zlib releases
+  shuffle + deflate (``_deflate`` below, the writer's until it became plain h5py), written with
+  ``H5Dwrite_chunk``; zlib releases
   the GIL too);
 - after the run, the last rows, the step log, the restart coefficients, the stage's attributes, the
   flush and the close, while the run's thread waits.
@@ -63,8 +64,20 @@ import numpy as np  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_runs  # noqa: E402
 
+import zlib  # noqa: E402
+
 from solvers import solve_pde  # noqa: E402
-from solvers.app import archive  # noqa: E402  (the real writer's chunk compression and names)
+from solvers.app.archive_schema import PURE_DIM as _PURE_DIM  # noqa: E402  (the real writer's names)
+
+#: the compression level of the archive's gzip filter
+_GZIP_LEVEL = 1
+
+
+def _deflate(block: np.ndarray) -> bytes:
+    """HDF5's shuffle + deflate of one chunk (C-contiguous float64): byte k of every element for k = 0..7,
+    then zlib (the archive writer's own worker did this until the writer became plain h5py)."""
+    planes = block.view(np.uint8).reshape(-1, block.itemsize).T
+    return zlib.compress(np.ascontiguousarray(planes), _GZIP_LEVEL)
 
 
 def _loaded(name: str) -> str:
@@ -136,7 +149,7 @@ COMPLEX = Tcreate(H5T_COMPOUND, 16)       # h5py's complex128: fields r, i
 Tinsert(COMPLEX, b"r", 0, F64)
 Tinsert(COMPLEX, b"i", 8, F64)
 SCALAR = Screate(H5S_SCALAR)
-PURE_DIM = archive._PURE_DIM + b"%10d" % 0     # as the real writer names a pure dimension
+PURE_DIM = _PURE_DIM.encode() + b"%10d" % 0     # as the real writer names a pure dimension
 
 
 def _dims(t) -> ctypes.Array:
@@ -183,7 +196,7 @@ class Writer:
             Pset_chunk(dcpl, len(chunks), _dims(chunks))
             if deflate:
                 Pset_shuffle(dcpl)
-                Pset_deflate(dcpl, archive._GZIP_LEVEL)
+                Pset_deflate(dcpl, _GZIP_LEVEL)
         Pset_obj_track_times(dcpl, False)
         d = self._keep(Dclose, _ok(Dcreate(loc, name.encode(), ftype, space, 0, dcpl, 0), name))
         Pclose(dcpl)
@@ -295,7 +308,7 @@ class Writer:
             block = np.stack(self.density_rows[:32])
             del self.density_rows[:32]
             if block.shape[0] == 32:           # shuffled and deflated as the real writer's worker does
-                z = archive._deflate(block)
+                z = _deflate(block)
                 _ok(Dwrite_chunk(self.density, 0, 0, _dims((self.density_done, 0)), len(z), z), "chunk")
             else:
                 self.append(self.density, self.density_done, block, NATIVE_D)

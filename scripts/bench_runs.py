@@ -15,7 +15,7 @@
    on a one-second run is within the noise of a shared machine, each record also carries the time
    spent inside ``ArchiveWriter`` on the run's thread during the archived runs (measured by wrapping its
    methods), which is the write cost the run waits for, independent of load on the other core, and the
-   time of the batches written behind the run by the writer's background thread. Its floor: the same
+   time of the batches written behind the run (none since the writer writes on the run's thread). Its floor: the same
    snapshots written as the plainest HDF5 file (``_minimal_file``, after the runs), which separates
    what HDF5 costs for the data from what the archive's content costs (named dimensions, attributes,
    restart state, step log, model, atoms).
@@ -204,20 +204,19 @@ def whole_run(d: int, degree: int, t_final: float = 10.0, repeats: int = 1, appl
 class WriterClock:
     """Within the ``with`` block, time spent inside ``ArchiveWriter`` methods on the calling thread
     (outermost calls only, so nested calls count once), inside ``PDEResult.atoms`` (which ``pde_finish``
-    calls), in the batches the writer's background thread wrote ("behind", not on the run's path), and
-    inside ``PDERun.run`` ("solve": the integration, with its snapshot callbacks)."""
+    calls), and inside ``PDERun.run`` ("solve": the integration, with its snapshot callbacks)."""
 
     METHODS = ("__init__", "set_status", "close", "write_pending", "pde_begin", "pde_snapshot", "pde_finish",
                "write_atoms", "truncate_to_restart")
 
     def __init__(self) -> None:
-        self.total = self.atoms = self.behind = self.solve = 0.0
+        self.total = self.atoms = self.solve = 0.0
         self._local = threading.local()          # nesting depth, per thread
         self._lock = threading.Lock()
         self._saved = []
 
     def reset(self) -> None:
-        self.total = self.atoms = self.behind = self.solve = 0.0
+        self.total = self.atoms = self.solve = 0.0
 
     def _wrap(self, owner, name, field):
         f = getattr(owner, name)
@@ -238,14 +237,12 @@ class WriterClock:
         setattr(owner, name, timed)
 
     def __enter__(self) -> "WriterClock":
-        from solvers.app.archive import ArchiveWriter, _WriteBehind
+        from solvers.app.archive import ArchiveWriter
         from solvers.pde import PDEResult, PDERun
         for name in self.METHODS:
             self._wrap(ArchiveWriter, name, "total")
         self._wrap(PDEResult, "atoms", "atoms")
         self._wrap(PDERun, "run", "solve")
-        # batches written behind the run, in the writer's background thread (wall time of that thread)
-        self._wrap(_WriteBehind, "_run", "behind")
         return self
 
     def __exit__(self, *exc) -> None:
@@ -296,7 +293,7 @@ def archive_overhead(d: int = 2, degree: int = 1024, t_final: float = 10.0, save
     model = _model(d)
     dirty = [_dirty_kib()]
     cfg = parse_config(CONFIG.format(d=d, degree=degree, t_final=t_final, save=f"save_every = {save_every}"))
-    plain, archived, inside, atoms, behind, size = [], [], [], [], [], 0
+    plain, archived, inside, atoms, size = [], [], [], [], 0
     solve = {"plain": [], "archived": []}
     steps = set()
     with tempfile.TemporaryDirectory() as tmp, WriterClock() as clock:
@@ -317,7 +314,6 @@ def archive_overhead(d: int = 2, degree: int = 1024, t_final: float = 10.0, save
                         archived.append(time.perf_counter() - t0)
                     inside.append(clock.total)
                     atoms.append(clock.atoms)
-                    behind.append(clock.behind)
                     size = path.stat().st_size
                     steps.add(("archived", out.pde.nsteps))
                     nsnap = len(out.pde.t)
@@ -332,7 +328,7 @@ def archive_overhead(d: int = 2, degree: int = 1024, t_final: float = 10.0, save
     paired = statistics.median(x / y for x, y in zip(archived, plain))      # runs adjacent in time
     judged = max(ratio, paired)
     min_min = min(archived) / min(plain)
-    w, a, b = statistics.median(inside), statistics.median(atoms), statistics.median(behind)
+    w, a = statistics.median(inside), statistics.median(atoms)
     # where the extra time goes (paired medians): in the integration (its snapshot callbacks, progress
     # lines, and whatever the writer's other threads cost it) and around it (the archive's own writes)
     during = statistics.median(x - y for x, y in zip(solve["archived"], solve["plain"]))
@@ -347,15 +343,15 @@ def archive_overhead(d: int = 2, degree: int = 1024, t_final: float = 10.0, save
                        else "none (quick mode)"),
             "met": bool(judged <= ARCHIVE_TARGET) if apply_target else None,
             "paired_ratio_median": paired, "ratio_min_min": min_min,
-            "writer_seconds": w, "writer_fraction": w / base, "atoms_seconds": a, "behind_seconds": b,
+            "writer_seconds": w, "writer_fraction": w / base, "atoms_seconds": a,
             "extra_during_run_seconds": during, "extra_around_run_seconds": around,
             "hdf5_floor_seconds": floor, "hdf5_floor_fraction": None if floor is None else floor / base,
             "archive_bytes": size, "dirty_kib_start": dirty[0], "dirty_kib_end": dirty[1],
             "repeats": repeats, "snapshots": nsnap, "same_steps": same,
             "note": f"median / median of {repeats} (median of paired ratios {paired:.3f}, min / min "
                     f"{min_min:.3f}); inside ArchiveWriter "
-                    f"{1e3 * w:.0f} ms = {100 * w / base:.1f}% of the plain run (incl. atoms {1e3 * a:.0f} ms), "
-                    f"{1e3 * b:.0f} ms more written behind the run; extra time (paired medians) "
+                    f"{1e3 * w:.0f} ms = {100 * w / base:.1f}% of the plain run (incl. atoms {1e3 * a:.0f} ms); "
+                    f"extra time (paired medians) "
                     f"{1e3 * during:+.1f} ms during the integration, {1e3 * around:+.1f} ms around it"
                     + ("" if floor is None else f"; the same snapshots as a minimal HDF5 file (no names, attributes, "
                        f"compression or restart state) {1e3 * floor:.1f} ms = {100 * floor / base:.1f}%")
