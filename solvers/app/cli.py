@@ -1,7 +1,7 @@
 """The ``attnpde`` command line.
 
     attnpde run CONFIG [--out PATH] [--resume] [--force] [--quiet]
-    attnpde info ARCHIVE
+    attnpde info ARCHIVE [--layout]
     attnpde plot ARCHIVE [--out DIR]
     attnpde sweep CONFIG --beta LIST [--workers N | --scheduler ADDRESS] [--out DIR] [--resume] [--force]
     attnpde validate CONFIG --n LIST [--seeds M] [--workers N | --scheduler ADDRESS] [--at T] [--out PATH] [--force]
@@ -106,7 +106,7 @@ def _archive_path_problem(out: Path, config_path: str, given: bool) -> str | Non
 
 
 def cmd_run(args) -> int:
-    from .archive import ArchiveError
+    from .archive import ArchiveError, ArchiveFull
     from .config import ConfigError, load_config
     from .runner import RunFailed, RunRefused, run_config
 
@@ -126,8 +126,9 @@ def cmd_run(args) -> int:
                              progress=None if not args.quiet else False)
     except (RunRefused, ArchiveError) as e:
         return _err(str(e))
-    except RunFailed as e:
-        say(f"attnpde: error: {e}")
+    except (RunFailed, ArchiveFull) as e:
+        # a stage's failure, or no room for the archive: the archive keeps what it held (status failed)
+        say(f"attnpde: error: {e.strerror if isinstance(e, ArchiveFull) else e}")
         return EXIT_FAILED
     except OSError as e:
         # creating the archive (the checks above cannot foresee every file system); a stage's own
@@ -144,12 +145,16 @@ def cmd_run(args) -> int:
 
 def cmd_info(args) -> int:
     from .archive import ArchiveError
-    from .info import describe
+    from .info import describe, describe_layout
 
     try:
-        print(describe(args.archive))
+        text = describe_layout(args.archive) if args.layout else describe(args.archive)
     except ArchiveError as e:
         return _err(str(e))
+    except Exception as e:                      # noqa: BLE001 — content the checks let through, read wrong
+        return _err(f"{args.archive}: damaged archive: cannot describe it ({type(e).__name__}: "
+                    f"{' '.join(str(e).split())})")
+    print(text)
     return EXIT_OK
 
 
@@ -170,6 +175,9 @@ def cmd_plot(args) -> int:
     except OSError as e:
         # writing the figures (the check above cannot foresee every file system)
         return _err(f"cannot write the figures ({e.strerror or e})")
+    except Exception as e:                      # noqa: BLE001 — content the checks let through, drawn wrong
+        return _err(f"{args.archive}: damaged archive: cannot plot it ({type(e).__name__}: "
+                    f"{' '.join(str(e).split())})")
     for f in files:
         print(f)
     return EXIT_OK
@@ -303,6 +311,9 @@ def build_parser() -> argparse.ArgumentParser:
     i = sub.add_parser("info", help="what a run was, how it ended, its key numbers")
     i.add_argument("archive", help="an archive of `attnpde run`, `sweep` (a member) or `validate` (.h5, or "
                                    ".h5.part while unfinished)")
+    i.add_argument("--layout", action="store_true",
+                   help="the archive's layout instead: every group, dataset (shape, type, dimensions, what it "
+                        "holds) and attribute")
     i.set_defaults(func=cmd_info)
     p = sub.add_parser("plot", help="PNG figures of a run")
     p.add_argument("archive", help="an archive of `attnpde run`, `sweep` (a member) or `validate`")
@@ -408,7 +419,7 @@ def _main(argv: list[str] | None) -> int:
         return args.func(args)
     except (KeyboardInterrupt, ImportError) as e:
         if isinstance(e, ImportError) and not _SIGNALS:
-            raise
+            return _internal_error(e)
         say("attnpde: interrupted" + (" (SIGTERM)" if _SIGNALS[:1] == [signal.SIGTERM] else ""))
         return _interrupted_exit()
     except BrokenPipeError:
@@ -417,12 +428,27 @@ def _main(argv: list[str] | None) -> int:
         silence(sys.stdout)
         return EXIT_BROKEN_PIPE
     except OSError as e:
-        if e.filename is not None:          # a file of the command's, not its output: not ours to take
-            raise
+        if e.filename is not None:          # a file of the command's, not its output
+            say(f"attnpde: error: {e.filename}: {e.strerror or e}")
+            return EXIT_FAILED
         # the output cannot be written (``attnpde info A > /dev/full``): say so, as a shell tool does
         silence(sys.stdout)
         say(f"attnpde: error: cannot write the output: {e}")
         return EXIT_FAILED
+    except Exception as e:                  # noqa: BLE001 — a bug: one line all the same (no traceback)
+        return _internal_error(e)
+
+
+def _internal_error(e: BaseException) -> int:
+    """An error no check foresaw (a bug): one line, exit 1; the traceback with ATTNPDE_TRACEBACK=1."""
+    import os
+    import traceback
+
+    if os.environ.get("ATTNPDE_TRACEBACK"):
+        traceback.print_exc()
+    say(f"attnpde: error: unexpected {type(e).__name__}: {' '.join(str(e).split())} (a bug: please report it with "
+        "the command; ATTNPDE_TRACEBACK=1 shows where)")
+    return EXIT_FAILED
 
 
 if __name__ == "__main__":
