@@ -105,9 +105,9 @@ def delete(g: h5py.Group, name: str) -> None:
 
 
 # --- named dimensions -----------------------------------------------------------------------------------
-def _scale(g: h5py.Group, name: str) -> h5py.Dataset:
+def _scale(g: h5py.Group, name: str, get) -> h5py.Dataset:
     """The dimension scale ``name`` of group ``g``: its coordinate variable, else a placeholder dimension."""
-    ds = g.get(name)
+    ds = get(g, name)
     if ds is not None:
         if not h5py.h5ds.is_scale(ds.id):
             ds.make_scale(name)
@@ -121,12 +121,14 @@ def _scale(g: h5py.Group, name: str) -> h5py.Dataset:
     return ds
 
 
-def label(g: h5py.Group, path: str, d: int, names) -> None:
+def label(g: h5py.Group, path: str, d: int, names, get=None) -> None:
     """Named dimensions and CF attributes for the datasets ``names`` of group ``g`` (at ``path``) that have
-    none yet; a 1-D dataset named after its dimension becomes that dimension's coordinate."""
+    none yet; a 1-D dataset named after its dimension becomes that dimension's coordinate. ``get(g, name)``:
+    the dataset (a writer's cache of h5py's Dataset objects, which cost ~0.1 ms each to make)."""
+    get = get or (lambda group, key: group.get(key))
     scales: dict[str, h5py.Dataset] = {}
     for name in names:
-        ds = g.get(name)
+        ds = get(g, name)
         if not isinstance(ds, h5py.Dataset) or ds.ndim == 0 or h5py.h5ds.is_scale(ds.id):
             continue
         dims = dims_of(path, name, ds.ndim, d)
@@ -138,7 +140,7 @@ def label(g: h5py.Group, path: str, d: int, names) -> None:
             continue
         for axis, dim in enumerate(dims):
             if dim not in scales:
-                scales[dim] = _scale(g, dim)
+                scales[dim] = _scale(g, dim, get)
             ds.dims[axis].attach_scale(scales[dim])
         ds.attrs.update(cf_attributes(path, name))
         if path == "pde" and name == "coeffs" and d == 3:
@@ -226,6 +228,7 @@ class ArchiveWriter:
         self._kept_after = {"pde": False, "particles": False}       # restart state newer than the last snapshot
         self._step_rows0 = 0                                          # rows of /pde/steps before this run's
         self._labeled: set[str] = set()
+        self._datasets: dict[str, h5py.Dataset] = {}               # h5py Dataset objects by path (see _get)
         self.failure: BaseException | None = None
         self._committed_t: dict[str, float] = {}
         self._state: dict[str, dict] = {}                          # the committed restart state, per section
@@ -419,13 +422,14 @@ class ArchiveWriter:
         ``grow``: wider rows widen it, its earlier rows padded with zeros). The CRC-32 of its rows is kept for
         the commit."""
         block = np.ascontiguousarray(block)
-        ds = g.get(name)
+        ds = self._get(g, name)
         if ds is None:                              # created holding the block (one call instead of three)
             width = block.shape[1:]
             rows = 1 if compress and width else _chunk_rows(width, block.dtype.itemsize)
             ds = g.create_dataset(name, data=block, chunks=tuple(max(1, c) for c in (rows,) + width),
                                   maxshape=(None,) * block.ndim if grow else (None,) + width, fletcher32=True,
                                   track_times=False, **(GZIP if compress and width else {}))
+            self._datasets[ds.name] = ds
             self._crc[section][ds.name[len(f"/{section}/"):]] = [crc(block), *ds.shape]
             return ds
         n, key = ds.shape[0], ds.name[len(f"/{section}/"):]
@@ -453,11 +457,21 @@ class ArchiveWriter:
         self._append(g, section, name, rows[have:])
         return True
 
+    def _get(self, g: h5py.Group, name: str):
+        """Dataset ``name`` of ``g`` (None if absent), from the writer's cache of Dataset objects."""
+        key = f"{g.name}/{name}"
+        ds = self._datasets.get(key)
+        if ds is None or not ds.id.valid:
+            ds = g.get(name)
+            if isinstance(ds, h5py.Dataset):
+                self._datasets[key] = ds
+        return ds
+
     def _label_group(self, g: h5py.Group, path: str) -> None:
         """Named dimensions for every dataset of group ``g`` (at ``path``)."""
         if self.labels and self.d:
             self._labeled.add(path)
-            label(g, path, self.d, list(g.keys()))
+            label(g, path, self.d, list(g.keys()), self._get)
 
     def _label(self, g: h5py.Group, path: str, new=()) -> None:
         """Named dimensions for a group that grows batch by batch: all its datasets the first time, then
@@ -465,7 +479,7 @@ class ArchiveWriter:
         if path not in self._labeled:
             self._label_group(g, path)
         elif new and self.labels and self.d:
-            label(g, path, self.d, new)
+            label(g, path, self.d, new, self._get)
 
     # --- the commit -----------------------------------------------------------------------------------
     def _commit(self, section: str, restart: dict) -> None:
@@ -482,6 +496,7 @@ class ArchiveWriter:
         slot = "b" if previous.get("slot") == "a" else "a"
         sg = r.require_group(slot)
         arrays = {k: np.asarray(v) for k, v in restart.items() if isinstance(v, np.ndarray) and v.ndim >= 1}
+        self._datasets.clear()                # (datasets are deleted below: no stale Dataset objects)
         for k in [k for k in sg if k not in arrays and not is_dimension(sg[k])]:     # of an earlier phase
             delete(sg, k)
         sums = {k: v for k, v in self._crc[section].items() if not k.startswith("restart/")}
@@ -523,6 +538,7 @@ class ArchiveWriter:
         with self._writing(data.nbytes * 2):
             if name in self.f:
                 del self.f[name]
+                self._datasets.clear()
             g = self.f.create_group(name)
             self._crc[name] = {}
             self._state.pop(name, None)
@@ -662,6 +678,7 @@ class ArchiveWriter:
                 self._commit(section, state)
         if "b" in r:
             del r["b"]
+            self._datasets.clear()
             self._labeled.discard(f"{section}/restart/b")
 
     def _finish_stage(self, name: str, result) -> h5py.Group:
@@ -809,6 +826,7 @@ class ArchiveWriter:
         parent = self.f.require_group("atoms")
         if which in parent:
             del parent[which]
+            self._datasets.clear()
         g = parent.create_group(which)
         positions = atoms.positions if masses is None else atoms
         masses = atoms.masses if masses is None else masses
@@ -837,6 +855,7 @@ class ArchiveWriter:
             return None
         state = read_state(g["restart"])
         self._state[section] = state
+        self._datasets.clear()
         with self._writing(0):
             sums = state.get("crc")
             if sums is not None:
@@ -966,6 +985,7 @@ def write_comparison(writer: ArchiveWriter, cmp, d: int) -> None:
     with writer._writing(1 << 20):
         if "comparison" in writer.f:                   # a new comparison replaces the old one whole
             del writer.f["comparison"]
+            writer._datasets.clear()
         g = writer.f.create_group("comparison")
         put(g, "t", cmp.t)
         for name in ("w1", "mmd", "moment_gap", "energy_gap", "cdf_drift"):
@@ -1003,6 +1023,7 @@ def write_validation(writer: ArchiveWriter, res, results: list[dict], compare_op
     with writer._writing(sum(v.nbytes for v in res.distances.values())):
         if "validation" in writer.f:
             del writer.f["validation"]
+            writer._datasets.clear()
         g = writer.f.create_group("validation")
         put(g, "n", np.asarray(res.n))
         put(g, "seed", np.asarray(res.seeds))
