@@ -88,9 +88,10 @@ def _unwritable(out: Path, what: str, *, directory: bool = False) -> str | None:
     return None
 
 
-def _archive_path_problem(out: Path, config_path: str, given: bool) -> str | None:
+def _archive_path_problem(out: Path, config_path: str, given: bool, resume: bool = False) -> str | None:
     """Why ``out`` cannot receive the archive of the configuration at ``config_path`` (None if it can).
-    Checked before the run: --force must never replace the configuration or meet a directory."""
+    Checked before the run: --force must never replace the configuration or meet a directory. A resume
+    creates nothing: whether the archive can be written, its lock says (a read-only archive, in one line)."""
     what = "--out" if given else "the archive path (default)"
     if out.is_dir():
         return f"{what} {out}: is a directory; give a file path (e.g. {out / (Path(config_path).stem + '.h5')})"
@@ -102,7 +103,7 @@ def _archive_path_problem(out: Path, config_path: str, given: bool) -> str | Non
         other = _default_out(config_path)
         other = other if other != out else out.with_name(out.stem + "_run.h5")
         return f"{what} {out}: is the configuration itself; give the archive another path (e.g. {other})"
-    return _unwritable(out, what)
+    return None if resume else _unwritable(out, what)
 
 
 def cmd_run(args) -> int:
@@ -117,7 +118,7 @@ def cmd_run(args) -> int:
     out = Path(args.out) if args.out else _default_out(args.config)
     if args.resume and args.force:
         return _err("--resume and --force exclude each other")
-    problem = _archive_path_problem(out, args.config, bool(args.out))
+    problem = _archive_path_problem(out, args.config, bool(args.out), resume=args.resume and out.exists())
     if problem:
         return _err(problem)
     command = _command("run")

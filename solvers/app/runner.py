@@ -406,6 +406,9 @@ def run_config(config: RunConfig, out: str | Path, *, resume: bool = False, forc
             writer.annotate(resumed_with=f"{earlier} | {here}" if earlier else here)
     else:
         writer = new_archive(config, out, force=force, command=command, hint=" or --resume to continue it")
+    if not writer.lock.locked and not writer.lock.shared_with_self:
+        log(f"[archive] {out}: this file system takes no file locks (NFS without a lock manager?): nothing stops "
+            "another process from writing or replacing the archive while this run writes it")
     outcome = RunOutcome(path=out, status="running")
     try:
         if config.pde is not None and not _complete(writer, "pde", outcome, log):
