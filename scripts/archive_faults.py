@@ -123,6 +123,15 @@ def datasets(path: Path) -> dict:
     return out
 
 
+def load_status(path: Path) -> str:
+    """The status of an archive ("" when it cannot be read)."""
+    from solvers.app.archive import ArchiveError, load
+    try:
+        return load(path).status
+    except ArchiveError:
+        return ""
+
+
 def differences(path: Path, ref: Path) -> list[str]:
     """How two archives of one configuration differ (empty: the same run): every dataset, the same set and
     the same values, and the run as ``load`` reads it."""
@@ -190,10 +199,18 @@ class Campaign:
         self.cfg = work / "c.toml"
         self.cfg.write_text(CONFIG)
         self.ref = work / "full.h5"
+        # the reference run, and when its archive appeared: kills land between that and its end
         t0 = time.perf_counter()
-        r = attnpde("run", self.cfg, "--out", self.ref, "--quiet", cwd=work)
-        assert r is not None and r.returncode == 0, r and r.stderr
+        proc = subprocess.Popen([PY, "-m", "solvers.app.cli", "run", str(self.cfg), "--out", str(self.ref), "--quiet"],
+                                cwd=work, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        self.created = None
+        while proc.poll() is None:
+            if self.created is None and self.ref.exists():
+                self.created = time.perf_counter() - t0
+            time.sleep(0.005)
         self.duration = time.perf_counter() - t0
+        assert proc.returncode == 0, proc.stderr.read()
+        self.created = self.created or 0.5
         self.ref_info = self.info_text(self.ref)
         self.cut = {}
         # interrupted (SIGINT) in the continuation, and in the particles (past the PDE's t_final: the signal
@@ -234,7 +251,8 @@ class Campaign:
 
     def resume_to_reference(self, group: str, case: str, path: Path, *, limit: int | None = None,
                             command: tuple = ()) -> None:
-        """--resume ``path``: ok when it ends with the uninterrupted run's numbers."""
+        """--resume ``path``: ok when it ends with the uninterrupted run's numbers (the detail: where it
+        resumed each stage)."""
         r = attnpde(*(command or ("run", self.cfg)), "--out", path, "--resume", "--quiet", cwd=self.work, limit=limit)
         k = kind(r)
         if k != "accepted":
@@ -242,7 +260,9 @@ class Campaign:
                         "" if r is None else r.stderr.strip()[-300:])
             return
         diff = differences(path, self.ref)
-        self.record(group, case, "ok" if not diff else "lost or wrong", ", ".join(diff))
+        where = "; ".join(line.split(" (")[0] for line in r.stderr.splitlines()
+                          if "resuming from" in line or "starts from t = 0" in line or "already complete" in line)
+        self.record(group, case, "ok" if not diff else "lost or wrong", where + (": " + ", ".join(diff) if diff else ""))
 
     # --- groups -------------------------------------------------------------------------------------
     def locks(self) -> None:
@@ -523,7 +543,7 @@ class Campaign:
     def kill(self, trials: int) -> None:
         for i in range(trials):
             path = self.work / f"k{i}.h5"
-            at = self.rng.uniform(0.5, self.duration * 0.97)
+            at = self.rng.uniform(self.created, self.duration * 0.95)
             proc = subprocess.Popen([PY, "-m", "solvers.app.cli", "run", str(self.cfg), "--out", str(path), "--quiet"],
                                     cwd=self.work, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             time.sleep(at)
@@ -534,6 +554,11 @@ class Campaign:
                 case += f" (it had ended: exit {proc.returncode})"
             if not path.exists():
                 self.record("kill", case, "ok", "before the archive existed: nothing to resume")
+                continue
+            if load_status(path) == "finished":          # killed after the archive was finished (or not at all)
+                diff = differences(path, self.ref)
+                self.record("kill", case, "ok" if not diff else "lost or wrong",
+                            "finished before the kill" + (": " + ", ".join(diff) if diff else ""))
                 continue
             self.resume_to_reference("kill", case, path)
 

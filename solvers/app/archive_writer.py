@@ -499,6 +499,11 @@ class ArchiveWriter:
         self._datasets.clear()                # (datasets are deleted below: no stale Dataset objects)
         for k in [k for k in sg if k not in arrays and not is_dimension(sg[k])]:     # of an earlier phase
             delete(sg, k)
+        # and the placeholder dimensions no array of this state uses: what a slot holds never depends on the
+        # states written into it before (how many the wall clock let through)
+        used = {dim for k, v in arrays.items() for dim in dims_of(f"{section}/restart/{slot}", k, v.ndim, self.d)}
+        for k in [k for k in sg if k not in used and k not in arrays]:
+            del sg[k]
         sums = {k: v for k, v in self._crc[section].items() if not k.startswith("restart/")}
         for k, v in arrays.items():
             ds = sg.get(k)
