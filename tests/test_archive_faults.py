@@ -352,6 +352,26 @@ def test_a_format_from_the_future_names_the_version(tmp_path, runs):
         load(path)
 
 
+def test_an_archive_of_the_writer_before_the_checksums_loads_and_resumes(tmp_path):
+    """An archive the previous writer made (format 3 without checksums, commit 862866c, from
+    tests/data/format_v3_unchecked.toml), cut by Ctrl-C in its continuation: it loads, and resumes to the
+    numbers of the same run made here (to round-off: it may have been made on another CPU)."""
+    import lzma
+    data = ROOT / "tests" / "data"
+    path = tmp_path / "v3.h5"
+    path.write_bytes(lzma.decompress((data / "format_v3_unchecked.h5.xz").read_bytes()))
+    run = load(path)
+    assert run.status == "interrupted" and "checksums" not in run.attrs and run.pde.stop_reason == "interrupted"
+    config = parse_config((data / "format_v3_unchecked.toml").read_text())
+    assert run_config(config, path, resume=True, progress=False, log=lambda s: None).status == "finished"
+    run_config(config, tmp_path / "ref.h5", progress=False, log=lambda s: None)
+    a, b = load(path), load(tmp_path / "ref.h5")
+    assert np.array_equal(a.pde.t, b.pde.t) and np.array_equal(a.particles.t, b.particles.t)
+    np.testing.assert_allclose(a.pde.coeffs, b.pde.coeffs, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(a.particles.x, b.particles.x, rtol=0, atol=1e-12)
+    assert a.pde.nsteps == b.pde.nsteps and a.attrs["resumed"] == 1
+
+
 def test_root_annotations_edited_by_hand_are_reported_not_refused(tmp_path, runs):
     """The command line, the library versions: a user may edit them (the tests do, to stand for another
     version); info reports the change in one line and the archive stays usable."""
