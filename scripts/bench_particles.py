@@ -4,16 +4,15 @@ reference.
 
 Cases (all in the same run, USA ascent with a ReLU perceptron of d units, i.i.d. uniform particles):
   S^1, beta = 25, N in {1e3, 1e4, 2e4, 1e5, 1e6}; S^1, beta = 100, N in {1e5, 1e6};
-  S^2, beta = 4, N in {1e3, 1e4, 1e5, 1e6}. Both fast methods are timed: on S^1 the Bessel series by
-  power tables ("fast") and the same series through a 1-D FINUFFT ("nufft"); on S^2 the addition
-  theorem by harmonic tables ("fast") and through a 2-D FINUFFT on the doubled sphere ("nufft");
+  S^2, beta = 4, N in {1e3, 1e4, 1e5, 1e6}. On S^1 both series methods are timed: the Bessel series by
+  power tables ("fast") and the same series through ducc0's 1-D NUFFT ("nufft"); on S^2 the addition
+  theorem through ducc0's spherical harmonic transforms ("nufft", the only series method there);
   ``method="auto"``'s choice is reported with them.
 
 "One velocity evaluation" is what the particle solver does per stage: Psi and G at the N particles
 (self-interaction included), the perceptron drift, and ``Model.velocity``. Timings are the best of a
 few repetitions (wall clock, one BLAS thread for fast/direct as the solver runs them; the naive
-reference keeps the BLAS default); the NUFFT's are the best of 5 after an untimed first evaluation,
-which makes its FINUFFT plans for the point count (a run makes them once). Naive / direct are skipped
+reference keeps the BLAS default); the NUFFT's are the best of 5 after an untimed first evaluation. Naive / direct are skipped
 where they would need more than ``naive_max_bytes`` of memory or an estimated ``max_seconds`` of time
 (the table says so).
 
@@ -121,7 +120,7 @@ def peak_memory_sphere(N: int = 10 ** 6, beta: float = 4.0) -> float:
 def looser_tolerance(d: int = 2, beta: float = 25.0, N: int = 10 ** 6, tol: float = 1e-12, reps: int = 9,
                      n_check: int = 2000) -> dict:
     """What a looser ``sum_tol`` buys: one velocity evaluation with the NUFFT sums at the default
-    tolerance and at ``tol`` (which also sets FINUFFT's precision), alternating, ``reps`` pairs; and each
+    tolerance and at ``tol`` (which also sets the NUFFT's precision), alternating, ``reps`` pairs; and each
     one's largest error in Psi and G at ``n_check`` of the points against the direct sums, relative to max Psi.
 
     Returns {seconds_default, seconds_loose (best of reps), paired_ratio (median of loose / default),
@@ -138,7 +137,7 @@ def looser_tolerance(d: int = 2, beta: float = 25.0, N: int = 10 ** 6, tol: floa
         for k in (("default", "loose") if i % 2 == 0 else ("loose", "default")):
             t0 = time.perf_counter()
             evaluate[k]()
-            if i:                                    # the first pair makes the FINUFFT plans
+            if i:                                    # the first pair is not timed (warm-up)
                 times[k].append(time.perf_counter() - t0)
     psi_d, G_d = direct_fields(x[:n_check], x, w, beta)
     scale = float(np.abs(psi_d).max())
@@ -169,17 +168,15 @@ def velocity_rows(plan=PLAN, naive_max_bytes: float = 8 * GIB, max_seconds: floa
     per_pair = {}          # measured direct / naive seconds per pair, to estimate skipped sizes
     for d, beta, sizes in plan:
         model = _model(d, beta)
-        sums = {m: InteractionSums(d, beta, m) for m in ("fast", "nufft", "direct")}
+        sums = {m: InteractionSums(d, beta, m) for m in (("fast", "nufft", "direct") if d == 2 else ("nufft", "direct"))}
         for N in sizes:
             x = _points(N, d, seed=N)
             w = np.full(N, 1.0 / N)
             reps = 3 if N >= 10 ** 5 else 5
             row = {"d": d, "beta": beta, "N": N}
-            row["fast"] = _best(_velocity_fn(model, sums, "fast", x, w), reps)
-            # the NUFFT makes its FINUFFT plans at the first evaluation of a point count (once per run of the
-            # particle solver): that call is not one of the timed ones, and the best is of 5 (at N = 10^6 the
-            # best of 3 with the plans' call among them measured 100-117 ms where the best of 9 after it
-            # measured 75-89 ms, in the same process)
+            row["fast"] = _best(_velocity_fn(model, sums, "fast", x, w), reps) if "fast" in sums else None
+            # the NUFFT's first evaluation of a point count is not one of the timed ones (warm-up), and the
+            # best is of 5
             nufft = _velocity_fn(model, sums, "nufft", x, w)
             nufft()
             row["nufft"] = _best(nufft, max(reps, 5))
@@ -237,7 +234,7 @@ def benchmark_records(quick: bool = False, naive_max_bytes: float = 8 * GIB, max
         if key in results:
             r = results[key]
             rec(f"S^{key[0] - 1} velocity, auto ({r['auto']}), N={key[2]:.0e}, beta={key[1]:g}",
-                r["nufft"] if r["auto"] == "nufft" else r["fast"], budget, 1.0, f"budget {budget} s")
+                r[r["auto"]], budget, 1.0, f"budget {budget} s")
     r = results.get((2, 25.0, 2 * 10 ** 4))
     if r is not None and isinstance(r["naive"], float):
         rec("S^1 velocity, fast vs naive O(N^2), N=2e4, beta=25", r["fast"], r["naive"], 100.0,
@@ -246,7 +243,8 @@ def benchmark_records(quick: bool = False, naive_max_bytes: float = 8 * GIB, max
         for name in ("direct", "naive"):
             if isinstance(row[name], float):
                 rec(f"S^{row['d'] - 1} velocity, {name}, N={row['N']:.0e}", row[name], None, None)
-        rec(f"S^{row['d'] - 1} velocity, fast, N={row['N']:.0e}, beta={row['beta']:g}", row["fast"], None, None)
+        if row["fast"] is not None:
+            rec(f"S^{row['d'] - 1} velocity, fast, N={row['N']:.0e}, beta={row['beta']:g}", row["fast"], None, None)
         if row["nufft"] is not None:
             rec(f"S^{row['d'] - 1} velocity, nufft, N={row['N']:.0e}, beta={row['beta']:g}", row["nufft"], None, None)
     if peak is not None:
@@ -260,12 +258,14 @@ def benchmark_records(quick: bool = False, naive_max_bytes: float = 8 * GIB, max
 
 def _fmt(row) -> str:
     def cell(v):
-        return f"{v:10.4g} s" if isinstance(v, float) else f"{v:>12}"
+        return f"{v:10.4g} s" if isinstance(v, float) else f"{str(v):>12}"
+    # the series sums: fast on S^1, nufft on S^2 (which has no fast sums)
+    name, best = ("fast", row["fast"]) if row["fast"] is not None else ("nufft", row["nufft"])
     sp = ""
     if isinstance(row["naive"], float):
-        sp = f"  fast/naive speed-up {row['naive'] / row['fast']:8.1f}x"
+        sp = f"  {name}/naive speed-up {row['naive'] / best:8.1f}x"
     if isinstance(row["direct"], float):
-        sp += f"  fast/direct {row['direct'] / row['fast']:8.1f}x"
+        sp += f"  {name}/direct {row['direct'] / best:8.1f}x"
     nu = f"  nufft {cell(row['nufft'])}" if row.get("nufft") is not None else ""
     return (f"S^{row['d'] - 1} beta={row['beta']:<4g} N={row['N']:<8d} fast {cell(row['fast'])}{nu}  "
             f"direct {cell(row['direct'])}  naive {cell(row['naive'])}{sp}  (auto: {row['auto']})")

@@ -6,11 +6,19 @@ points; the evaluation points are the sources, as in the particle solver and the
 for every method at every (beta, N) of the grid, one thread, best of ``--repeats`` loops of >=
 ``--min-time`` seconds each. Printed: the times, the method the cost model picks (``method_for``) and the
 fastest measured, and how much slower the pick is than the fastest. With
-``--fit`` (S^1) the linear models of the code are fitted to the times (relative least squares):
+``--fit`` the linear models of the code are fitted to the times (relative least squares), S^1:
 
     fast   a_fast + (b_fast (K + 1) + c_fast) (n_src + n_eval)
     nufft  a_nufft + b_nufft (n_src + n_eval)
     direct b_direct (d + 6) n_src n_eval
+
+and S^2 (the sums at their sources, n points: one adjoint and two syntheses per chunk of
+``sphere_nufft_chunk(L)`` points):
+
+    nufft  b_nufft 3 n + chunks (a_nufft + c_nufft L^2)
+    direct b_direct (d + 6) n^2
+
+The code's constants are these divided by b_direct / 1e-9 (the unit of ``_C_DIRECT``).
 
     scripts/cost_model.py [--d 2|3] [--betas 1,5,25,100] [--sizes 100,1000,...] [--fit] [--json OUT]
 """
@@ -25,9 +33,9 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402
 
-from solvers.interaction import InteractionSums  # noqa: E402
+from solvers.interaction import InteractionSums, sphere_nufft_chunk  # noqa: E402
 
-METHODS = ("direct", "fast", "nufft")
+METHODS = {2: ("direct", "fast", "nufft"), 3: ("direct", "nufft")}
 DIRECT_MAX = 3000          #: direct sums beyond this many points take seconds and are never the cheapest
 
 
@@ -51,8 +59,8 @@ def measure(betas, sizes, min_time: float, repeats: int, seed: int = 0, d: int =
     rng = np.random.default_rng(seed)
     rows = []
     for beta in betas:
-        sums = {m: InteractionSums(d, beta, m) for m in METHODS}
-        K = sums["fast"]._fast.K if d == 2 else sums["fast"]._fast.L
+        sums = {m: InteractionSums(d, beta, m) for m in METHODS[d]}
+        K = sums["fast"].fast.K if d == 2 else sums["nufft"].nufft.L
         for N in sizes:
             y = rng.standard_normal((N, d))
             y /= np.linalg.norm(y, axis=1, keepdims=True)
@@ -75,8 +83,19 @@ def _fit(A: np.ndarray, t: np.ndarray) -> np.ndarray:
     return np.linalg.lstsq(A / t[:, None], np.ones_like(t), rcond=None)[0]
 
 
-def fit(rows: list[dict]) -> dict:
+def fit(rows: list[dict], d: int = 2) -> dict:
     out = {}
+    dr = [r for r in rows if "direct" in r["seconds"] and r["N"] >= 100]
+    if dr:
+        pairs = np.array([(d + 6.0) * r["N"] * r["N"] for r in dr])
+        out["direct"] = {"b": float(_fit(pairs[:, None], np.array([r["seconds"]["direct"] for r in dr]))[0])}
+    if d == 3:
+        n = np.array([3.0 * r["N"] for r in rows])
+        chunks = np.array([float(-(-r["N"] // sphere_nufft_chunk(r["K"]))) for r in rows])
+        L2 = np.array([r["K"] ** 2.0 for r in rows])
+        a, b, c = _fit(np.stack([chunks, n, chunks * L2], axis=1), np.array([r["seconds"]["nufft"] for r in rows]))
+        out["nufft"] = {"a": a, "b": b, "c": c}
+        return out
     f = [r for r in rows if "fast" in r["seconds"]]
     n = np.array([2.0 * r["N"] for r in f])
     k1 = np.array([r["K"] + 1.0 for r in f])
@@ -84,10 +103,6 @@ def fit(rows: list[dict]) -> dict:
     out["fast"] = {"a": a, "b": b, "c": c}
     a, b = _fit(np.stack([np.ones_like(n), n], axis=1), np.array([r["seconds"]["nufft"] for r in f]))
     out["nufft"] = {"a": a, "b": b}
-    dr = [r for r in rows if "direct" in r["seconds"] and r["N"] >= 100]
-    if dr:
-        pairs = np.array([8.0 * r["N"] * r["N"] for r in dr])
-        out["direct"] = {"b": float(_fit(pairs[:, None], np.array([r["seconds"]["direct"] for r in dr]))[0])}
     return out
 
 
@@ -97,7 +112,7 @@ def main() -> None:
     p.add_argument("--sizes", default="30,100,300,1000,3000,10000,30000,100000")
     p.add_argument("--min-time", type=float, default=0.05)
     p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--d", type=int, default=2, choices=(2, 3), help="2: S^1 (default), 3: S^2 (no --fit)")
+    p.add_argument("--d", type=int, default=2, choices=(2, 3), help="2: S^1 (default), 3: S^2")
     p.add_argument("--fit", action="store_true")
     p.add_argument("--json")
     a = p.parse_args()
@@ -107,9 +122,13 @@ def main() -> None:
     print(f"auto within 10% of the fastest in {len(rows) - len(slow)} of {len(rows)} cases; worst "
           f"{max((r['auto_over_fastest'] or 1.0) for r in rows):.2f}x")
     out = {"rows": rows}
-    if a.fit and a.d == 2:
-        out["fit"] = fit(rows)
+    if a.fit:
+        out["fit"] = fit(rows, a.d)
         print("fit:", {m: {k: f"{v:.3g}" for k, v in c.items()} for m, c in out["fit"].items()})
+        if "direct" in out["fit"]:
+            unit = out["fit"]["direct"]["b"] / 1e-9
+            print("in the unit of _C_DIRECT:", {m: {k: f"{v / unit:.3g}" for k, v in c.items()}
+                                                 for m, c in out["fit"].items()})
     if a.json:
         with open(a.json, "w") as fh:
             json.dump(out, fh, indent=1, default=float)

@@ -20,8 +20,8 @@ _POOLS: dict[tuple, ThreadPoolExecutor] = {}
 
 def shared_pool(threads: int, name: str) -> ThreadPoolExecutor:
     """The process's pool of ``threads`` threads named ``name``, made on first use (and again in a forked
-    child: a pool's threads do not survive a fork). Starting and joining threads per use cost ~0.3 ms of a
-    sub-second run (measured, the archive's compression worker)."""
+    child: a pool's threads do not survive a fork): starting and joining threads at every use would be a
+    visible cost of a sub-second run."""
     key = (os.getpid(), int(threads), name)
     pool = _POOLS.get(key)
     if pool is None:

@@ -2,7 +2,7 @@
 
 Why compiled: a step of the S^1 PDE at K = 1024 modes is some 80 numpy calls on arrays of a few thousand
 doubles, each costing more in call overhead than in arithmetic; these loops do the same arithmetic in a
-handful of calls (scripts/PERFORMANCE.md, eighteenth session).
+handful of calls.
 
 Reproducibility: every result is a fixed sequence of IEEE double operations, the same on every machine.
 Each output entry is computed on its own (vectorising over entries changes no bits), sums over the rows

@@ -1,66 +1,62 @@
 """Atoms: positions and masses of the concentrated pieces of a density or a point cloud.
 
-For a density on a grid (w.r.t. the uniform probability measure, so the uniform state is 1):
+Densities on a grid (w.r.t. the uniform probability measure, so the uniform state is 1) by
+:func:`atoms_from_graph`; weighted points by :func:`clusters`. How the solvers use them:
+docs/numerics.md.
 
-- ``method="basin"``: the peaks of rho, merged by persistence, with rho >= threshold are the atoms;
-  an atom's mass is that of its basin. Every node climbs to its highest neighbour on the grid graph
-  (steepest ascent); the nodes that reach the same local maximum form its basin. Two basins touch
-  along their boundary edges; their *saddle* is the highest of min(rho_a, rho_b) over those edges (the
-  level at which their super-level sets join). Going through the saddles from the highest down
-  (union-find, the ToMATo algorithm of Chazal, Guibas, Oudot and Skraba, 2013, with a relative
-  threshold), the lower peak p of the two components is merged into the higher one when its
-  prominence p - saddle is below ``prominence`` x p (default 0.1: the density must fall by 10% of the
-  lower peak's height between two peaks for them to be two atoms). A merged component keeps the
-  higher peak; its basin is the union. On S^1 an atom's mass is then the mass between the minima
-  that separate it from the other atoms. Why persistence: a grid samples a peak elongated along a
-  direction oblique to the grid (a ridge) at nodes whose distance to the crest varies, so the crest
-  shows spurious local maxima whose number and place depend on the grid (the SIMD width of the
-  machine picked SHTns's grid before the grid was fixed): their dips are a fraction of a per cent of
-  the peak (at most 0.4% over the 50 random ridges of the tests, aspect ratios 2 to 10, on the AVX2 and
-  the AVX-512 grid kinds), far below the 10% that separates atoms, while
-  the valley between two real atoms goes down to the background. The rule is the same on S^1 and S^2.
-  A sharply peaked density carries all of an approximate Dirac mass in its basin; mass frozen on a
-  plateau beyond a dip deeper than 10% (a dead zone of the perceptron) belongs to another component,
-  whose peak is below the threshold. Peaks, basins and saddles compare density values at a resolution
-  of 2^-36 max |rho| (``_resolved``): far above a synthesised density's round-off, so that on a flat
-  region (a uniform background) the nodes tie and climb by node index, not as the machine's round-off
-  happens to tilt them. A plateau at the uniform level 1 (or any level that is a multiple of the
-  resolution) sits mid-step; one at a level within round-off of a step's edge (a chance of about 1e-4
-  for an arbitrary level) would still split by round-off.
+Notes
+-----
+**method="basin"** (the default). Every node climbs to its highest neighbour on the grid graph
+(steepest ascent); the nodes that reach the same local maximum form its basin. Two basins touch along
+their boundary edges; their *saddle* is the highest of min(rho_a, rho_b) over those edges (the level at
+which their super-level sets join). Going through the saddles from the highest down (union-find: the
+ToMATo algorithm of Chazal, Guibas, Oudot and Skraba, 2013, with a relative threshold), the lower peak p
+of two components is merged into the higher one when its prominence p - saddle is below ``prominence``
+x p (default 0.1: the density must fall by 10% of the lower peak's height between two atoms). A merged
+component keeps the higher peak and the union of the basins; on S^1 an atom's mass is the mass between
+the minima that separate it from the other atoms. The rule is the same on S^1 and S^2, and nothing in
+it refers to a direction: values at nodes and the grid graph's edges.
 
-  With a ``shape`` (the solvers pass rho smoothed by the heat kernel at a scale h of one or two
-  wavelengths of the top mode, so that Gibbs oscillations beside a jump are not peaks) the peaks,
-  basins and merges are those of the shape, but the threshold is tested on rho itself, in each peak's
-  *core*: the nodes of its component where the shape is within ``CORE`` (10%) of the component's peak
-  value. The component is an atom when rho, or the shape, reaches the threshold at a node of its core.
-  Why rho: the smoothing lowers a narrow peak (a Gaussian of width s by s / sqrt(s^2 + h^2) on S^1,
-  s^2 / (s^2 + h^2) on S^2: to 0.45 and 0.5 of its height for s one wavelength), while rho holds a
-  resolved peak exactly; tested on the shape, the threshold missed resolved peaks up to about twice
-  its height (K = 128: peaks 30 and 20 gave one atom), and its verdict depended on the degree (h ~ 1/K,
-  1/L): a filament of crest 11.07 (the same at L = 128 and 256) was an atom at L = 256 only. Why the
-  core, not the whole basin: a basin's rim may run beside a jump, whose Gibbs overshoot (9% of the jump)
-  is in rho and not in the shape; the core is the top of the smoothed peak, a few grid spacings around
-  rho's peak for a narrow one. What rho brings along: beside an unresolved jump the test sees rho's
-  overshoot (a narrow plateau of height 9-9.9 between jumps reaches 10-11: an atom); for a resolved
-  density the test is that of rho. The structure keeps the shape's resolution: two resolved peaks closer
-  than ~2.5 sqrt(s^2 + h^2) merge into one atom (on S^1, peaks of width 2 pi / K need 6.5 grid
-  spacings 2 pi / K between them, 3 without smoothing; on S^2, 4 against 3). Nothing in the rule refers
-  to a direction: values at nodes and the grid graph's edges.
-- ``method="level"``: the connected components of {rho >= threshold}, with the mass inside them
-  (misses the tails below the level: use it for very sharp peaks on a background).
+Why persistence: a peak elongated along a direction oblique to the grid (a ridge) is sampled at nodes
+whose distance to the crest varies, so its crest shows spurious local maxima whose number and place
+depend on the grid. Their dips are a fraction of a per cent of the peak (under half a per cent over the
+tests' random ridges), far below the 10% that separates atoms, while the valley between two real atoms
+goes down to the background. A sharply peaked density carries all of an approximate Dirac mass in its
+basin; mass on a plateau beyond a dip deeper than 10% (a dead zone of the perceptron) belongs to another
+component, whose peak is below the threshold.
 
-An atom's position is the normalised mean direction of its nodes weighted by rho (rho_s - l)_+, rho_s
-the density that decides the structure (``shape``), l = min(threshold, (1 - CORE) rho_s(peak)): the part
-of the peak above the threshold, or its core where the threshold cuts less (a peak within 10% of the
-threshold, or one the smoothing lowers below it: such a narrow peak is placed to within 3.5% of the grid
-spacing, measured), with weights that vanish continuously at its rim; l is continuous in the peak's
-height, and is the threshold for every peak of the structure above threshold / (1 - CORE). The diffuse
-mass of a basin (below the threshold) and the grid's cut of the basin's boundary therefore do not move
-it: for a bump on a uniform background the whole basin's mean is off by 0.44 rad, this one by 3e-6 rad;
-a rotated copy of a PDE state gives positions rotated to 1e-4 rad (the grid spacing there is 1.6e-2;
-measured).
+Peaks, basins and saddles compare density values at a resolution of 2^-36 max |rho| (``_resolved``),
+far above a synthesised density's round-off: on a flat region (a uniform background) the nodes tie and
+climb by node index, the same on every machine, instead of as round-off happens to tilt them. A plateau
+at the uniform level 1 (or any multiple of the resolution) sits mid-step; one within round-off of a
+step's edge (a chance of about 1e-4 for an arbitrary level) would still split by round-off.
 
-For particles (weighted points), two clustering rules at a geodesic radius r (The model §5):
+**The threshold and the shape.** The solvers pass rho smoothed by the heat kernel at a scale h of one or
+two wavelengths of the top mode as ``shape``, so that Gibbs oscillations beside a jump are not peaks: the
+peaks, basins and merges are those of the shape, but the threshold is tested on rho itself, in each
+peak's *core* (the nodes of its component where the shape is within ``CORE``, 10%, of the component's
+peak value). The component is an atom when rho, or the shape, reaches the threshold at a node of its
+core. Why rho: the smoothing lowers a narrow peak (a Gaussian of width s by s / sqrt(s^2 + h^2) on S^1,
+s^2 / (s^2 + h^2) on S^2, about half its height for s one wavelength) while rho holds a resolved peak
+exactly, so a threshold tested on the shape would miss resolved peaks and its verdict would depend on
+the degree. Why the core, not the whole basin: a basin's rim may run beside a jump, whose Gibbs
+overshoot (9% of the jump) is in rho and not in the shape; the core is the top of the smoothed peak, a
+few grid spacings around rho's peak for a narrow one. Beside an unresolved jump the test therefore sees
+rho's overshoot; for a resolved density it is the test of rho. The structure keeps the shape's
+resolution: two resolved peaks closer than about 2.5 sqrt(s^2 + h^2) merge into one atom.
+
+**method="level"**: the connected components of {rho >= threshold}, with the mass inside them (it
+misses the tails below the level: use it for very sharp peaks on a background).
+
+**Positions.** An atom's position is the normalised mean direction of its nodes weighted by
+(rho_s - l)_+, rho_s the density that decides the structure (``shape``), l = min(threshold, (1 - CORE)
+rho_s(peak)): the part of the peak above the threshold, or its core where the threshold cuts less (a
+peak within 10% of the threshold, or one the smoothing lowers below it). The weights vanish continuously
+at the rim and l is continuous in the peak's height (it is the threshold for every peak above
+threshold / (1 - CORE)), so neither the diffuse mass of a basin nor the grid's cut of its boundary moves
+the position: a rotated copy of a state gives positions rotated to a small fraction of the grid spacing.
+
+**Particles** (weighted points): two clustering rules at a geodesic radius r (docs/model.md §5):
 
 - ``rule="linkage"``: single-linkage components: two points are linked when their geodesic distance is
   <= r, clusters are the connected components (chains of links may be longer than r).
@@ -146,15 +142,12 @@ class _Adjacency(NamedTuple):
 #: the grids' shared graphs (see shared_graph) by the array's id: a weak reference to it and its
 #: adjacency once built. The reference's callback drops the entry while the array is freed, before its
 #: id can be reused, so an entry found by id is always that array's. Building the adjacency is most of a
-#: steepest ascent's work and memory: its sort, and ~10 arrays of 2e entries whose first touch costs
-#: ~10 us per 4 KiB page on a KVM guest. The atoms of the last snapshot of an L = 127 run, in the
-#: archive bench: 57-85 ms built each time, 13-27 ms with the adjacency kept (the first call of a
-#: process still builds it).
+#: steepest ascent's work and memory (its sort, and some ten arrays of 2e entries to allocate and touch):
+#: kept, it makes the atoms of a snapshot several times cheaper after the first call of a process.
 _ADJACENCIES: dict[int, list] = {}
 
 #: larger graphs are not kept: 2^23 directed edges (about 10^6 nodes of a sphere grid, L ~ 480) keep
-#: ~72 MiB; the 768 x 1536 grid of L = 511 (9.4e6) would keep 81 MiB, for atoms that are a small part of
-#: its run's time. A process keeps the graphs of grid_neighbours' last two sphere grids and
+#: ~72 MiB, and at larger degrees the atoms are a small part of a run's time. A process keeps the graphs of grid_neighbours' last two sphere grids and
 #: circle_neighbours' last eight circles (their edges cached there in any case), so the adjacencies a
 #: long-lived one (a sweep worker) keeps stay under 2 x 72 MiB plus the circles' 24 bytes per node
 KEPT_EDGES = 2 ** 23
@@ -179,8 +172,8 @@ def _adjacency(edges: np.ndarray) -> _Adjacency:
         return kept[1]
     src = np.concatenate([edges[:, 0], edges[:, 1]])
     dst = np.concatenate([edges[:, 1], edges[:, 0]])
-    # a stable sort by source (linear after the integer sort; the lexicographic sort of (rho, index)
-    # took 60 ms of a 70 ms atoms call on the 96 x 192 sphere grid, measured)
+    # a stable sort by source: linear after the integer sort, where a lexicographic sort of (rho, index)
+    # would be most of an atoms call
     order = np.argsort(src, kind="stable")
     s = src[order]
     starts = np.flatnonzero(np.r_[True, s[1:] != s[:-1]])
@@ -198,7 +191,7 @@ def _resolved(rho: np.ndarray) -> np.ndarray:
     basin rule compares. A density synthesised from its coefficients carries round-off of about 1e-14
     max |rho|, which differs between machines (SIMD widths, FFT and BLAS kernels); where rho is flat
     (a uniform background, a plateau) round-off alone would decide which way each node climbs, hence
-    which atom gets the plateau's mass (it moved masses by 0.3 under perturbations of 2e-16, measured).
+    which atom gets the plateau's mass, and perturbations of 1e-16 could move a large part of it.
     At q ~ 1e-11 max |rho| such nodes are exact ties, broken by the node index on every machine. q
     is a power of two (0.7e-11 to 1.5e-11 max |rho|), so the rounding is exact and a dyadic plateau (the
     uniform density 1) sits at the middle of its step; non-finite values stay as they are, and so does a

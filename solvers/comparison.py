@@ -1,5 +1,9 @@
 """PDE <-> particles: distances between rho_t and the empirical measure, atoms matched, concentration.
 
+What the comparison tells and how to read it: docs/numerics.md, "Particles against the PDE".
+
+Notes
+-----
 :func:`compare` evaluates, at the snapshot times the two runs share (a run configuration with a
 [compare] table aligns them: both solvers save at the same times):
 
@@ -13,17 +17,16 @@
 - ``cdf_drift`` (S^1 only): max_i |F_t(theta_i(t)) - F_0(theta_i(0))| — the exact flow keeps each
   particle's CDF value, so this measures how far the particles are from characteristics of the PDE
   (nan past the PDE's handoff to its node measure, whose CDF jumps at its atoms);
-
-Past the handoff (``PDEResult.nodes``) the PDE is a node measure: W1 is then exact between two point
-sets, and its atoms and cap masses are those of its points; its coefficients are exact (moments, MMD).
 - ``energy_gap``: |E[rho_t] - E[mu_t]|;
 - ``matched_atoms``: at the last common time, the atoms of both measures found by one and the same
   procedure (:func:`common_atoms`), paired one to one (Hungarian assignment on geodesic distance),
   with position error and the masses both measures put within ``atom_radius`` of their own atom.
 
-Atoms of the two measures are defined identically, so that they can be compared while the PDE is
-still partly diffuse (it stops at its resolution limit long before the particles have collapsed):
-both measures are smoothed by the heat kernel at angular scale ``smoothing`` (multipliers
+Past the handoff (``PDEResult.nodes``) the PDE is a node measure: W1 is then exact between two point
+sets, and its atoms and cap masses are those of its points; its coefficients are exact (moments, MMD).
+
+Atoms of the two measures are defined identically, so that they can be compared while either is still
+partly diffuse: both measures are smoothed by the heat kernel at angular scale ``smoothing`` (multipliers
 exp(-mu_l h^2 / 2), mu_l = k^2 on S^1, l(l+1) on S^2; the particles' coefficients are exact sums
 over the particles); an atom is a connected component of {smoothed density >= atom_threshold}
 (uniform = 1), its position the density-weighted mean direction of the component; its mass is that
@@ -99,11 +102,18 @@ class Comparison:
             lines.append("  ".join(parts))
             lines.append(f"kernel {self.kernel}; moments up to degree {self.moments_degree}")
             r = self.options.get("atom_radius", float("nan"))
+            h = self.options.get("smoothing", float("nan"))
+            # the rule is named: `attnpde info` lists other atoms too (the PDE's node groups, the particles'
+            # clusters), which count other mass
             lines.append(f"matched atoms at t = {t:.4g}: {len(self.matched_atoms)} (unmatched: {len(self.unmatched_pde)} "
-                         f"PDE, {len(self.unmatched_particles)} particle atom(s)); mass within {r:.3g} rad of each:")
+                         f"PDE, {len(self.unmatched_particles)} particle atom(s)); one rule for both measures: density "
+                         f"peaks (smoothed at {h:.3g} rad), each atom's mass the mass within {r:.3g} rad of its peak:")
             for p in self.matched_atoms:
                 lines.append(f"    PDE {p['pde_mass']:.4f} vs particles {p['particle_mass']:.4f} (difference "
                              f"{p['mass_difference']:+.4f}), position error {p['position_error']:.2e} rad")
+            for kind, unmatched in (("PDE", self.unmatched_pde), ("particle", self.unmatched_particles)):
+                for _, m in unmatched:
+                    lines.append(f"    {kind} atom {m:.4f} without a partner within {r:.3g} rad")
         for kind in ("pde", "particles"):
             if kind in self.concentration:
                 lines.append(f"{kind}: {self.concentration[kind]['statement']}")

@@ -38,9 +38,9 @@ show up as nodes that coincide.
 - Atoms of a node measure (:func:`node_atoms`): groups of nodes within ``atom_radius`` of each other
   (single linkage) that hold at least two initial nodes and have a node within ``atom_radius`` of their
   centre (the normalised weighted mean, which is the atom's position; its resultant length at least
-  1/2); the rest is the *diffuse part* (mass that has not collapsed: in descent with a ReLU perceptron,
-  the dead zone, where every unit is off, keeps a share of the mass that spreads slowly and never
-  collapses). The centre condition leaves out groups whose mean is not where their mass is: a ring of
+  1/2); the rest is the *diffuse part* (mass that has not collapsed yet: in descent with a ReLU
+  perceptron, the mass in the dead zone, where every unit is off, crystallises into atoms only over
+  thousands of time units). The centre condition leaves out groups whose mean is not where their mass is: a ring of
   nodes closing in on a point (data symmetric about an axis on S^2; its mean is the ring's axis), a
   strongly bent chain, a group around a great circle. An atom's ``extent`` is the largest distance of
   its nodes from its centre: a group still contracting along a straight or gently bent chain of linked
@@ -59,17 +59,22 @@ show up as nodes that coincide.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
+from scipy.linalg import lu_factor, lu_solve
+
+from . import terminal as term
+from .atomic import drift_jacobians, reduced_jacobian
 from .atoms import Atoms, circle_closest_chord, circle_neighbour_chords, single_linkage_clusters
 from .interaction import InteractionSums
 from .model import Model
 from .particles import measure_energy, measure_velocity
-from .stepping import TABLEAUS, Integration, StepController
+from .restart import LagrangianState
+from .stepping import ROS34PW2, TABLEAUS, Integration, StepController
 
 __all__ = ["Nodes", "handoff_nodes", "node_atoms", "estimate_atoms", "NodeAtoms", "LagrangianPhase"]
 
@@ -111,13 +116,15 @@ class NodeAtoms(Atoms):
     ``mass_errors``, ``position_errors`` (radians), ``diffuse_error`` and ``check_nodes`` (the node count
     of the finer run); otherwise these are None."""
 
-    def __init__(self, positions, masses, counts, diffuse: float, radius: float, extents=None) -> None:
+    def __init__(self, positions, masses, counts, diffuse: float, radius: float, extents=None,
+                 dust: float = 0.0, dust_groups: int = 0) -> None:
         order = np.argsort(-np.asarray(masses), kind="stable")
         super().__init__(positions, masses)
         self.counts = np.asarray(counts, dtype=np.int64)[order]
         self.extents = (np.full(len(order), np.nan) if extents is None else np.asarray(extents, dtype=float))[order]
         self.diffuse = float(diffuse)
         self.radius = float(radius)
+        self.dust, self.dust_groups = float(dust), int(dust_groups)
         self.mass_errors = self.position_errors = None
         self.diffuse_error = None
         self.check_nodes = None
@@ -125,7 +132,8 @@ class NodeAtoms(Atoms):
     def heavy(self, min_mass: float) -> "NodeAtoms":
         keep = self.masses >= min_mass
         out = NodeAtoms(self.positions[keep], self.masses[keep], self.counts[keep],
-                        self.diffuse + float(self.masses[~keep].sum()), self.radius, self.extents[keep])
+                        self.diffuse + float(self.masses[~keep].sum()), self.radius, self.extents[keep],
+                        self.dust, self.dust_groups)
         if self.mass_errors is not None:
             out.mass_errors, out.position_errors = self.mass_errors[keep], self.position_errors[keep]
             out.diffuse_error, out.check_nodes = self.diffuse_error, self.check_nodes
@@ -135,14 +143,15 @@ class NodeAtoms(Atoms):
         err = self.mass_errors if self.mass_errors is not None else [None] * len(self)
         rows = ", ".join(f"{m:.4f}" + (f"±{e:.1e}" if e is not None else "") + f"@{np.round(p, 4).tolist()}"
                          for p, m, e in zip(self.positions, self.masses, err))
-        return f"NodeAtoms({len(self)}: {rows}; diffuse {self.diffuse:.4f})"
+        return (f"NodeAtoms({len(self)}: {rows}; diffuse {self.diffuse:.4f}"
+                + (f"; dust {self.dust:.4f} in {self.dust_groups} groups" if self.dust_groups else "") + ")")
 
 
 def not_stationary_note(stop_reason: str, t_last: float, groups: int) -> str | None:
     """The line that says what the ``groups`` node groups of the last snapshot (at ``t_last``) are when the
     continuation ran to t_final still moving: the measure at that time, in which the groups that still move
-    may yet merge or grow (a ReLU perceptron's dead zone never stops drifting: README "The PDE to its
-    atoms"). None for any other end: "stationary"; an interruption (which the run's message already
+    may yet merge or grow (a ReLU perceptron's dead zone collapses slowly: docs/numerics.md). None for any
+    other end: "stationary"; an interruption (which the run's message already
     explains, and which may have come after the stop, in the error-estimate rerun); or no group at all."""
     if stop_reason != "t_final" or groups == 0:
         return None
@@ -163,9 +172,15 @@ def unresolved(masses, errors) -> np.ndarray:
     return np.zeros(masses.shape, bool) if errors is None else np.asarray(errors, dtype=float) >= masses
 
 
-def node_atoms(nodes: Nodes, radius: float) -> NodeAtoms:
+#: node groups lighter than this (of the total mass) are dust, counted apart from the atoms: along a ReLU
+#: unit's dead-zone boundary the nodes gather into strings of tiny groups that are not the run's answer
+DUST = 1e-3
+
+
+def node_atoms(nodes: Nodes, radius: float, dust: float = DUST) -> NodeAtoms:
     """Atoms of a node measure: single-linkage groups at geodesic ``radius`` holding >= 2 initial nodes,
-    with a node within ``radius`` of their centre (module docstring)."""
+    with a node within ``radius`` of their centre (module docstring); groups lighter than ``dust`` are
+    counted apart (``NodeAtoms.dust``, ``dust_groups``)."""
     x, w, count = nodes.x, nodes.w, nodes.count
     d = x.shape[1]
     if len(w) == 0:
@@ -184,7 +199,11 @@ def node_atoms(nodes: Nodes, radius: float) -> NodeAtoms:
     np.add.at(total, labels, w[:, None] * x)
     resultant = np.divide(np.linalg.norm(total, axis=1), masses, out=np.zeros(k), where=masses > 0)
     atom = (counts >= 2) & (nearest <= radius) & (resultant >= 0.5)
-    return NodeAtoms(centres[atom], masses[atom], counts[atom], float(masses[~atom].sum()), radius, extents[atom])
+    small = atom & (masses < dust)
+    atom &= ~small
+    rest = ~atom & ~small
+    return NodeAtoms(centres[atom], masses[atom], counts[atom], float(masses[rest].sum()), radius, extents[atom],
+                     float(masses[small].sum()), int(small.sum()))
 
 
 def estimate_atoms(atoms: NodeAtoms, check: NodeAtoms, check_nodes: int, floor: float = 0.0,
@@ -199,7 +218,8 @@ def estimate_atoms(atoms: NodeAtoms, check: NodeAtoms, check_nodes: int, floor: 
     two on S^1): an atom's basin boundary lies somewhere within one node spacing, so its mass is not known
     more finely (two runs can agree exactly when both grids put the boundary between the same mass
     coordinates)."""
-    out = NodeAtoms(atoms.positions, atoms.masses, atoms.counts, atoms.diffuse, atoms.radius, atoms.extents)
+    out = NodeAtoms(atoms.positions, atoms.masses, atoms.counts, atoms.diffuse, atoms.radius, atoms.extents,
+                    atoms.dust, atoms.dust_groups)
     n = len(out)
     merr = out.masses.copy()
     perr = np.full(n, np.nan)
@@ -324,43 +344,152 @@ def _closest_chord(x: np.ndarray, near: tuple | None = None) -> float:
 # ----------------------------------------------------------------------------------------------
 # the continuation
 # ----------------------------------------------------------------------------------------------
-@dataclass
+#: node systems of at most this many tangent dimensions take Rosenbrock steps with the dense Jacobian of the
+#: node flow (L-stable: the step follows the slow collapse, not the fastest atom's rate); larger ones with its
+#: block-diagonal perceptron part
+IMPLICIT_DIMENSIONS = 768
+
+
+def _block_norm(B: np.ndarray) -> float:
+    """max_i ||B_i||_2 of blocks (k, n, n): the spectral radius bound of a block-diagonal matrix."""
+    if B.size == 0:
+        return 0.0
+    if B.shape[1] == 1:
+        return float(np.abs(B).max())
+    return float(np.linalg.norm(B, ord=2, axis=(1, 2)).max())
+#: the explicit steps are checked for stiffness every this many steps: h rho(J) above STIFF (DP54's real
+#: stability bound is 3.3) switches to ROS34PW2, and a Rosenbrock step with h rho(J) below NONSTIFF back
+STIFFNESS_CHECK = 25
+STIFF = 2.0
+NONSTIFF = 0.5
+#: after a failed certification attempt the next comes after this fraction of the time since the phase began
+ATTEMPT_GROWTH = 0.25
+#: and at least this long after it (time units)
+ATTEMPT_MIN_GAP = 1.0
+#: a plateau's kick has had time to grow by e^LEAVE_GROWTHS before the same groups are polished again
+LEAVE_GROWTHS = 20.0
+#: the run stops at the state it is on after this many plateaus
+MAX_PLATEAUS = 64
+
+
+def diffuse_rate_of(log: list) -> tuple[float, float] | None:
+    """(diffuse mass, how fast it falls per unit time) from a diffuse log [(t, diffuse mass)] of the last two
+    certification attempts (a restart state's ``diffuse_log``); None before two."""
+    if len(log) < 2 or log[1][0] <= log[0][0]:
+        return None
+    (t0, d0), (t1, d1) = log
+    return float(d1), (float(d0) - float(d1)) / (float(t1) - float(t0))
+
+
 class LagrangianPhase(Integration):
     """The node measure stepped in time (module docstring): an :class:`~solvers.stepping.Integration` of the
-    node positions by Dormand–Prince 5(4), built at the handoff or from a restart state; :meth:`run`
-    advances it to t_final or until "stationary".
+    node positions, built at the handoff or from a restart state; :meth:`run` advances it to t_final or
+    until "stationary".
+
+    Steps are Dormand–Prince 5(4) until they are stiff, then ROS34PW2 (a linearly implicit W-method) with
+    the node flow's Jacobian (:func:`~solvers.atomic.reduced_jacobian`) while the nodes' tangent dimensions
+    are at most ``IMPLICIT_DIMENSIONS``, with its block-diagonal perceptron part beyond: an atom on a ReLU
+    unit's switching line, or the perceptron's rate at a dead zone's edge, would otherwise hold the explicit
+    step at its stability bound while the last nodes collapse slowly. With ``certify`` the phase polishes its node
+    groups into a stationary atomic measure on a schedule and classifies it (:mod:`solvers.terminal`): a
+    stable one ends the run ("stationary", ``terminal``), an unstable one is recorded as a plateau
+    (``plateaus``) and left by a kick of ``kick`` radians.
 
     Attributes
     ----------
     model, sums : the model and its interaction sums (None without attention)
     nodes : the current node measure; t : its time
     degree : the handoff degree (snapshots keep the node measure's coefficients up to it)
-    rtol, atol, merge_tol, drift_tol : step error tolerances (radians), merge distance, stationary drift
+    rtol, atol, merge_tol : step error tolerances (radians), merge distance
+    drift_tol : all nodes slower than this (radians per unit time) and not certifiable: "stationary"
+    certify, atom_radius, kick : certification on, its grouping radius, the plateau kick (radians)
+    state : a :class:`~solvers.restart.LagrangianState` to continue from (its nodes, time, steps and
+        certification replace ``nodes``, ``t``, ``dt``, ``nsteps``, ``nrejected`` and ``merges``)
     """
 
-    model: Model
-    space: object
-    nodes: Nodes
-    t: float
-    degree: int
-    rtol: float
-    atol: float
-    merge_tol: float
-    drift_tol: float
-    sums: InteractionSums | None = None
-    dt: float | None = None
-    nsteps: int = 0
-    nrejected: int = 0
-    merges: list = field(default_factory=list)
-    controller: StepController = field(default_factory=lambda: StepController(TABLEAUS["DP54"].error_order))
-
-    def __post_init__(self) -> None:
-        self.tableau = TABLEAUS["DP54"]
-        self.f = None
+    def __init__(self, model: Model, space, nodes: Nodes | None, t: float, degree: int, rtol: float, atol: float,
+                 merge_tol: float, drift_tol: float, sums: InteractionSums | None = None, dt: float | None = None,
+                 nsteps: int = 0, nrejected: int = 0, merges: list | None = None, certify: bool = False,
+                 atom_radius: float = 0.0, kick: float = 1e-4, state: LagrangianState | None = None) -> None:
+        if state is not None:
+            nodes = Nodes(state.x, state.w, state.count)
+            t, dt, nsteps, nrejected = state.t, state.dt if math.isfinite(state.dt) else None, state.node_nsteps, \
+                state.node_nrejected
+            merges = list(state.merges)
+        # t_final, max_steps: those of run()
+        super().__init__(t=t, t_final=math.inf, dt=dt, tableau=None, controller=None, max_steps=10 ** 9,
+                         nsteps=nsteps, nrejected=nrejected)
+        self.model, self.space, self.nodes, self.degree = model, space, nodes, degree
+        self.rtol, self.atol, self.merge_tol, self.drift_tol = rtol, atol, merge_tol, drift_tol
+        self.sums = sums
+        self.merges = [] if merges is None else merges
+        self.certify, self.atom_radius, self.kick = certify, atom_radius, kick
         self.psi = None
         self._save_time = self._on_save = None
         self.stationary = True
         self._merge_slack = None          # see _merge (not part of the restart state: it only skips searches)
+        self.implicit = False             # Rosenbrock steps (see _check_stiffness)
+        self._stiff_h = None              # h rho(J) of the last Rosenbrock factorisation
+        self.terminal = None              # the certified state (solvers.terminal.TerminalState)
+        self.ended = None                 # (stop reason, message) once certified stationary
+        self.plateaus: list = []
+        self.t_begin = self.t             # the phase's start (the attempts' schedule grows from it)
+        self.next_attempt = self.t        # the next certification attempt
+        self.quiet = None                 # after a plateau: (its group count, the time attempts resume)
+        self.samples: list = []           # (t, energy) at the attempts since the last plateau
+        self.diffuse_log: list = []       # (t, diffuse mass) at the last two attempts
+        self.why_not = ""                 # why the last attempt did not certify
+        if state is not None:
+            self.implicit = state.implicit
+            self.t_begin, self.next_attempt, self.quiet = state.t_begin, state.next_attempt, state.quiet
+            self.samples, self.plateaus = list(state.samples), list(state.plateaus)
+            self.diffuse_log, self.terminal, self.ended = list(state.diffuse_log), state.terminal, state.ended
+        if self.nodes is not None:
+            self._choose_method()
+        if state is not None:
+            self.controller.facold = state.node_facold
+
+    def _choose_method(self) -> None:
+        """DP54, or ROS34PW2 once the explicit steps are stiff (``implicit``); a change of method starts its
+        controller afresh."""
+        tab = ROS34PW2 if self.implicit else TABLEAUS["DP54"]
+        if tab is not self.tableau:
+            self.tableau = tab
+            self.controller = StepController(tab.error_order)
+
+    def _stiffness(self, J: np.ndarray, h: float) -> float:
+        """h rho(J), rho estimated by the power method on J^T J (an upper bound: the largest singular value)."""
+        v = np.ones(J.shape[0]) / math.sqrt(J.shape[0])
+        sigma = 0.0
+        for _ in range(12):
+            w = J.T @ (J @ v)
+            norm = float(np.linalg.norm(w))
+            if norm == 0.0:
+                return 0.0
+            sigma, v = math.sqrt(norm), w / norm
+        return h * sigma
+
+    def _dense(self) -> bool:
+        """Whether the Rosenbrock steps use the node flow's whole Jacobian (few nodes) or only its local,
+        block-diagonal part, the perceptron's (``solvers.atomic.drift_jacobians``): a W-method keeps its
+        order with either, and the perceptron is where the stiffness of many nodes comes from."""
+        return len(self.nodes) * (self.nodes.x.shape[1] - 1) <= IMPLICIT_DIMENSIONS
+
+    def _check_stiffness(self) -> None:
+        """After an accepted step: switch to the Rosenbrock steps when the explicit ones are stiff (every
+        STIFFNESS_CHECK steps), back when the Rosenbrock step is no longer (its last factorisation)."""
+        if self.implicit:
+            if self._stiff_h is not None and self._stiff_h < NONSTIFF:
+                self.implicit = False
+        elif self.nsteps % STIFFNESS_CHECK == 0 and self.dt:
+            if self._dense():
+                J, _ = reduced_jacobian(self.model, self.nodes.x, self.nodes.w)
+                stiff = self._stiffness(J, self.dt)
+            else:
+                stiff = self.dt * _block_norm(drift_jacobians(self.model, self.nodes.x)[0])
+            if stiff > STIFF:
+                self.implicit = True
+        self._choose_method()
 
     # --- the field --------------------------------------------------------------------------------
     @property
@@ -388,6 +517,32 @@ class LagrangianPhase(Integration):
     def error_norm(self, err: np.ndarray, u: np.ndarray, u_new: np.ndarray) -> float:
         return float(np.sqrt(np.einsum("nd,nd->n", err, err).max())) / (self.atol + self.rtol)
 
+    def jacobian_factor(self, u: np.ndarray, g: float):
+        """(I - g W)^{-1} for the Rosenbrock steps, W = E J E^T with J the node flow's Jacobian on the nodes'
+        tangent frames E (:meth:`_dense`), or its block-diagonal perceptron part; the normal components of a
+        vector pass through unchanged (the flow keeps |x|)."""
+        x = u / np.linalg.norm(u, axis=1, keepdims=True)
+        h = g / self.tableau.gamma
+        if not self._dense():
+            B, E = drift_jacobians(self.model, x)
+            self._stiff_h = h * _block_norm(B)
+            M = np.eye(B.shape[1]) - g * B
+
+            def solve_local(b: np.ndarray) -> np.ndarray:
+                beta = np.einsum("nd,ndk->nk", b, E)
+                alpha = np.linalg.solve(M, beta[:, :, None])[:, :, 0]
+                return b + np.einsum("ndk,nk->nd", E, alpha - beta)
+            return solve_local
+        J, E = reduced_jacobian(self.model, x, self.nodes.w)
+        self._stiff_h = self._stiffness(J, h)
+        lu = lu_factor(np.eye(J.shape[0]) - g * J, check_finite=False)
+
+        def solve(b: np.ndarray) -> np.ndarray:
+            beta = np.einsum("nd,ndk->nk", b, E)
+            alpha = lu_solve(lu, beta.ravel(), check_finite=False).reshape(beta.shape)
+            return b + np.einsum("ndk,nk->nd", E, alpha - beta)
+        return solve
+
     # --- snapshots --------------------------------------------------------------------------------
     def row(self, output_points: int, smoothing: float) -> dict:
         """The snapshot of the node measure: the PDE's per-snapshot fields and the nodes themselves."""
@@ -407,41 +562,128 @@ class LagrangianPhase(Integration):
                 "nodes": {"x": n.x.copy(), "w": n.w.copy(), "count": n.count.copy(),
                           "max_drift": float(math.sqrt(speed2.max()))}}
 
-    def state_dict(self) -> dict:
-        """Restart state (arrays and scalars): with it :meth:`run` continues bit for bit."""
-        return {"t": self.t, "x": self.nodes.x.copy(), "w": self.nodes.w.copy(), "count": self.nodes.count.copy(),
-                "dt": float(self.dt) if self.dt is not None else float("nan"), "node_nsteps": self.nsteps,
-                "node_nrejected": self.nrejected, "merges": [list(m) for m in self.merges],
-                "node_facold": self.controller.facold}
-
-    def restore(self, state: dict) -> None:
-        self.t = float(state["t"])
-        self.nodes = Nodes(np.ascontiguousarray(state["x"], dtype=float), np.asarray(state["w"], dtype=float),
-                           np.asarray(state["count"], dtype=np.int64))
-        dt = float(state["dt"])
-        self.dt = dt if math.isfinite(dt) else None
-        self.nsteps, self.nrejected = int(state["node_nsteps"]), int(state["node_nrejected"])
-        self.merges = [tuple(m) for m in state.get("merges", [])]
-        self.controller.facold = float(state["node_facold"])
-        self.f = self.psi = None
-        self._merge_slack = None
+    def restart_state(self, **run) -> LagrangianState:
+        """The state :class:`LagrangianPhase` continues from bit for bit (``state=``), with ``run``: the fields
+        of the run that the node phase does not hold (:class:`~solvers.restart.LagrangianState`)."""
+        return LagrangianState(
+            **run, t=self.t, degree=self.degree, x=self.nodes.x.copy(), w=self.nodes.w.copy(),
+            count=self.nodes.count.copy(), dt=float(self.dt) if self.dt is not None else float("nan"),
+            node_nsteps=self.nsteps, node_nrejected=self.nrejected, merges=list(self.merges),
+            node_facold=self.controller.facold, implicit=self.implicit, t_begin=self.t_begin,
+            next_attempt=self.next_attempt, quiet=self.quiet, samples=list(self.samples),
+            plateaus=list(self.plateaus), diffuse_log=list(self.diffuse_log), terminal=self.terminal,
+            ended=self.ended)
 
     # --- the protocol of Integration ----------------------------------------------------------------
     def save_time(self) -> float:
         return min(self._save_time(), self.t_final) if self._save_time is not None else self.t_final
 
     def before_step(self) -> tuple[str, str] | None:
+        if self.ended is not None:
+            return self.ended
         drift = self.max_drift()
         if not math.isfinite(drift):
             return "non-finite", f"non-finite node velocity at t = {self.t:.6g}"
         if self.stationary and drift <= self.drift_tol:
-            return "stationary", (f"max |v| over the {len(self.nodes)} nodes = {drift:.3g} <= drift_tol "
-                                  f"{self.drift_tol:g}")
+            plateaus = len(self.plateaus)
+            stop = self._attempt(force=True) if self.certify else None
+            if stop is not None:
+                return stop
+            if len(self.plateaus) == plateaus:
+                return "stationary", (f"max |v| over the {len(self.nodes)} nodes = {drift:.3g} <= drift_tol "
+                                      f"{self.drift_tol:g}" + (f", not certified: {self.why_not}" if self.certify
+                                                               else ""))
+            drift = self.max_drift()            # kicked off a plateau: the run goes on
         if self.t >= self.t_final:
-            return "t_final", f"reached t_final (max |v| over the nodes {drift:.3g})"
+            message = f"reached t_final (max |v| over the nodes {drift:.3g})"
+            if self.certify:
+                self._attempt(force=True, final=True)
+                if self.terminal is None:
+                    message += f"; not certified stationary: {self.why_not}"
+                else:
+                    message += (f"; its state is certified stationary ({len(self.terminal)} atom(s), "
+                                f"{self.terminal.verdict})")
+            return "t_final", message
         if self.dt is None:
-            self.dt = 0.01 / drift if drift > 0 else self.save_time() - self.t
+            self.dt = 0.01 / drift if drift > 0 else min(self.save_time() - self.t, 1.0)
         return None
+
+    # --- certification (solvers.terminal) --------------------------------------------------------------
+    def _energy(self) -> float:
+        self.velocity()
+        if self.psi is None and self.sums is not None:
+            self.f = None
+            self.velocity()
+        return measure_energy(self.model, self.sums, self.nodes.x, self.nodes.w, self.psi)
+
+    def _attempt(self, force: bool = False, final: bool = False) -> tuple[str, str] | None:
+        """A certification attempt (:func:`solvers.terminal.certify`) when one is due (or ``force``). A
+        stable (or marginal) state ends the run: ("stationary", message), ``terminal`` set; ``final`` (at
+        t_final) records any certified state as ``terminal`` and returns None. An unstable one is a plateau:
+        recorded, the nodes kicked off it, None."""
+        if not force and self.t < self.next_attempt:
+            return None
+        self.next_attempt = self.t + max(ATTEMPT_MIN_GAP, ATTEMPT_GROWTH * (self.t - self.t_begin))
+        if self.model.has_energy:
+            self.samples.append((self.t, self._energy()))
+        n = self.nodes
+        groups = term.group_nodes(n.x, n.w, n.count, self.atom_radius)
+        # the mass still outside every group of two or more initial nodes, and how fast it falls
+        self.diffuse_log = (self.diffuse_log + [(self.t, float(groups.masses[groups.counts < 2].sum()))])[-2:]
+        if self.quiet is not None and not force:
+            k, t_resume = self.quiet
+            if len(groups) == k and self.t < t_resume:
+                self.why_not = "leaving a plateau"
+                return None
+            self.quiet = None
+        cert, self.why_not = term.certify(self.model, groups, self.atom_radius, self.t, self._stays_put,
+                                          self._energy_of)
+        if cert is None:
+            return None
+        verdict = cert.verdict
+        word = f"certified stationary ({len(cert.masses)} atom(s), {verdict}, growth {cert.growth:.3e})"
+        if final or verdict != "unstable":
+            return self._end(cert, None if final else word)
+        for p in self.plateaus:
+            if cert.same_state(p.positions, p.masses, self.atom_radius):
+                return self._end(cert, f"{word}: the flow came back to the plateau certified at t = "
+                                       f"{p.t_certified:.6g}")
+        if len(self.plateaus) >= MAX_PLATEAUS:
+            return self._end(cert, f"{word}, after {MAX_PLATEAUS} plateaus")
+        x, w, c, plateau = term.kicked(cert, self.kick)
+        plateau.t_entered = term.entered(self.samples, cert.energy, self.t) if self.model.has_energy else self.t
+        self.plateaus.append(plateau)
+        self.samples = []
+        self.nodes = Nodes(np.ascontiguousarray(x), w, c)
+        self.f = self.psi = None
+        self._merge_slack = None
+        self.quiet = (len(cert.masses), self.t + LEAVE_GROWTHS / max(plateau.growth, 1e-300))
+        self._choose_method()
+        self.why_not = "leaving a plateau"
+        return None
+
+    def _end(self, cert, message: str | None) -> tuple[str, str] | None:
+        """Keep ``cert`` as the terminal state; with a message, the run ends there ("stationary")."""
+        self.terminal = term.TerminalState.from_certificate(cert)
+        if message is None:
+            return None
+        self.ended = ("stationary", message)
+        return self.ended
+
+    def _energy_of(self, positions: np.ndarray, masses: np.ndarray) -> float:
+        return measure_energy(self.model, self.sums, positions, masses,
+                              None if self.sums is None else self.sums.fields(positions, masses)[0])
+
+    def _stays_put(self, positions: np.ndarray, masses: np.ndarray, counts: np.ndarray) -> float:
+        """The largest move (radians) of the node flow from these atoms over ``terminal.STAY_TIME``."""
+        phase = LagrangianPhase(self.model, self.space, Nodes(positions.copy(), masses.copy(), counts.copy()),
+                                self.t, self.degree, self.rtol, self.atol, 0.0, 0.0, sums=self.sums)
+        stop, _ = phase.run(self.t + term.STAY_TIME, stationary=False, max_steps=10_000)
+        if stop != "t_final" or len(phase.nodes) != len(masses):
+            return math.inf
+        cos = np.clip(np.einsum("nd,nd->n", phase.nodes.x, positions), -1.0, 1.0)
+        chord = np.linalg.norm(phase.nodes.x - positions, axis=1)
+        return float(np.max(2.0 * np.arcsin(np.minimum(chord / 2.0, 1.0)))) if cos.size else 0.0
 
     def accept(self, u_new: np.ndarray, f_new: np.ndarray | None, h: float, lands: bool) -> tuple[str, str] | None:
         x = u_new / np.linalg.norm(u_new, axis=1, keepdims=True)
@@ -454,12 +696,23 @@ class LagrangianPhase(Integration):
         self.f, self.psi = (None, None) if merged else (f_new, None)
         if merged:
             self.merges.append((self.t, before, len(self.nodes)))
+        self._check_stiffness()
         if lands and self._on_save is not None and self._save_time is not None:
             self._on_save()
+        if self.certify and self.t < self.t_final:
+            return self._attempt()
         return None
 
+    def diffuse_rate(self) -> tuple[float, float] | None:
+        """(diffuse mass, how fast it falls per unit time) from the last two certification attempts; None
+        before two."""
+        return diffuse_rate_of(self.diffuse_log)
+
     def report(self, h: float) -> dict:
-        return {"dt": h, "nodes": len(self.nodes), "nsteps": self.nsteps}
+        out = {"dt": h, "nodes": len(self.nodes), "nsteps": self.nsteps}
+        if self.diffuse_log:
+            out["diffuse"] = self.diffuse_log[-1][1]
+        return out
 
     def run(self, t_final: float, *, save_time: Callable[[], float] | None = None,
             on_save: Callable[[], None] | None = None, progress: Callable | None = None,

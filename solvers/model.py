@@ -1,5 +1,10 @@
-"""The model (README, The model §1): attention (USA / SA / none) plus a perceptron drift on S^{d-1}.
+"""The model: attention (USA / SA / none) plus a perceptron drift on S^{d-1} (docs/model.md §1).
 
+:class:`Model` holds the parameters and defines, once for every solver, the velocity field and the
+energy of a measure; :class:`VonMisesFisher` is an initial density with an exact sampler.
+
+Notes
+-----
 Every solver describes the measure it evolves through two fields, evaluated at points x:
 
     Psi(x) = ∫ exp(beta(<x,y> - 1)) dmu(y)                 (kernel sum, > 0)
@@ -25,14 +30,31 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from spectral.multipliers import MIN_BETA, potential_multipliers, zonal_multipliers
+from spectral.multipliers import BETA_MAX, BETA_MAX_WHY, MIN_BETA, potential_multipliers, zonal_multipliers
 from . import validators as check
 from .perceptron import Perceptron, tangent_project
 
-__all__ = ["Model", "FLOWS", "ATTENTIONS", "VonMisesFisher"]
+__all__ = ["Model", "FLOWS", "ATTENTIONS", "VonMisesFisher", "unit_vector", "BETA_MAX", "KAPPA_MAX"]
 
 FLOWS = ("ascent", "descent")
 ATTENTIONS = ("unnormalized", "normalized", "none")
+
+#: the largest von Mises-Fisher concentration: Wood's sampler works with b ~ (d - 1) / (4 kappa), a normal double
+#: (with all its digits) only for kappa below ~1e307; the density exp(kappa (<x, mu> - 1)) is finite for any
+#: such kappa (1e300 is far beyond any resolution: its width 1/sqrt(kappa) = 1e-150 rad)
+KAPPA_MAX = 1e300
+KAPPA_MAX_WHY = ("Wood's sampler keeps the digits of b ~ (d - 1)/(4 kappa) while it is a normal double, "
+                 "up to ~1e307")
+
+
+def unit_vector(v) -> np.ndarray:
+    """v / |v| without overflow or underflow (entries up to 1.8e308, down to 5e-324): scaled by its largest
+    absolute entry first, so that the direction of [1e308, 1e308] is (1, 1)/sqrt 2 (its norm overflows)
+    and that of [1e-320, 1e-320] too (its squares underflow). v must be finite and non-zero."""
+    v = np.asarray(v, dtype=float)
+    top = np.max(np.abs(v), axis=-1, keepdims=True)
+    u = v / top
+    return u / np.linalg.norm(u, axis=-1, keepdims=True)
 
 
 def density_values(density, x: np.ndarray, name: str = "density") -> np.ndarray:
@@ -65,11 +87,12 @@ class VonMisesFisher:
 
     def __init__(self, mu, kappa: float) -> None:
         mu = np.asarray(mu, dtype=float).reshape(-1)
-        if mu.size < 2 or not np.all(np.isfinite(mu)) or not np.linalg.norm(mu) > 0:
+        if mu.size < 2 or not np.all(np.isfinite(mu)) or not np.any(mu != 0):
             raise ValueError(f"VonMisesFisher: mu must be a finite non-zero vector of >= 2 entries, got {mu}")
-        if not check.is_number(kappa) or not (math.isfinite(kappa) and kappa >= 0):
-            raise ValueError(f"VonMisesFisher: kappa must be a finite number >= 0, got {kappa!r}")
-        self.mu, self.kappa, self.d = mu / np.linalg.norm(mu), float(kappa), mu.size
+        if not check.is_number(kappa) or not (math.isfinite(kappa) and 0 <= kappa <= KAPPA_MAX):
+            raise ValueError(f"VonMisesFisher: kappa must be a finite number >= 0 and <= {KAPPA_MAX:g} "
+                             f"({KAPPA_MAX_WHY}), got {kappa!r}")
+        self.mu, self.kappa, self.d = unit_vector(mu), float(kappa), mu.size
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
         return np.exp(self.kappa * (np.asarray(x) @ self.mu - 1.0))
@@ -161,6 +184,8 @@ class Model:
         beta = _number("beta", self.beta)
         if not (math.isfinite(beta) and beta >= 0):
             raise ValueError(f"Model: beta must be finite and >= 0, got {self.beta!r}")
+        if beta > BETA_MAX:
+            raise ValueError(f"Model: beta must be <= {BETA_MAX:g} ({BETA_MAX_WHY}), got {self.beta!r}")
         if 0 < beta < MIN_BETA:
             raise ValueError(f"Model: beta must be 0 or >= {MIN_BETA:g} (below, 1/beta overflows: use beta = 0 "
                              f"for the limit), got {self.beta!r}")
@@ -172,6 +197,7 @@ class Model:
         strength = _number("strength", self.strength)
         if not (math.isfinite(strength) and strength > 0):
             raise ValueError(f"Model: strength must be finite and > 0, got {self.strength!r}")
+
         if self.attention == "normalized" and strength != 1.0:
             raise ValueError("Model: strength plays no role with attention='normalized' (SA); "
                              f"it must be 1.0, got {self.strength!r}")

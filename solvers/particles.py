@@ -1,16 +1,24 @@
-"""Particle solver of the model (README, The model §1) on S^{d-1}, any d >= 2.
+"""Particle solver of the model (docs/model.md §1) on S^{d-1}, any d >= 2.
 
+:func:`simulate_particles` runs it (:func:`prepare_particles` checks and places the particles first);
+its options, integrators and stopping rules in use: docs/numerics.md, "The particle solver".
+
+Notes
+-----
 N weighted particles x_i (w_i > 0, sum w_i = 1) move with the velocity of their empirical measure
 mu_N = sum_j w_j delta_{x_j}:
 
     dx_i/dt = v[mu_N](x_i),   v = Model.velocity(G, Psi, drift)        (the PDE's definition)
     Psi(x)  = sum_j w_j exp(beta(<x, x_j> - 1)),   G(x) = sum_j w_j exp(beta(<x, x_j> - 1)) P_x x_j,
 
-self-interaction included. With noise nu > 0: dX = v dt + sqrt(2 nu) dB on the sphere. Time is the
+self-interaction included. With noise nu > 0: dX = v dt + sqrt(2 nu) dB on the sphere, stepped by Strang
+splitting: half the noise, the drift step, half the noise (each half a geodesic Euler–Maruyama increment of
+h/2), so that the invariant measure of the stepping is O(h^2) from the SDE's (a Lie splitting, drift then
+the whole noise, is O(h) off). Time is the
 model's time (layers); positions are unit vectors; the velocity is in radians per unit time.
 
-Interaction sums come from :mod:`solvers.interaction` (direct for any d; fast Fourier / harmonic
-sums on S^1 / S^2). Integrators, all staying on the sphere:
+Interaction sums come from :mod:`solvers.interaction` (direct for any d; Fourier series on S^1 and
+harmonic series on S^2, through ducc0's NUFFTs). Integrators, all staying on the sphere:
 
 - ``"euler"``: x <- (x + h v(x)) / |x + h v(x)| — the reference experiments' scheme (the main paper §4);
 - ``"rk4"``: classical Runge–Kutta for the extension F(x) = v(x / |x|) of the field to R^d \\ {0}
@@ -22,13 +30,8 @@ Noise (nu > 0) is added after the deterministic step by a geodesic Euler–Maruy
 x <- exp_x(sqrt(2 nu h) P_x xi), xi ~ N(0, I_d) (Lie splitting, weak order 1; the exponential map
 produces the Ito drift -nu (d-1) x dt of Brownian motion on the sphere). Not with "adaptive".
 
-Snapshots record positions, the energy E (``Model.energy``, pair term from the same sums), the largest
-drift max_i |v(x_i)| (the deterministic velocity, as the reference code's stopping rule measures it),
-the dissipation s sum_i w_i |v_i|^2 (= dE/dt for noiseless USA with a gradient perceptron) and the
-cluster count. The stopping rule (:class:`StopRule`) is the reference one: the cluster count is
-unchanged over ``window`` consecutive snapshots (the initial one excluded) and the largest drift is
-<= ``drift_tol``; clusters by ``rule`` ("linkage", or "paper": the released code's own count, with its
-condition that no cluster spans more than ``spread_factor`` radii; :mod:`solvers.atoms`).
+Snapshots record what :class:`ParticleResult` lists; :class:`StopRule` ends a run as the reference
+experiments do, when the cluster count and the largest drift have settled.
 
 A fixed step can be beyond the integrator's stability bound (a strong attention, gamma = e^beta, or a
 perceptron of large weights): the particles then oscillate about their clusters, or settle where the
@@ -41,13 +44,9 @@ h |lambda| for a linear flow along its mode lambda (v = lambda x: Delta v = lamb
 q above the stability bound of the method on the negative real axis (:data:`STABILITY_BOUND`: Euler 2,
 RK4 2.785; the flow's contractions are real, gradient flows' Jacobians being symmetric) amplifies that
 mode. Snapshots record the largest q since the previous one (``step_stiffness``); a run whose q went
-over the bound says so in its message (``ParticleResult.beyond_stability``), with the first time.
-Measured: the main paper's protocol (``scripts/paper_protocol.py``: N = 1000, Euler, dt = 0.1, its 13 betas)
-reaches 0.22-0.35 (S1), 0.011-0.10 (S1-0), 0.18-0.24 (S2), 0.124-0.126 (S3), none flagged; with N = 400 and
-dt = 0.1, Euler at gamma = 15 (stable, converges) 1.5; Euler at gamma = 25, 40 and with a ReLU perceptron of
-weights ~ N(0, 30^2) 2.1-2.2, each left oscillating (its energy alternating); RK4 at gamma = 35 up to 2.99
-once, then a spurious end state.
-Not measured with noise (its increment dominates the displacement) nor for "adaptive" (its error
+over the bound says so in its message (``ParticleResult.beyond_stability``), with the first time. A
+collapsing cluster under attention of strength gamma tends to q = h gamma (measured values:
+docs/studies.md). Not measured with noise (its increment dominates the displacement) nor for "adaptive" (its error
 control rejects such steps); above 2^16 particles q reads every k-th particle (a fixed stride).
 """
 from __future__ import annotations
@@ -68,6 +67,7 @@ from .atoms import CLUSTER_RULES, clusters, spread_within
 from .interaction import DEFAULT_BLOCK_BYTES, DEFAULT_TOL, SUM_METHODS, InteractionSums
 from .interrupts import at_once, graceful_stop
 from .model import Model, VonMisesFisher, density_values
+from .restart import ParticleState
 from .stepping import TABLEAUS, Integration, Progress, StepController
 
 __all__ = ["simulate_particles", "ParticleResult", "ParticleOptions", "StopRule", "initial_particles",
@@ -92,9 +92,8 @@ STIFFNESS_FLOOR = 1e-12
 
 #: points per chunk of the pointwise part of a velocity evaluation (:func:`measure_velocity`). A chunk is
 #: about 15 numpy calls, and two threads contend for the GIL around each: 2^15 makes half as many calls
-#: as 2^14, and its temporaries (up to 0.5 MiB each) still stay in the last-level cache. Measured against
-#: 2^14 (10^6 points, two threads, medians of 17 paired ratios): the whole evaluation 0.95x at S^1 beta =
-#: 25, 0.92x at beta = 100, 0.97x at S^2 beta = 4; with one thread unchanged; identical velocities
+#: as 2^14, and its temporaries (up to 0.5 MiB each) still stay in the last-level cache. The velocities do
+#: not depend on the chunk size
 POINTWISE_CHUNK = 2 ** 15
 
 
@@ -108,8 +107,8 @@ def measure_velocity(model: Model, sums: InteractionSums | None, x: np.ndarray, 
     psi, G = sums.fields(x, w)
 
     # the pointwise part (the drift, then v = s (G + drift) in place of G) chunk by chunk on the sums'
-    # threads: its temporaries stay in cache (10^6 points on S^1: the drift 9.8 ms in chunks of 2^14
-    # against 13.4 ms at once, one thread; measured) and fresh arrays of N points are not paged in
+    # threads: its temporaries stay in cache (faster than at once even on one thread) and fresh arrays of
+    # N points are not paged in
     def pointwise(j: int, c: slice) -> None:
         model.velocity(G[c], psi[c, None], model.drift(x[c]), out=G[c])
     map_chunks(pointwise, x.shape[0], POINTWISE_CHUNK, sums.nufft_threads, "attnpde-pointwise")
@@ -145,9 +144,10 @@ class StopRule:
     ``window`` snapshots and the largest drift is at most ``drift_tol``. The released code also asks that no
     cluster be wider than r, uses greedy arcs on S^1 and drift_tol 1e-4: ``StopRule(rule="paper",
     drift_tol=1e-4)`` is that rule. The defaults differ on all three: single linkage on every sphere, no
-    spread condition, drift_tol 5e-4. So a stationary set that has not concentrated (in descent with ReLU,
-    mass frozen where every unit is inactive) stops a default run; its "clusters" are then chains of
-    particles within r of one another, not atoms.
+    spread condition, drift_tol 5e-4. So a set that has not concentrated but moves slower than drift_tol
+    (in descent with ReLU, the mass where every unit is inactive, which gathers into atoms only over
+    thousands of time units) stops a default run; its "clusters" are then chains of particles within r
+    of one another, not atoms.
 
     Attributes
     ----------
@@ -211,9 +211,9 @@ class ParticleOptions:
     Attributes
     ----------
     sum : {"auto", "direct", "fast", "nufft"}
-        Interaction sums (:class:`solvers.interaction.InteractionSums`; "nufft": S^1 and S^2).
+        Interaction sums (:class:`solvers.interaction.InteractionSums`; "fast": S^1; "nufft": S^1 and S^2).
     sum_tol : float
-        Truncation of the fast sums relative to lambda_0 (and the NUFFT precision, at least 1e-14).
+        Truncation of the fast sums relative to lambda_0 (and the NUFFT precision, at least 3e-13).
     block_bytes : int
         Memory bound of a direct-sum block (bytes).
     rtol, atol : float
@@ -554,21 +554,34 @@ class ParticleResult:
 # ----------------------------------------------------------------------------------------------
 # the solver
 # ----------------------------------------------------------------------------------------------
+#: arrays of N x d doubles a run holds at its peak besides its snapshots: the integrator's stages, the
+#: velocity and the sums' per-point arrays (tracemalloc, 10^6 particles on S^1: 17.3 rk4, 22.3 adaptive and
+#: 14.8 euler with the two snapshots' 5; on S^2 about 4 per particle besides ~0.5 GiB of fixed tables)
+WORK_ARRAYS = 18.0
+
+
 def _refuse_infeasible(d: int, n: int | None, t_final: float | None, integrator: str, dt: float | None,
                        save_every: float | None, opts: ParticleOptions, t0: float) -> None:
-    """ValueError for a run that cannot finish: more fixed steps than max_steps, or snapshots beyond memory."""
-    if t_final is None or n is None:
-        return                          # a stopping rule ends it: its length is not known in advance
-    left = t_final - t0
-    if integrator != "adaptive":
-        steps = math.ceil(left / dt - 1e-9)
-        if steps > opts.max_steps:
-            raise ValueError(f"t_final / dt = {steps} steps of the fixed-step integrator {integrator!r} exceed "
-                             f"max_steps = {opts.max_steps}; raise max_steps or dt")
-    n_snap = 2 + (math.ceil(left / save_every) if save_every is not None else 0)
-    # kept as rows, then stacked into the result (as the PDE's snapshots: 2.5 x)
-    refuse_if_too_big({f"{n_snap} snapshots of {n} particles kept and stacked": 2.5 * n_snap * n * d * 8.0},
-                      "raise save_every or lower n")
+    """ValueError for a run that cannot finish: more fixed steps than max_steps, or its snapshots and working
+    arrays beyond memory."""
+    if n is None:
+        return
+    parts = {}
+    # with a stopping rule and no t_final its length, hence its snapshots, are not known in advance
+    if t_final is not None:
+        left = t_final - t0
+        if integrator != "adaptive":
+            ratio = left / dt - 1e-9
+            steps = math.ceil(ratio) if math.isfinite(ratio) else ratio
+            if steps > opts.max_steps:
+                raise ValueError(f"t_final / dt = {steps} steps of the fixed-step integrator {integrator!r} exceed "
+                                 f"max_steps = {opts.max_steps}; raise max_steps or dt")
+        ratio = left / save_every if save_every is not None else 0.0
+        n_snap = 2 + (math.ceil(ratio) if math.isfinite(ratio) else ratio)
+        # kept as rows, then stacked into the result (as the PDE's snapshots: 2.5 x)
+        parts[f"{n_snap} snapshots of {n} particles kept and stacked"] = 2.5 * n_snap * n * d * 8.0
+    parts["working arrays"] = WORK_ARRAYS * n * d * 8.0
+    refuse_if_too_big(parts, "raise save_every or lower n" if t_final is not None else "lower n")
 
 
 def _check_time(name: str, v, allow_none: bool = True) -> float | None:
@@ -600,6 +613,51 @@ def simulate_particles(model: Model, n: int | None = None, x0: np.ndarray | None
     """
     return prepare_particles(model, n, x0, weights, t_final, init, density, seed, integrator, dt, save_every, stop,
                              restart=restart, **options).run(progress=progress, callback=callback)
+
+
+def _place_particles(d: int, n: int | None, x0, weights, init: str, density: Callable | None,
+                     seed: int) -> tuple[np.ndarray, np.ndarray, str]:
+    """The initial positions (N, d), weights (N,) summing to 1 and their description, from ``x0`` or placed
+    by ``init`` (arguments of :func:`prepare_particles`); ValueError for arguments that conflict."""
+    if x0 is not None:
+        if density is not None:
+            raise ValueError("x0 and density conflict: give initial positions or a density to sample, not both")
+        if init != "random":
+            raise ValueError(f"x0 and init={init!r} conflict: init places particles only when x0 is not given")
+        x = np.array(x0, dtype=float)
+        if x.ndim != 2 or x.shape[1] != d:
+            raise ValueError(f"x0 must have shape (N, {d}) for d = {d}, got {x.shape}")
+        if x.shape[0] < 1:
+            raise ValueError("x0 must hold at least one particle")
+        if n is not None and n != x.shape[0]:
+            raise ValueError(f"n = {n!r} conflicts with x0, which holds {x.shape[0]} particles")
+        if not np.all(np.isfinite(x)):
+            raise ValueError("x0 must be finite")
+        nrm = np.linalg.norm(x, axis=1)
+        if np.any(nrm == 0):
+            raise ValueError(f"x0 row {int(np.nonzero(nrm == 0)[0][0])} is zero; positions must be non-zero "
+                             "(they are normalised onto the sphere)")
+        x = x / nrm[:, None]
+        w = None
+        desc = "given positions x0"
+    else:
+        if n is None:
+            raise ValueError("give the number of particles n, initial positions x0, or a restart state")
+        if weights is not None and init == "quadrature":
+            raise ValueError("weights conflict with init='quadrature', which sets the weights itself")
+        init_seq = np.random.SeedSequence(seed).spawn(2)[0]
+        x, w, desc = initial_particles(d, n, init, density, init_seq)
+    if weights is not None:
+        wv = np.array(weights, dtype=float).reshape(-1) if np.ndim(weights) else None
+        if wv is None or wv.shape != (x.shape[0],):
+            raise ValueError(f"weights must hold one value per particle ({x.shape[0]}), got shape {np.shape(weights)}")
+        if not np.all(np.isfinite(wv)) or np.any(wv <= 0):
+            raise ValueError("weights must be finite and > 0")
+        w = wv
+    if w is None:
+        w = np.full(x.shape[0], 1.0 / x.shape[0])
+    w = w / w.sum()
+    return x, w, desc
 
 
 def prepare_particles(model: Model, n: int | None = None, x0: np.ndarray | None = None,
@@ -686,71 +744,57 @@ def prepare_particles(model: Model, n: int | None = None, x0: np.ndarray | None 
     if model.noise > 0 and rule is not None and t_final is None:
         raise ValueError("a stopping rule with noise > 0 needs t_final: the deterministic drift of a noisy cloud "
                          "does not fall to drift_tol, so the rule alone would run to max_steps")
-    n_total = (np.shape(restart["x"])[0] if restart is not None else np.shape(x0)[0] if x0 is not None
-               else n if check.is_integer(n) else None)
-    _refuse_infeasible(d, n_total, t_final, integrator, dt, save_every, opts,
-                       float(restart["t"]) if restart is not None else 0.0)
-
+    state = None
     if restart is not None:
         if x0 is not None or n is not None or density is not None or weights is not None:
             raise ValueError("restart carries the particles: do not pass n, x0, weights or density with it")
-        x = np.array(restart["x"], dtype=float)
-        w = np.array(restart["w"], dtype=float)
+        state = ParticleState.from_dict(restart)
+    n_total = (np.shape(state.x)[0] if state is not None else np.shape(x0)[0] if x0 is not None
+               else n if check.is_integer(n) else None)
+    _refuse_infeasible(d, n_total, t_final, integrator, dt, save_every, opts, state.t if state is not None else 0.0)
+
+    if state is not None:
+        x, w = state.x, state.w
         if x.ndim != 2 or x.shape[1] != d or w.shape != (x.shape[0],):
             raise ValueError(f"restart state does not hold (N, {d}) positions and (N,) weights")
-        desc = str(restart.get("initial", "restart"))
+        desc = state.initial
     else:
-        if x0 is not None:
-            if density is not None:
-                raise ValueError("x0 and density conflict: give initial positions or a density to sample, not both")
-            if init != "random":
-                raise ValueError(f"x0 and init={init!r} conflict: init places particles only when x0 is not given")
-            x = np.array(x0, dtype=float)
-            if x.ndim != 2 or x.shape[1] != d:
-                raise ValueError(f"x0 must have shape (N, {d}) for d = {d}, got {x.shape}")
-            if x.shape[0] < 1:
-                raise ValueError("x0 must hold at least one particle")
-            if n is not None and n != x.shape[0]:
-                raise ValueError(f"n = {n!r} conflicts with x0, which holds {x.shape[0]} particles")
-            if not np.all(np.isfinite(x)):
-                raise ValueError("x0 must be finite")
-            nrm = np.linalg.norm(x, axis=1)
-            if np.any(nrm == 0):
-                raise ValueError(f"x0 row {int(np.nonzero(nrm == 0)[0][0])} is zero; positions must be non-zero "
-                                 "(they are normalised onto the sphere)")
-            x = x / nrm[:, None]
-            w = None
-            desc = "given positions x0"
-        else:
-            if n is None:
-                raise ValueError("give the number of particles n, initial positions x0, or a restart state")
-            if weights is not None and init == "quadrature":
-                raise ValueError("weights conflict with init='quadrature', which sets the weights itself")
-            init_seq = np.random.SeedSequence(seed).spawn(2)[0]
-            x, w, desc = initial_particles(d, n, init, density, init_seq)
-        if weights is not None:
-            wv = np.array(weights, dtype=float).reshape(-1) if np.ndim(weights) else None
-            if wv is None or wv.shape != (x.shape[0],):
-                raise ValueError(f"weights must hold one value per particle ({x.shape[0]}), got shape {np.shape(weights)}")
-            if not np.all(np.isfinite(wv)) or np.any(wv <= 0):
-                raise ValueError("weights must be finite and > 0")
-            w = wv
-        if w is None:
-            w = np.full(x.shape[0], 1.0 / x.shape[0])
-        w = w / w.sum()
-    return ParticleRun(model, x, w, desc, t_final, integrator, dt, save_every, rule, seed, opts, restart)
+        x, w, desc = _place_particles(d, n, x0, weights, init, density, seed)
+    return ParticleRun(model, x, w, desc, t_final, integrator, dt, save_every, rule, seed, opts, state)
+
+
+class _StrangNoise:
+    """A fixed-step stepper with noise: the leading half of the noise (``noise(x, h / 2)``), then the drift step
+    from there (its first stage computed at that state); the run adds the closing half (ParticleRun.accept)."""
+
+    def __init__(self, inner, noise) -> None:
+        self.inner, self.noise = inner, noise
+
+    def step(self, t: float, u: np.ndarray, h: float, f0: np.ndarray | None = None):
+        with np.errstate(all="ignore"):
+            half = self.noise(u, 0.5 * h)
+        return self.inner.step(t, half, h, None)
 
 
 class ParticleRun(Integration):
     """One prepared integration (:func:`prepare_particles`): state, stepping, snapshots, stopping rule, on
     the shared loop of :class:`~solvers.stepping.Integration`. :meth:`run` integrates it once."""
 
-    def __init__(self, model, x, w, desc, t_final, integrator, dt, save_every, rule, seed, opts, restart) -> None:
+    def __init__(self, model, x, w, desc, t_final, integrator, dt, save_every, rule, seed, opts,
+                 state: ParticleState | None) -> None:
+        tableau = {"euler": TABLEAUS["Euler"], "rk4": TABLEAUS["RK4"], "adaptive": TABLEAUS["DP54"]}[integrator]
+        adaptive = integrator == "adaptive"
+        super().__init__(t=0.0 if state is None else state.t, t_final=math.inf if t_final is None else t_final,
+                         dt=dt if state is None else None if not math.isfinite(state.dt) else state.dt,
+                         tableau=tableau, controller=StepController(tableau.error_order) if adaptive else None,
+                         max_steps=opts.max_steps, nsteps=0 if state is None else state.nsteps,
+                         nrejected=0 if state is None else state.nrejected,
+                         steps={"t": [], "dt": [], "error": [], "accepted": []} if adaptive else None)
         self.model, self.w, self.initial = model, w, desc
-        self.t_final = math.inf if t_final is None else t_final
         self.integrator, self.dt0, self.save_every, self.rule = integrator, dt, save_every, rule
         self.seed, self.opts = seed, opts
         self.progress = self.callback = None
+        self.last_restart = None
         self._ran = False
         self.N = x.shape[0]
         self.sums = None
@@ -764,13 +808,9 @@ class ParticleRun(Integration):
         self.spread_ok = True
         self.radius = cluster_radius(model.beta, model.d, self.scale)
         self.record_clusters = opts.record_clusters or rule is not None
-        self.tableau = {"euler": TABLEAUS["Euler"], "rk4": TABLEAUS["RK4"], "adaptive": TABLEAUS["DP54"]}[integrator]
-        self.controller = StepController(self.tableau.error_order) if integrator == "adaptive" else None
         self.rows: list[dict] = []
-        self.steps = {"t": [], "dt": [], "error": [], "accepted": []} if integrator == "adaptive" else None
         noise_seq = np.random.SeedSequence(seed).spawn(2)[1]
         self.rng = np.random.Generator(np.random.PCG64(noise_seq))
-        self.f = None                      # velocity at the current state, when known
         # the fixed steps' stiffness q (module docstring): the step just accepted (x, v at its start, h) until
         # the velocity at its end is known; the largest q since the last snapshot, over the run, and the
         # time of the first step above the bound
@@ -780,31 +820,24 @@ class ParticleRun(Integration):
         self._step_from = None
         self.stiffness_since = self.stiffness_max = math.nan
         self.stiffness_over_t: float | None = None
-        if restart is None:
-            self.x, self.t = x, 0.0
-            self.nsteps = self.nrejected = 0
-            self.save_index = 1
-            self.dt = dt
+        self.x = x
+        self.save_index = 1 if state is None else state.save_index
+        self.fresh = state is None
+        if state is None:
             self.counts: list[int] = []
-            self.fresh = True
             self._last_snapshot_t = None
         else:
             # a state kept where an interruption stopped the run is after its last snapshot
-            self._last_snapshot_t = float(restart.get("last_snapshot_t", restart["t"]))
-            self._check_settings(restart.get("settings"))
-            self.x, self.t = x, float(restart["t"])
-            self.nsteps, self.nrejected = int(restart["nsteps"]), int(restart["nrejected"])
-            self.save_index = int(restart["save_index"])
-            self.dt = None if restart.get("dt") is None or not math.isfinite(restart["dt"]) else float(restart["dt"])
-            self.counts = [int(c) for c in restart.get("stop_counts", [])]
-            self.rng.bit_generator.state = restart["rng_state"]
-            if self.controller is not None and "facold" in restart:
-                self.controller.restore(restart)
-            if "stiffness" in restart:          # (a restart state written before it was recorded: none)
-                since, most, over = (float(v) for v in restart["stiffness"])
+            self._last_snapshot_t = state.last_snapshot_t
+            self._check_settings(state.settings)
+            self.counts = list(state.stop_counts)
+            self.rng.bit_generator.state = state.rng_state
+            if self.controller is not None and state.facold is not None:
+                self.controller.facold = state.facold
+            if state.stiffness is not None:          # (a restart state written before it was recorded: none)
+                since, most, over = state.stiffness
                 self.stiffness_since, self.stiffness_max = since, most
                 self.stiffness_over_t = None if math.isnan(over) else over
-            self.fresh = False
 
     def _settings(self) -> dict:
         """What a restart must share with the run it continues (else it would not be that run)."""
@@ -839,14 +872,14 @@ class ParticleRun(Integration):
         return min(k * self.save_every, self.t_final)
 
     def _restart_state(self) -> dict:
-        return {"t": self.t, "last_snapshot_t": self._last_snapshot_t, "x": self.x.copy(), "w": self.w.copy(),
-                "nsteps": self.nsteps, "nrejected": self.nrejected, "save_index": self.save_index,
-                "dt": float(self.dt) if self.dt is not None else float("nan"),
-                "rng_state": self.rng.bit_generator.state, "stop_counts": list(self.counts),
-                "stiffness": [self.stiffness_since, self.stiffness_max,
-                              math.nan if self.stiffness_over_t is None else self.stiffness_over_t],
-                "initial": self.initial, "settings": self._settings(),
-                **(self.controller.state() if self.controller is not None else {})}
+        return ParticleState(
+            t=self.t, last_snapshot_t=self._last_snapshot_t, x=self.x.copy(), w=self.w.copy(), nsteps=self.nsteps,
+            nrejected=self.nrejected, save_index=self.save_index,
+            dt=float(self.dt) if self.dt is not None else float("nan"), rng_state=self.rng.bit_generator.state,
+            stop_counts=list(self.counts), stiffness=(self.stiffness_since, self.stiffness_max,
+                                                      math.nan if self.stiffness_over_t is None else self.stiffness_over_t),
+            initial=self.initial, settings=self._settings(),
+            facold=self.controller.facold if self.controller is not None else None).to_dict()
 
     def _snapshot(self) -> tuple[int, float]:
         """Record the current state; returns (cluster count, max drift)."""
@@ -915,6 +948,10 @@ class ParticleRun(Integration):
         if self.stiffness_over_t is None and q > self.stability_bound:
             self.stiffness_over_t = self.t
 
+    def _stepper(self, lin, scaled):
+        inner = super()._stepper(lin, scaled)
+        return inner if self.model.noise == 0 else _StrangNoise(inner, self._noise)
+
     def _noise(self, x: np.ndarray, h: float) -> np.ndarray:
         """Geodesic Euler–Maruyama increment: exp_x(sqrt(2 nu h) P_x xi)."""
         xi = self.rng.standard_normal(x.shape)
@@ -947,12 +984,10 @@ class ParticleRun(Integration):
     def state(self) -> np.ndarray:
         return self.x
 
-    @property
-    def max_steps(self) -> int:
-        return self.opts.max_steps
-
-    def rhs_at_state(self) -> np.ndarray:
-        return self.velocity(self.x)[0]
+    def rhs_at_state(self) -> np.ndarray | None:
+        # with noise a step starts from the state after its leading half of the noise, and finds the velocity
+        # there itself (_StrangNoise)
+        return self.velocity(self.x)[0] if self.model.noise == 0 else None
 
     def error_norm(self, err: np.ndarray, u: np.ndarray, u_new: np.ndarray) -> float:
         return float(np.sqrt(np.einsum("nd,nd->n", err, err).max())) / (self.opts.atol + self.opts.rtol)
@@ -976,7 +1011,7 @@ class ParticleRun(Integration):
         self.f = f_new if self.controller is not None else None
         if self.model.noise > 0:
             with np.errstate(all="ignore"):
-                x_new = self._noise(x_new, h)
+                x_new = self._noise(x_new, 0.5 * h)          # the closing half of the Strang step
             self.f = None
         if not np.all(np.isfinite(x_new)):
             return "non-finite", f"non-finite positions after the step to t = {self.t:.6g}"
@@ -1053,5 +1088,5 @@ class ParticleRun(Integration):
             nsteps=self.nsteps, nrejected=self.nrejected, integrator=self.integrator, dt=self.dt0, seed=self.seed,
             stop=None if self.rule is None else {f.name: getattr(self.rule, f.name) for f in fields(self.rule)},
             options=self.opts.to_dict(), sum_method=self.sum_method, initial=self.initial, wall_time=wall,
-            steps=steps, restart=getattr(self, "last_restart", None), step_stiffness=col("step_stiffness"),
+            steps=steps, restart=self.last_restart, step_stiffness=col("step_stiffness"),
             stability_bound=self.stability_bound, beyond_stability=self.stiffness_over_t)

@@ -13,6 +13,7 @@ The discretisation (circle or sphere) is chosen by ``model.d`` and lives in ``pd
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from dataclasses import dataclass, field, fields
@@ -29,15 +30,39 @@ from .atoms import DEFAULT_PROMINENCE
 from .interaction import InteractionSums
 from .interrupts import at_once, graceful_stop
 from .model import Model, density_values
-from .stepping import TABLEAUS, Integration, Progress, StepController
+from .eulerian import EulerianPhase, grid_rows
+from .restart import GoodState, LagrangianState, pde_state_from_dict
+from .stepping import Progress
+from .terminal import TerminalState
 
-__all__ = ["solve_pde", "prepare_pde", "PDERun", "PDEResult", "PDEOptions", "STOP_REASONS", "space_for"]
+__all__ = ["solve_pde", "prepare_pde", "PDERun", "PDEResult", "PDEOptions", "STOP_REASONS", "space_for",
+           "snapshot_time"]
 
 STOP_REASONS = ("t_final", "stationary", "resolution", "positivity", "non-finite", "max_steps", "interrupted")
 CONTINUATIONS = ("lagrangian", "none")
 METHODS = ("DP54", "BS32")
 #: smallest tail_tol, tail_max, positivity_tol accepted (see PDEOptions)
 _ROUND_OFF_FLOOR = 1e-14
+
+
+#: the nodes' default step tolerance, as a fraction of their mean spacing (PDEOptions.node_rtol)
+NODE_TOLERANCE = 2.5e-3
+
+#: with t_final = inf, snapshots are save_every apart for the first hundred, then twice as far apart for
+#: every next hundred: a run of unknown length keeps a bounded number of them per decade of time
+SNAPSHOTS_PER_DOUBLING = 100
+
+
+def snapshot_time(k: int, save_every: float | None, t_final: float) -> float:
+    """The time of snapshot k >= 1 (snapshot 0 is the start): k save_every up to t_final; with t_final = inf,
+    the schedule of ``SNAPSHOTS_PER_DOUBLING``; without save_every, t_final."""
+    if save_every is None:
+        return t_final
+    if math.isfinite(t_final):
+        return min(k * save_every, t_final)
+    b, j = divmod(k - 1, SNAPSHOTS_PER_DOUBLING)
+    n = SNAPSHOTS_PER_DOUBLING
+    return save_every * (n * (2.0 ** b - 1.0) + 2.0 ** b * (j + 1))
 
 
 def space_for(d: int):
@@ -100,19 +125,28 @@ class PDEOptions:
         moves along the characteristics to t_final or until "stationary". "none": the Eulerian run alone,
         which stops as described above.
     handoff_degree : int or None
-        Largest Eulerian resolution with the continuation (S^1 default 1024 modes, S^2 default L = 127;
-        refinements are clipped to it, as to ``max_degree``).
+        Largest Eulerian resolution with the continuation (default the larger of ``degree`` and 1024 modes
+        on S^1, L = 127 on S^2; refinements are clipped to it, as to ``max_degree``).
     handoff_at : float or None
         Hand off at this time (a resolved state), whatever the resolution: for consistency checks.
     nodes : int or None
         Nodes of the continuation (default ``space.default_nodes``: 4096 on S^1, 8192 on S^2, where the
         count is rounded to a Gauss grid 2 nlat^2).
-    node_rtol, node_atol : float
-        Step error tolerances of the nodes (radians): max_j |err_j| <= node_atol + node_rtol.
+    node_rtol, node_atol : float or None
+        Step error tolerances of the nodes (radians): max_j |err_j| <= node_atol + node_rtol. Default
+        ``NODE_TOLERANCE`` (2.5e-3) times the nodes' mean spacing, and node_atol 1e-2 of that (S^1, 4096
+        nodes: 3.8e-6; S^2, 8192 nodes: 9.8e-5 rad): a step's error is then a small fraction of the distance
+        between nodes, which is what decides the atoms and their masses. The error-estimate rerun scales
+        them with its own spacing. Much finer tolerances only multiply the rejected steps where nodes cross a
+        ReLU unit's switching line (the drift's derivative jumps there).
     merge_tol : float
         Nodes closer than this (radians) become one node.
     drift_tol : float
-        Stop with "stationary" when max |v| over the nodes is below this (radians per unit time).
+        The nodes are at rest when max |v| over them is below this (radians per unit time): the run is
+        certified there or stops "stationary" with the reason it is not (``solvers.terminal``).
+    kick : float
+        The perturbation (radians) along the unstable direction of a certified saddle, after which the run
+        goes on (a plateau: ``PDEResult.plateaus``).
     atom_radius : float or None
         Grouping radius of the atoms of a node measure (default a tenth of the initial node spacing).
     error_estimate : bool
@@ -140,18 +174,19 @@ class PDEOptions:
     handoff_degree: int | None = None
     handoff_at: float | None = None
     nodes: int | None = None
-    node_rtol: float = 1e-6
-    node_atol: float = 1e-8
+    node_rtol: float | None = None
+    node_atol: float | None = None
     merge_tol: float = 1e-6
-    drift_tol: float = 1e-6
+    drift_tol: float = 1e-10
     atom_radius: float | None = None
     error_estimate: bool = True
+    kick: float = 1e-4
 
     def __post_init__(self) -> None:
-        for name in ("rtol", "atol", "cfl", "tail_tol", "tail_max", "positivity_tol", "sa_psi_min", "node_rtol",
-                     "node_atol", "merge_tol", "drift_tol"):
+        for name in ("rtol", "atol", "cfl", "tail_tol", "tail_max", "positivity_tol", "sa_psi_min", "merge_tol",
+                     "drift_tol", "kick"):
             check.number(f"option {name}", getattr(self, name), gt=0)
-        for name in ("dt0", "dt_max", "handoff_at", "atom_radius"):
+        for name in ("dt0", "dt_max", "handoff_at", "atom_radius", "node_rtol", "node_atol"):
             check.number(f"option {name}", getattr(self, name), gt=0, allow_none=True)
         if self.continuation is not None:
             check.choice("option continuation", self.continuation, CONTINUATIONS)
@@ -249,6 +284,8 @@ class PDEResult:
     grids: list = field(default_factory=list)
     nodes: list = field(default_factory=list, repr=False)
     lagrangian: dict | None = field(default=None, repr=False)
+    terminal: TerminalState | None = None
+    plateaus: list = field(default_factory=list)
 
     @property
     def space(self):
@@ -273,6 +310,12 @@ class PDEResult:
         1e-8 of the Eulerian run, tests), an oscillating series, negative in places, where it has
         concentrated (near atoms); ``density`` holds its heat-smoothed series on the output grid."""
         return self.space.evaluate(self.coefficients(i), np.asarray(x, dtype=float))
+
+    def diffuse_rate(self) -> tuple[float, float] | None:
+        """(mass outside every group of two or more initial nodes, how fast it fell per unit time) between the
+        continuation's last two certification attempts; None before two. It says how far a run still moving
+        is from its end."""
+        return None if self.lagrangian is None else self.lagrangian.get("diffuse_rate")
 
     @property
     def t_handoff(self) -> float | None:
@@ -350,7 +393,9 @@ class PDEResult:
             f"  {self.step_counts()}, {len(self.t)} snapshots, "
             f"resolution {int(self.degree[0])} -> {int(self.degree[-1])}, wall {self.wall_time:.2f} s",
             f"  energy {self.energy[0]:.10g} -> {self.energy[-1]:.10g}; |mass - 1| <= "
-            f"{np.max(np.abs(self.mass - 1)):.2e}; min rho {self.min_density[-1]:.3g}; tail {self.tail[-1]:.2e}",
+            f"{np.max(np.abs(self.mass - 1)):.2e}"
+            # past the handoff rho is a node measure: no minimum or spectral tail to watch
+            + (f"; min rho {self.min_density[-1]:.3g}; tail {self.tail[-1]:.2e}" if self.lagrangian is None else ""),
         ]
         if self.lagrangian is not None:
             h = self.lagrangian["handoff"]
@@ -358,16 +403,33 @@ class PDEResult:
             lines.append(f"  handoff at t={h['t']:.6g} ({h['reason']}: {h['message']}), degree {h['degree']}, "
                          f"{h['nodes']} nodes, clipped mass {h['clipped_mass']:.2e}; {len(merges)} merge steps, "
                          f"{int(merges[-1, 2]) if len(merges) else h['nodes']} nodes at the end")
+        for k, pl in enumerate(self.plateaus):
+            lines.append(f"  plateau {k + 1}: entered t={pl.t_entered:.6g}, certified t={pl.t_certified:.6g}, "
+                         f"{len(pl.masses)} atom(s), energy {pl.energy:.10g}, growth {pl.growth:.3e} ({pl.part}), "
+                         f"left by a kick of {pl.kick:.1e} rad")
+        if self.terminal is not None:
+            lines += ["  " + line for line in self.terminal.summary_lines()]
+        elif self.lagrangian is not None:
+            lines.append("  terminal state: not certified")
         atoms = self.atoms()
         if isinstance(atoms, lagrangian.NodeAtoms):
             lines.append(f"  atoms (node groups within {atoms.radius:.2g} rad): {len(atoms)}; diffuse mass "
                          f"{atoms.diffuse:.4f}" + (f" ± {atoms.diffuse_error:.1e}" if atoms.diffuse_error is not None
-                                                   else ""))
+                                                   else "")
+                         + (f"; dust (groups below {lagrangian.DUST:g}): {atoms.dust_groups} groups, mass "
+                            f"{atoms.dust:.4f}" if atoms.dust_groups else ""))
+            rate = self.diffuse_rate()
+            if rate is not None and self.terminal is None:
+                left, fall = rate
+                lines.append(f"  mass in no group: {left:.4f}, falling by {fall:.2e} per unit time at the end"
+                             + (f" (at that rate gone in {left / fall:.3g} time units)" if fall > 0 and left > 0
+                                else ""))
             note = lagrangian.not_stationary_note(self.stop_reason, float(self.t[-1]), len(atoms))
-            if note:
+            if note and self.terminal is None:
                 lines.append(f"  {note}")
             loose = lagrangian.unresolved(atoms.masses, atoms.mass_errors)
-            for k in range(min(len(atoms), 12)):
+            # a certified end lists its atoms above; the node groups it was polished from only count
+            for k in range(0 if self.terminal is not None else min(len(atoms), 12)):
                 err = "" if atoms.mass_errors is None else f" ± {atoms.mass_errors[k]:.1e}"
                 lines.append(f"    mass {atoms.masses[k]:.4f}{err} at {np.round(atoms.positions[k], 4).tolist()}"
                              + (lagrangian.UNRESOLVED if loose[k] else ""))
@@ -379,22 +441,6 @@ class PDEResult:
         else:
             lines.append("  atoms (rho >= 10): none")
         return "\n".join(lines)
-
-
-def _sci(x: float) -> str:
-    """``x`` in e-notation with the digits it has: 1e-04, 2.5e-04 (``:g`` writes 0.0001)."""
-    mantissa, exponent = f"{x:.15e}".split("e")
-    return mantissa.rstrip("0").rstrip(".") + "e" + exponent
-
-
-def _above(x: float, bound: float) -> str:
-    """``x`` (> ``bound``) with three significant digits, or as many more as it takes to read above the
-    bound: a tail of 1.0004e-4 against a tolerance of 1e-4 is 1.0004e-04, not 1.00e-04."""
-    for digits in range(2, 17):
-        text = f"{x:.{digits}e}"
-        if float(text) > bound:
-            return text
-    return repr(x)
 
 
 def _check_restart_settings(saved: dict | None, now: dict) -> None:
@@ -433,7 +479,7 @@ def _initial_coefficients(space, initial, degree: int, tail_tol: float, max_degr
             if not mass > 0:
                 raise ValueError(f"initial density has mass {mass:.3g}; it must be positive")
             c = c / mass
-            miss = float(np.linalg.norm(space.evaluate(c, probe) - want / mass) / np.linalg.norm(want / mass))
+            miss = float(np.linalg.norm(space.evaluate(c, probe) - want / mass) / np.linalg.norm(want / mass)) if np.any(want) else math.inf
             if max(space.tail(c), miss) <= tail_tol or degree >= max_degree:
                 break
             degree = min(2 * degree, max_degree)
@@ -548,7 +594,8 @@ def prepare_pde(model: Model, t_final: float, degree: int, initial="uniform", sa
         raise TypeError(f"model must be a solvers.Model, got {type(model).__name__}")
     Disc, space = space_for(model.d)
     opts = PDEOptions.from_kwargs(options, check.named_parameters(solve_pde))
-    check.number("t_final", t_final, gt=0)
+    if not (check.is_number(t_final) and t_final == math.inf):
+        check.number("t_final", t_final, gt=0)
     check.number("save_every", save_every, gt=0, allow_none=True)
     max_degree = opts.max_degree or space.default_max_degree
     check.integer("degree", degree, ge=space.min_degree)
@@ -559,8 +606,18 @@ def prepare_pde(model: Model, t_final: float, degree: int, initial="uniform", sa
     elif opts.continuation == "lagrangian" and model.noise > 0:
         raise ValueError("continuation='lagrangian' carries the density along the characteristics of the flow, "
                          f"which noise (nu = {model.noise:g}) does not have: use continuation='none'")
+    if t_final == math.inf and opts.continuation != "lagrangian":
+        raise ValueError("t_final = inf runs until the terminal state is certified, which the Lagrangian "
+                         "continuation does (noise = 0, continuation='lagrangian'): give a finite t_final"
+                         + (" (with noise the stationary density is a smooth one)" if model.noise > 0 else ""))
     if opts.continuation == "lagrangian":
-        opts.handoff_degree = opts.handoff_degree or space.default_handoff_degree
+        spacing = space.node_spacing(opts.nodes or space.default_nodes)
+        if opts.node_rtol is None:
+            opts.node_rtol = NODE_TOLERANCE * spacing
+        if opts.node_atol is None:
+            opts.node_atol = 1e-2 * opts.node_rtol
+        # a degree above the default handoff degree raises it: the user asked for that resolution
+        opts.handoff_degree = opts.handoff_degree or max(space.default_handoff_degree, int(degree))
         if degree > opts.handoff_degree:
             raise ValueError(f"degree {degree} exceeds handoff_degree {opts.handoff_degree} (the continuation's "
                              "largest Eulerian resolution): raise handoff_degree or lower degree")
@@ -575,99 +632,87 @@ def prepare_pde(model: Model, t_final: float, degree: int, initial="uniform", sa
                       restart)
 
 
-class PDERun(Integration):
+class PDERun:
     """One prepared integration (:func:`prepare_pde`); :meth:`run` integrates it once.
 
-    Phases: the Eulerian (spectral) stepping with resolution control; with ``continuation="lagrangian"``
-    the handoff to a node measure and its Lagrangian stepping (``solvers.lagrangian``); then, by
-    default, the error-estimate run of the continuation at twice the nodes.
+    A thin driver of the phases: the Eulerian (spectral) phase with resolution control
+    (:class:`~solvers.eulerian.EulerianPhase`); with ``continuation="lagrangian"`` the handoff to a node
+    measure and its Lagrangian phase (:class:`~solvers.lagrangian.LagrangianPhase`); then, by default, the
+    error-estimate run of the continuation at twice the nodes. The driver owns the snapshot schedule past
+    the handoff, the snapshots of both phases (one record path), the callbacks and checkpoints, the restart
+    states, the result and the wording of an interruption.
     """
 
     def __init__(self, model, Disc, space, t_final, degree, initial, save_every, opts: PDEOptions,
                  max_degree, restart) -> None:
-        self.model, self.Disc, self.space = model, Disc, space
+        self.model, self.space = model, space
         self.t_final, self.save_every, self.opts, self.max_degree = t_final, save_every, opts, max_degree
         self.continues = opts.continuation == "lagrangian"
         # the largest Eulerian resolution: refinements are clipped to it
         self.cap = min(max_degree, opts.handoff_degree) if self.continues else max_degree
-        self.callback = self.progress = None
+        self.callback = self.progress = self.stop_request = None
+        self.checkpoint, self.checkpoint_every = None, math.inf
         self._settings_once = None
-        self.tableau = TABLEAUS[opts.method]
-        self.controller = StepController(self.tableau.error_order)
         self.snaps = _Snapshots()
         self.steps = {"t": [], "dt": [], "error": [], "accepted": []}
         self._steps_mark = 0
-        self._norms = ((None, 0.0), (None, 0.0))       # (state, its norm), see _norm
-        self._scaled = None                            # see rhs_scaled
         self.refinements: list = []
-        self.output_points = opts.output_points or space.default_output_points
-        self.t = 0.0 if restart is None else float(restart["t"])
-        self._refuse_too_big()
-        self.grid = space.output_grid(self.output_points)
-        self.lag = None              # the Lagrangian phase, after the handoff
-        self.handoff = None          # what the handoff was (dict), after it
-        self.check = None            # the error-estimate run's final node measure
-        self.checking = False        # inside the error-estimate run (an interruption there says so)
-        self._ran = False
-        restart = dict(restart) if restart is not None else None
-        # a restart state is that of the last snapshot taken, or of a step after it where an interruption
-        # stopped the run (archives before the key: at a snapshot)
-        self._last_snapshot_t = None if restart is None else float(restart.get("last_snapshot_t", restart["t"]))
-        if restart is None:
-            c, self.degree, self.initial_desc, self._miss = _initial_coefficients(space, initial, degree,
-                                                                                  opts.tail_tol, self.cap)
-            if self.degree != degree:
-                self.refinements.append((0.0, degree, self.degree))
-            self.t = 0.0
-            self.nsteps = self.nrejected = 0
-            self.save_index = 1
-            self.dt = opts.dt0
-        else:
-            self.degree = int(restart["degree"])
-            c = np.asarray(restart["coeffs"], dtype=complex)[: space.ncoef(self.degree)]
-            self.t = float(restart["t"])
-            self.nsteps, self.nrejected = int(restart["nsteps"]), int(restart["nrejected"])
-            self.save_index = int(restart["save_index"])
-            self.dt = float(restart["dt"])
-            self.controller.restore(restart)
-            self.initial_desc = str(restart.get("initial", "restart"))
-            self.refinements = [tuple(r) for r in restart.get("refinements", [])]
-            self._miss = 0.0
-            _check_restart_settings(restart.get("settings"), self._settings())
-            # at t_final a continuation may still owe its error-estimate run
-            owes = restart.get("phase") == "lagrangian" and opts.error_estimate and self.t == t_final
-            if self.t >= t_final and not owes:
-                raise ValueError(f"the restart state is at t = {self.t:.6g} >= t_final = {t_final:g}: nothing to run")
-        self.restart_from = restart
-        self.filter = opts._filter
         # the computational grid of every degree used (fixed by the degree: recorded so that a resume on
         # a machine or version whose grid would differ can be refused)
-        self.grids = {int(row[0]): tuple(int(v) for v in row[1:]) for row in (restart or {}).get("grids", [])}
-        if restart is not None and restart.get("phase") == "lagrangian":
-            self._restore_lagrangian(restart)
+        self.grids: dict = {}
+        self.output_points = opts.output_points or space.default_output_points
+        state = None if restart is None else pde_state_from_dict(restart)
+        self.t = 0.0 if state is None else state.t
+        self._refuse_too_big()
+        self.grid = space.output_grid(self.output_points)
+        self.euler: EulerianPhase | None = None     # the spectral phase, until the handoff
+        self.lag = None              # the Lagrangian phase, after the handoff
+        self.handoff = None          # what the handoff was (dict), after it
+        self.good = None             # the handoff state (GoodState), after it
+        self.spectral = None         # (nsteps, nrejected, facold) the spectral phase ended with, after it
+        self.check = None            # the error-estimate run's final node measure
+        self.checking = False        # inside the error-estimate run (an interruption there says so)
+        self.last_restart = None
+        self._ran = False
+        self._resumed_from = None if state is None else state.t
+        # a restart state is that of the last snapshot taken, or of a step after it where an interruption
+        # stopped the run (archives before the key: at a snapshot)
+        self._last_snapshot_t = None if state is None else state.last_snapshot_t
+        miss = 0.0
+        if state is None:
+            c, first, self.initial_desc, miss = _initial_coefficients(space, initial, degree, opts.tail_tol, self.cap)
+            if first != degree:
+                self.refinements.append((0.0, degree, first))
+            degree = first
+        else:
+            c = None
+            self.initial_desc = state.initial
+            self.refinements = [tuple(r) for r in state.refinements]
+            _check_restart_settings(state.settings, self._settings())
+            # at t_final a continuation may still owe its error-estimate run
+            owes = isinstance(state, LagrangianState) and opts.error_estimate and self.t == t_final
+            if self.t >= t_final and not owes:
+                raise ValueError(f"the restart state is at t = {self.t:.6g} >= t_final = {t_final:g}: nothing to run")
+            self.grids = {int(row[0]): tuple(int(v) for v in row[1:]) for row in state.grids}
+        if isinstance(state, LagrangianState):
+            self._restore_lagrangian(state)
             return
-        self.disc = Disc(model, self.degree, threads=opts.threads, effort=opts.planner)
-        self.grids[self.degree] = tuple(self.disc.grid_shape)
-        self.u = space.to_state(c, self.degree)
-        with np.errstate(all="ignore"):             # a state it cannot use is reported just below
-            self._start = self._rhs_with_diag()
-        # the last resolved state (tail <= tail_tol, positivity and SA checks passed): the handoff's source
-        self.good = None
-        self._refuse_infeasible(self._start[1])
-        if restart is None:
-            self._refuse_unusable_initial_state(self._start[1])
-            self._remember_good(self._start[1])
-        elif "good_coeffs" in restart:
-            self.good = {"t": float(restart["good_t"]), "degree": int(restart["good_degree"]),
-                         "save_index": int(restart["good_save_index"]),
-                         "coeffs": np.asarray(restart["good_coeffs"], dtype=complex)}
+        self.euler = EulerianPhase(model, space, Disc, opts, t_final, degree, c, miss, self.cap, max_degree,
+                                   self.continues, self._save_time, save_every, self.output_points, self.steps,
+                                   self.refinements, self.grids, lambda row: self._record(row, None), state)
 
     def _refuse_too_big(self) -> None:
         """Refuse (ValueError) a run whose snapshots, output grid and transforms would not fit in memory
         (checked before any of them is built)."""
         opts, space = self.opts, self.space
         left = self.t_final - self.t
-        n_snap = 2 + (math.ceil(left / self.save_every) if self.save_every is not None else 0)
+        if self.save_every is None:
+            n_snap = 2
+        elif math.isinf(left):
+            # the schedule of snapshot_time: ~100 per doubling of time; counted to 2^20 save_every
+            n_snap = 2 + SNAPSHOTS_PER_DOUBLING * 13
+        else:
+            n_snap = 2 + math.ceil(left / self.save_every)
         grid_points = space.output_grid_size(self.output_points)
         per_snap = 8.0 * grid_points + 16.0 * space.ncoef(self.cap)
         if self.continues:
@@ -679,64 +724,9 @@ class PDERun(Integration):
         parts[f"transforms at degree {self.cap}"] = space.transform_bytes(self.cap)
         refuse_if_too_big(parts, "raise save_every, lower output_points or max_degree")
 
-    def _refuse_infeasible(self, diag: dict) -> None:
-        """Refuse (ValueError) a run that cannot reach t_final within max_steps."""
-        opts = self.opts
-        left = self.t_final - self.t
-        if self.save_every is not None:
-            n_save = math.ceil(left / self.save_every - 1e-9)
-            if n_save > opts.max_steps:
-                raise ValueError(f"max_steps = {opts.max_steps} cannot reach t_final = {self.t_final:g}: the "
-                                 f"{n_save} snapshot times left each need a step; raise max_steps or save_every")
-        vmax = diag.get("vmax", 0.0)
-        if vmax > 0 and math.isfinite(vmax):
-            # the CFL bound at the present, coarsest, grid: finer grids only need more steps
-            need = left * vmax / (opts.cfl * self.disc.spacing)
-            if need > opts.max_steps:
-                raise ValueError(f"at t = {self.t:g} max |v| = {vmax:.3g} limits the step to cfl h / max|v| = "
-                                 f"{opts.cfl * self.disc.spacing / vmax:.3g}: t_final = {self.t_final:g} needs more than "
-                                 f"max_steps = {opts.max_steps} steps (check the model's perceptron scale and "
-                                 "strength, and the option cfl)")
-
-    def _refuse_unusable_initial_state(self, diag: dict) -> None:
-        """Raise ValueError when the run would stop at its first check (docstring of prepare_pde). An
-        unresolved density is named as such first: its Gibbs undershoot would otherwise pass for a
-        negative density."""
-        opts = self.opts
-        # what the kept coefficients miss of a callable counts as tail (see _initial_coefficients)
-        tail = max(self.disc.tail(self.u), self._miss)
-        if self.degree >= self.cap and self.continues and tail > opts.tail_tol:
-            raise ValueError(f"initial data refused before any step: the initial density is not resolved at the "
-                             f"handoff degree {self.cap} (spectral tail or miss at check points "
-                             f"{_above(tail, opts.tail_tol)} > tail_tol {_sci(opts.tail_tol)}), so the continuation has no resolved state to start "
-                             "from; raise handoff_degree (and max_degree), or start from a smoother density")
-        if self.degree >= self.cap and tail > opts.tail_max:
-            raise ValueError(f"initial data refused before any step: the initial density is not resolved at "
-                             f"max_degree = {self.max_degree} (spectral tail or miss at check points "
-                             f"{_above(tail, opts.tail_max)} > tail_max {_sci(opts.tail_max)}; the run would stop at once with 'resolution'); raise "
-                             "max_degree, or start from a smoother density")
-        chk = self._check_state(diag)
-        if chk is not None:
-            reason, message = chk
-            advice = {"positivity": "give the coefficients of a density >= 0 (or raise positivity_tol)",
-                      "resolution": "lower beta, or start from smoother data",
-                      "non-finite": "give finite data"}[reason]
-            raise ValueError(f"initial data refused before any step: {message} on the computational grid of "
-                             f"degree {self.degree} (the run would stop at once with '{reason}'); {advice}")
-
     # --- helpers --------------------------------------------------------------------------------
     def _save_time(self, k: int) -> float:
-        if self.save_every is None:
-            return self.t_final
-        return min(k * self.save_every, self.t_final)
-
-    def _common_state(self) -> dict:
-        # last_snapshot_t < t: a state kept where an interruption stopped the run, between snapshots
-        # step_log: the attempted steps this run has logged up to this state (the archive's rows of them)
-        return {"t": self.t, "last_snapshot_t": self._last_snapshot_t, "step_log": len(self.steps["t"]),
-                "nsteps": self.nsteps, "nrejected": self.nrejected, "save_index": self.save_index,
-                "initial": self.initial_desc, "refinements": [tuple(r) for r in self.refinements],
-                "grids": self._grid_rows(), "settings": self._settings()}
+        return snapshot_time(k, self.save_every, self.t_final)
 
     def _settings(self) -> dict:
         """What a restart must share with the run it continues (else it would not be that run); t_final
@@ -764,29 +754,25 @@ class PDERun(Integration):
                 "noise": m.noise, "perceptron": digest, "save_every": self.save_every,
                 **{f"option {k}": v for k, v in opts.items()}}
 
+    def _spectral(self) -> tuple[int, int, float]:
+        """(nsteps, nrejected, facold) of the spectral phase, running or ended by the handoff."""
+        e = self.euler
+        return (e.nsteps, e.nrejected, e.controller.facold) if e is not None else self.spectral
+
     def _restart_state(self) -> dict:
-        if self.lag is not None:
-            return self._lagrangian_state()
-        out = {**self._common_state(), "coeffs": self.space.to_canonical(self.u, self.degree),
-               "degree": self.degree, "dt": float(self.dt) if self.dt is not None else float("nan"),
-               **self.controller.state()}
-        if self.good is not None:
-            g = self.good
-            out.update(good_t=g["t"], good_degree=g["degree"], good_save_index=g["save_index"],
-                       good_coeffs=g["coeffs"])
-        return out
-
-    def _grid_rows(self) -> list[tuple[int, ...]]:
-        return [(deg, *shape) for deg, shape in sorted(self.grids.items())]
-
-    def _snapshot(self, diag: dict) -> None:
-        canon = self.space.to_canonical(self.u, self.degree)
-        row = {"t": self.t, "coeffs": canon, "degree": self.degree,
-               "energy": self.disc.energy(self.u), "mass": self.space.mass(canon),
-               "min_density": diag["min_density"], "tail": self.disc.tail(self.u),
-               "dissipation": self.disc.dissipation(self.u),
-               "density": self.space.on_output_grid(canon, self.output_points)}
-        self._record(row, None)
+        # last_snapshot_t < t: a state kept where an interruption stopped the run, between snapshots
+        # step_log: the attempted steps this run has logged up to this state (the archive's rows of them)
+        common = {"last_snapshot_t": self._last_snapshot_t, "step_log": len(self.steps["t"]),
+                  "initial": self.initial_desc, "settings": self._settings()}
+        if self.lag is None:
+            return self.euler.restart_state(**common).to_dict()
+        nsteps, nrejected, facold = self._spectral()
+        g = self.good
+        return self.lag.restart_state(
+            **common, nsteps=nsteps, nrejected=nrejected, save_index=self.save_index,
+            refinements=[tuple(r) for r in self.refinements], grids=grid_rows(self.grids),
+            coeffs=self.snaps.rows[-1]["coeffs"] if self.snaps.rows else g.coeffs, handoff=dict(self.handoff),
+            handoff_coeffs=g.coeffs, good_t=g.t, good_save_index=g.save_index, facold=facold).to_dict()
 
     def _checkpoint(self) -> None:
         """Hand the state of the step just accepted (spectral or node phase) to the checkpoint callable."""
@@ -804,35 +790,6 @@ class PDERun(Integration):
             steps = {k: v[self._steps_mark:] for k, v in self.steps.items()}
             self.callback({**row, "nodes": nodes, "restart": self.last_restart, "steps": steps})
         self._steps_mark = len(self.steps["t"])
-
-    def _rhs_with_diag(self):
-        f = self.disc.rhs(self.t, self.u, True)
-        return f, dict(self.disc.last)
-
-    def _cfl_dt(self, diag: dict) -> float:
-        vmax = diag.get("vmax", 0.0)
-        return math.inf if vmax <= 0 else self.opts.cfl * self.disc.spacing / vmax
-
-    def _check_state(self, diag: dict) -> tuple[str, str] | None:
-        """Stop reason and message if the state has lost resolution or positivity, else None."""
-        opts = self.opts
-        # SA first: where Psi's series reaches 0 the velocity G / Psi is infinite, and the cause is Psi
-        if "psi_ratio" in diag and math.isfinite(diag["psi_ratio"]) and diag["psi_ratio"] < opts.sa_psi_min:
-            return "resolution", (f"SA: min Psi / |Psi series| = {diag['psi_ratio']:.2e} < sa_psi_min = "
-                                  f"{opts.sa_psi_min:.0e}: log Psi, hence the normalised velocity, is no longer "
-                                  "accurate in double precision")
-        if not all(map(math.isfinite, diag.values())):
-            return "non-finite", "non-finite values in the density or the velocity"
-        if diag["min_density"] < -opts.positivity_tol * max(diag["max_density"], 1.0):
-            return "positivity", (f"min rho = {diag['min_density']:.3e} < -{opts.positivity_tol:g} max rho "
-                                  f"(max rho = {diag['max_density']:.3e})")
-        return None
-
-    def _remember_good(self, diag: dict) -> None:
-        """Keep the current state as the handoff source if it is resolved (continuation only)."""
-        if self.continues and self.disc.tail(self.u) <= self.opts.tail_tol and self._check_state(diag) is None:
-            self.good = {"t": self.t, "degree": self.degree, "save_index": self.save_index,
-                         "coeffs": self.space.to_canonical(self.u, self.degree)}
 
     # --- the run --------------------------------------------------------------------------------
     def run(self, progress: bool | Callable[[dict], None] = False,
@@ -871,144 +828,44 @@ class PDERun(Integration):
                     self.last_restart = self._restart_state()
                     message += f" after the step to t = {self.t:.6g}: its state is kept, and a resume continues from it"
         except KeyboardInterrupt:
-            # a stop the loop cannot keep: a signal in the rerun, a second signal, a KeyboardInterrupt of
-            # a caller's own
-            stop, message = "interrupted", at_once(self.stop_request, rerun=self.checking)
-            if self.checking:
-                message += (f" during the error-estimate rerun (twice the nodes from the handoff at t = "
-                            f"{self.good['t']:.6g}); the solution had reached t = {self.t:.6g}, and a resume "
-                            "runs the error estimate again")
-            else:
-                if self.lag is not None:
-                    self.t = self.lag.t          # the node phase's loop had not handed its time back
-                # what a resume starts from: the last snapshot (``restart``), the state this run resumed from
-                # if none came since, or an archive's later checkpoint
-                last = self._last_snapshot_t
-                start = None if self.restart_from is None else float(self.restart_from["t"])
-                if last is not None and max(last, start or last) < self.t:
-                    where = (f"the state this run resumed from, at t = {start:.6g}" if start is not None
-                             and start > last else f"the last snapshot, at t = {last:.6g}"
-                             + ("" if self.save_every else " (no save_every: snapshots at t = 0 and t_final only)"))
-                    message += (f" at t = {self.t:.6g}; a resume continues from {where} (or from the archive's "
-                                "checkpoint, if later)")
+            stop, message = "interrupted", self._interrupted()
         finally:
             self.progress.close()
         return self._result(stop, message, time.perf_counter() - wall0)
 
-    # --- the Eulerian phase: the protocol of Integration --------------------------------------------
-    @property
-    def state(self) -> np.ndarray:
-        return self.u
-
-    @property
-    def lin(self) -> np.ndarray | None:
-        return self.disc.lin
-
-    @property
-    def max_steps(self) -> int:
-        return self.opts.max_steps
-
-    def rhs(self, t: float, u: np.ndarray, last: bool = False) -> np.ndarray:
-        return self.disc.rhs(t, u, last)
-
-    def rhs_scaled(self) -> tuple:
-        """(rhs_flux, divergence[, True]) of the discretisation (True: rhs_flux takes stages in factored
-        form, its ``factored_stages``), one tuple per discretisation (the loop compares it by identity
-        every step to notice a refinement)."""
-        disc = self.disc
-        if self._scaled is None or self._scaled[0].__self__ is not disc:
-            self._scaled = (disc.rhs_flux, disc.divergence) + ((True,) if disc.factored_stages else ())
-        return self._scaled
-
-    def error_norm(self, err: np.ndarray, u: np.ndarray, u_new: np.ndarray) -> float:
-        scale = self.opts.atol + self.opts.rtol * max(self._norm(u), self._norm(u_new))
-        return self.disc.norm(err) / scale
-
-    def _norm(self, u: np.ndarray) -> float:
-        """||u|| of a state, remembered for the last two states asked: a step starts from the previous
-        step's u_new (accepted, unfiltered) or retries from the same u (rejected)."""
-        for x, val in self._norms:
-            if x is u:
-                return val
-        val = self.disc.norm(u)
-        self._norms = (self._norms[-1], (u, val))
-        return val
-
-    def step_bound(self) -> float:
-        return min(self._cfl_dt(self.diag), self.opts.dt_max or math.inf)
-
-    def save_time(self) -> float:
-        return self._save_time(self.save_index)
-
-    def next_landing(self) -> float:
-        forced = self._forced
-        return min(self.save_time(), forced) if forced is not None else self.save_time()
-
-    def before_step(self) -> tuple[str, object] | None:
-        if self._forced is not None and self.t >= self._forced:
-            return "handoff", ("handoff_at", f"handoff forced at t = {self._forced:g} (option handoff_at)")
-        return None
-
-    def accept(self, u_new: np.ndarray, f_new: np.ndarray | None, h: float, lands: bool) -> tuple[str, object] | None:
-        """An accepted spectral step: the explicit filter, refinement (an exact re-representation at twice
-        the degree) or, with the continuation at its largest degree, the handoff; the checks of the
-        state; the snapshot when the step landed on a snapshot time."""
-        opts = self.opts
-        self.u, self.f = u_new, f_new
-        diag = dict(self.disc.last)
-        if self.filter is not None:
-            self.u = self.u * self.disc.filter_multipliers(self.filter)
-            self.f, diag = self._rhs_with_diag()
-        tail = self.disc.tail(self.u, self._norm(self.u))   # the norm of u_new is known from error_norm
-        if tail > opts.tail_tol and self.degree < self.cap:
-            new = min(2 * self.degree, self.cap)
-            canon = self.space.to_canonical(self.u, self.degree)
-            self.refinements.append((self.t, self.degree, new))
-            self.degree = new
-            self.disc = self.disc.refined(new)
-            self.grids[new] = tuple(self.disc.grid_shape)
-            self.u = self.space.to_state(self.space.resize(canon, new), new)
-            self.f, diag = self._rhs_with_diag()
-            tail = self.disc.tail(self.u)
-        self.diag, self.tail = diag, tail
-        chk = self._check_state(diag)
-        if self.continues and chk is not None and chk[0] != "non-finite":
-            return "handoff", (chk[0], f"at t = {self.t:.6g}: {chk[1]}")
-        if self.continues and tail > opts.tail_tol:
-            return "handoff", ("resolution", f"at t = {self.t:.6g} the spectral tail {_above(tail, opts.tail_tol)} > "
-                                             f"tail_tol {_sci(opts.tail_tol)} at the handoff degree {self.cap}")
-        if chk is None and tail > opts.tail_max and self.degree >= self.cap:
-            chk = ("resolution", f"spectral tail {_above(tail, opts.tail_max)} > tail_max {_sci(opts.tail_max)} at the "
-                                 f"maximal resolution {self.max_degree}")
-            if opts.continuation == "none" and self.model.noise > 0:
-                chk = (chk[0], chk[1] + " (no Lagrangian continuation with noise: the flow has no "
-                                        "characteristics to follow)")
-        if lands and self.t == self.save_time() and chk is None:
-            self.save_index += 1
-            self._snapshot(diag)
-        if chk is not None:
-            if chk[0] != "non-finite":
-                self._snapshot(diag)
-            return chk
-        self._remember_good(diag)
-        return None
-
-    def report(self, h: float) -> dict:
-        return {"dt": h, "degree": self.degree, "nsteps": self.nsteps, "tail": self.tail,
-                "min_density": self.diag["min_density"]}
+    def _interrupted(self) -> str:
+        """The message of a stop the loop could not keep: a signal in the rerun, a second signal, a
+        KeyboardInterrupt of a caller's own."""
+        message = at_once(self.stop_request, rerun=self.checking)
+        if self.checking:
+            return message + (f" during the error-estimate rerun (twice the nodes from the handoff at t = "
+                              f"{self.good.t:.6g}); the solution had reached t = {self.t:.6g}, and a resume "
+                              "runs the error estimate again")
+        # the phase's loop had not handed its time back
+        if self.lag is not None:
+            self.t = self.lag.t
+        elif self.euler is not None:
+            self.t = self.euler.t
+        # what a resume starts from: the last snapshot (``restart``), the state this run resumed from
+        # if none came since, or an archive's later checkpoint
+        last = self._last_snapshot_t
+        start = self._resumed_from
+        if last is not None and max(last, start or last) < self.t:
+            where = (f"the state this run resumed from, at t = {start:.6g}" if start is not None
+                     and start > last else f"the last snapshot, at t = {last:.6g}"
+                     + ("" if self.save_every else " (no save_every: snapshots at t = 0 and t_final only)"))
+            message += (f" at t = {self.t:.6g}; a resume continues from {where} (or from the archive's "
+                        "checkpoint, if later)")
+        return message
 
     def _eulerian(self) -> tuple[str, object]:
-        """The spectral stepping; returns (stop reason, message), or ("handoff", (reason, message))."""
-        (self.f, self.diag), self._start = self._start, None
-        self.tail = self.disc.tail(self.u)
-        if self.restart_from is None:
-            self._snapshot(self.diag)
-        if self.dt is None or not math.isfinite(self.dt):
-            nf = self.disc.norm(self.f)
-            self.dt = 0.01 * self.disc.norm(self.u) / nf if nf > 0 else 0.01 * self.t_final
-            self.dt = min(self.dt, self._cfl_dt(self.diag), self.t_final)
-        self._forced = self.opts.handoff_at if self.continues else None
-        return self.integrate(self.progress)
+        """The spectral phase; returns (stop reason, message), or ("handoff", (reason, message))."""
+        e = self.euler
+        e.stop_request = self.stop_request
+        e.checkpoint, e.checkpoint_every = self.checkpoint, self.checkpoint_every
+        stop, message = e.run(self.progress)
+        self.t = e.t
+        return stop, message
 
     def resolved_options(self) -> dict:
         """The options as this run uses them: each one left to a default of the space (None) replaced by its
@@ -1024,35 +881,51 @@ class PDERun(Integration):
     def _continuation_nodes(self, factor: int = 1):
         g = self.good
         n = (self.opts.nodes or self.space.default_nodes) * factor
-        return lagrangian.handoff_nodes(self.space, g["coeffs"], g["degree"], n)
+        return lagrangian.handoff_nodes(self.space, g.coeffs, g.degree, n)
 
-    def _new_phase(self, nodes, t: float) -> "lagrangian.LagrangianPhase":
+    def _new_phase(self, nodes, t: float, radius: float | None = None,
+                   state: LagrangianState | None = None) -> "lagrangian.LagrangianPhase":
+        """A node phase (from ``nodes`` at ``t``, or ``state``); with ``radius`` (the atoms' grouping radius)
+        one that certifies its end."""
         o = self.opts
         sums = None
         if self.model.attention != "none":
             sums = InteractionSums(self.model.d, self.model.beta, "auto")
-        return lagrangian.LagrangianPhase(self.model, self.space, nodes, t, self.good["degree"], o.node_rtol,
-                                          o.node_atol, o.merge_tol, o.drift_tol, sums=sums)
+        # the rerun at twice the nodes steps to its own, finer spacing
+        scale = 1.0 if nodes is None else self.space.node_spacing(len(nodes)) / self.space.node_spacing(
+            int(self.handoff["nodes"]))
+        return lagrangian.LagrangianPhase(self.model, self.space, nodes, t, self.good.degree, o.node_rtol * scale,
+                                          o.node_atol * scale, o.merge_tol, o.drift_tol, sums=sums,
+                                          certify=radius is not None, atom_radius=radius or 0.0, kick=o.kick,
+                                          state=state)
 
     def _hand_off(self, reason: str, message: str) -> tuple[str | None, str]:
         """Build the node measure from the last resolved state and make it the state of the run."""
-        if self.good is None:
+        e = self.euler
+        if e.good is None:
             return "resolution", f"{message}; no resolved state (tail <= tail_tol) to hand off from"
-        g = self.good
+        g = self.good = e.good
         nodes, clipped, desc = self._continuation_nodes()
-        self.handoff = {"t": g["t"], "reason": reason, "message": message, "degree": g["degree"],
+        self.handoff = {"t": g.t, "reason": reason, "message": message, "degree": g.degree,
                         "nodes": len(nodes), "clipped_mass": clipped, "description": desc,
                         "max_weight": float(nodes.w.max()),
-                        "smoothing": float(self.space.smoothing_scale(g["degree"])),
+                        "smoothing": float(self.space.smoothing_scale(g.degree)),
                         "atom_radius": self._atom_radius(len(nodes))}
-        self.t, self.save_index, self.degree = g["t"], g["save_index"], g["degree"]
-        self.lag = self._new_phase(nodes, g["t"])
-        self.disc = self.u = None
-        self._scaled = None             # it holds the discretisation's rhs_flux: let the transforms go
+        self.t, self.save_index = g.t, g.save_index
+        self.spectral = (e.nsteps, e.nrejected, e.controller.facold)
+        self.lag = self._new_phase(nodes, g.t, self.handoff["atom_radius"])
+        self.euler = None               # its transforms go
         return None, ""
 
     def _atom_radius(self, n: int) -> float:
         return self.opts.atom_radius or 0.1 * self.space.node_spacing(n)
+
+    def _restore_lagrangian(self, state: LagrangianState) -> None:
+        self.handoff = dict(state.handoff)
+        self.good = GoodState(state.good_t, int(self.handoff["degree"]), state.good_save_index, state.handoff_coeffs)
+        self.save_index = state.save_index
+        self.spectral = (state.nsteps, state.nrejected, state.facold)
+        self.lag = self._new_phase(None, self.t, self.handoff["atom_radius"], state=state)
 
     def _lagrangian(self) -> tuple[str, str]:
         lag = self.lag
@@ -1079,37 +952,24 @@ class PDERun(Integration):
         nodes = row.pop("nodes")
         self._record(row, nodes)
 
-    def _lagrangian_state(self) -> dict:
-        out = {**self._common_state(), "phase": "lagrangian", "degree": self.lag.degree,
-               "coeffs": self.snaps.rows[-1]["coeffs"] if self.snaps.rows else self.good["coeffs"],
-               "handoff": {k: v for k, v in self.handoff.items()}, "handoff_coeffs": self.good["coeffs"],
-               "good_t": self.good["t"], "good_save_index": self.good["save_index"],
-               "dt": float("nan"), "facold": self.controller.facold, **self.lag.state_dict()}
-        return out
-
-    def _restore_lagrangian(self, restart: dict) -> None:
-        self.handoff = dict(restart["handoff"])
-        self.good = {"t": float(restart["good_t"]), "degree": int(self.handoff["degree"]),
-                     "save_index": int(restart["good_save_index"]),
-                     "coeffs": np.asarray(restart["handoff_coeffs"], dtype=complex)}
-        self.disc = self.u = None
-        self._scaled = None             # it holds the discretisation's rhs_flux: let the transforms go
-        self.lag = self._new_phase(None, self.t)
-        self.lag.restore(restart)
-
     def _error_estimate_run(self) -> None:
-        """The continuation again from the handoff state with twice the nodes, to the same time."""
+        """The continuation again from the handoff state with twice the nodes: to its own certified end when
+        the run was certified stationary (the terminal masses are compared), else to the same time."""
         t_end = self.lag.t
         nodes, _, _ = self._continuation_nodes(factor=2)
-        phase = self._new_phase(nodes, self.good["t"])
+        certified = self.lag.terminal is not None and self.lag.ended is not None
+        phase = self._new_phase(nodes, self.good.t,
+                                self._atom_radius(len(nodes)) if certified else None)
         wall0 = time.perf_counter()
-        self.t = self.good["t"]
+        self.t = self.good.t
         # t_end: the rerun's end, which is before t_final when the run stopped stationary
-        report = lambda t, info: self.progress(t, {"check": "2x nodes", "t_end": t_end, **info})  # noqa: E731
+        end = self.t_final if certified else t_end
+        report = lambda t, info: self.progress(t, {"check": "2x nodes", "t_end": end, **info})  # noqa: E731
         self.checking = True
         phase.stop_request = self.stop_request
         try:
-            stop, message = phase.run(t_end, progress=report, stationary=False, max_steps=self.opts.max_steps)
+            stop, message = phase.run(self.t_final if certified else t_end, progress=report,
+                                      stationary=certified, max_steps=self.opts.max_steps)
             if stop == "interrupted":
                 raise KeyboardInterrupt      # reported as an interruption of the rerun (see run)
         finally:
@@ -1117,7 +977,21 @@ class PDERun(Integration):
         self.checking = False
         self.check = {"t": phase.t, "initial_nodes": len(nodes), "x": phase.nodes.x, "w": phase.nodes.w,
                       "count": phase.nodes.count, "nsteps": phase.nsteps, "stop_reason": stop,
-                      "wall_time": time.perf_counter() - wall0}
+                      "wall_time": time.perf_counter() - wall0,
+                      "terminal": None if phase.terminal is None else phase.terminal.to_dict()}
+
+    def _terminal_errors(self, terminal: TerminalState, check: TerminalState, n2: int) -> TerminalState:
+        """The terminal state with the errors of its masses and positions from the rerun's terminal state (the
+        rule of ``PDEResult.atoms``: paired by position, Richardson-extrapolated, at least the basin floor)."""
+        n1 = int(self.handoff["nodes"])
+        mine = lagrangian.NodeAtoms(terminal.positions, terminal.masses, terminal.counts, 0.0, 0.0)
+        other = lagrangian.NodeAtoms(check.positions, check.masses, check.counts, 0.0, 0.0)
+        est = lagrangian.estimate_atoms(mine, other, n2, floor=self.space.basin_floor_nodes * self.handoff["max_weight"],
+                                        ratio=n2 / n1, order=1.0 / (self.model.d - 1))
+        out = dataclasses.replace(terminal)
+        # NodeAtoms sorts by mass, as TerminalState does (heaviest first, stable): the same order
+        out.mass_errors, out.position_errors, out.check_nodes = est.mass_errors, est.position_errors, n2
+        return out
 
     def _result(self, stop: str, message: str, wall: float) -> PDEResult:
         a = self.snaps.arrays(self.space)
@@ -1127,13 +1001,22 @@ class PDERun(Integration):
         if self.lag is not None:
             lag = {"handoff": dict(self.handoff), "merges": np.array(self.lag.merges, dtype=float).reshape(-1, 3),
                    "node_nsteps": self.lag.nsteps, "node_nrejected": self.lag.nrejected, "check": self.check,
+                   "diffuse_rate": self.lag.diffuse_rate(),
                    # the solution reached its end and only the error-estimate rerun was cut: its atoms hold,
                    # without error bars
                    "check_interrupted": bool(self.checking)}
+        terminal = plateaus = None
+        if self.lag is not None:
+            terminal, plateaus = self.lag.terminal, list(self.lag.plateaus)
+            if terminal is not None and self.check is not None and self.check.get("terminal") is not None:
+                terminal = self._terminal_errors(terminal, TerminalState.from_dict(self.check["terminal"]),
+                                                 int(self.check["initial_nodes"]))
+        nsteps, nrejected, _ = self._spectral()
         return PDEResult(
+            terminal=terminal, plateaus=plateaus or [],
             model=self.model, t=a["t"], coeffs=a["coeffs"], degree=a["degree"], grid=self.grid,
             density=a["density"], energy=a["energy"], mass=a["mass"], min_density=a["min_density"],
             tail=a["tail"], dissipation=a["dissipation"], steps=steps, refinements=list(self.refinements),
-            grids=self._grid_rows(), stop_reason=stop, message=message, t_stop=self.t, nsteps=self.nsteps,
-            nrejected=self.nrejected, options=self.opts.to_dict(), initial=self.initial_desc, wall_time=wall,
-            restart=getattr(self, "last_restart", None), nodes=a["nodes"], lagrangian=lag)
+            grids=grid_rows(self.grids), stop_reason=stop, message=message, t_stop=self.t, nsteps=nsteps,
+            nrejected=nrejected, options=self.opts.to_dict(), initial=self.initial_desc, wall_time=wall,
+            restart=self.last_restart, nodes=a["nodes"], lagrangian=lag)

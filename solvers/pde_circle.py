@@ -1,4 +1,6 @@
-"""The mean-field PDE on the circle S^1, discretised in Fourier space (The model §1–§4).
+"""The mean-field PDE on the circle S^1, discretised in Fourier space.
+
+The model and its spectral facts: docs/model.md §1–§4; the solver's behaviour: docs/numerics.md.
 
 State: the coefficients c_0..c_{K-1} of rho (``spectral.fourier`` conventions; c_0 = mass = 1).
 Right-hand side, evaluated pseudo-spectrally on the dealiased grid of M >= 3K points:

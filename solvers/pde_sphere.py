@@ -1,4 +1,6 @@
-"""The mean-field PDE on the sphere S^2, discretised in spherical harmonics over SHTns (The model §1–§4).
+"""The mean-field PDE on the sphere S^2, discretised in spherical harmonics over SHTns.
+
+The model and its spectral facts: docs/model.md §1–§4; the solver's behaviour: docs/numerics.md.
 
 State: the coefficients of rho in SHTns's native (m-major) layout, orthonormal harmonics for the
 area measure (``spectral.sphere`` conventions: the uniform probability density has c_00 = sqrt(4 pi)).
@@ -65,8 +67,8 @@ class SphereSpace:
     d = 3
     default_max_degree = 511
     default_handoff_degree = 127        # the continuation's largest Eulerian resolution
-    #: the continuation's nodes: the Gauss grid 64 x 128 (a velocity evaluation of 8192 nodes at beta = 9 costs
-    #: 0.04 s here, of 32768 nodes, nlat = L + 1 at L = 127, 0.17 s)
+    #: the continuation's nodes: the Gauss grid 64 x 128, a quarter of the nodes (and of the cost of a velocity
+    #: evaluation) of the grid nlat = L + 1 at the handoff degree L = 127
     default_nodes = 8192
     basin_floor_nodes = 1               # one node's weight; the rerun's extrapolation covers the boundary curve
     default_particle_degree = 255       # degree of a particle measure's coefficients (comparison)
@@ -291,8 +293,8 @@ class SphereSpace:
 
     @staticmethod
     def transform_bytes(degree: int) -> float:
-        """Memory of the transforms and buffers at degree L: measured 0.34 GiB at L = 511, 1.09 at 1023,
-        3.7 at 2047, about 0.9 GiB x ((L + 1) / 1024)^2."""
+        """Memory of the transforms and buffers at degree L: about 0.9 GiB x ((L + 1) / 1024)^2, the
+        growth of the grid fitted to the measured use at L = 511 to 2047."""
         return 0.9 * float(1 << 30) * ((int(degree) + 1) / 1024.0) ** 2
 
     @staticmethod

@@ -27,7 +27,9 @@ import numpy as np
 
 from ._compiled import kernels
 
-__all__ = ["Tableau", "TABLEAUS", "IFRungeKutta", "StepController", "Integration", "Progress", "round_step"]
+__all__ = ["Tableau", "TABLEAUS", "IFRungeKutta", "RosenbrockTableau", "ROS2", "ROS34PW2", "Rosenbrock",
+           "StepController",
+           "Integration", "Progress", "round_step"]
 
 
 @dataclass(frozen=True)
@@ -83,6 +85,110 @@ RK4 = Tableau(
 EULER = Tableau(name="Euler", c=(0.0,), A=((),), b=(1.0,), e=None, order=1, error_order=None, fsal=False)
 
 TABLEAUS = {t.name: t for t in (DP54, BS32, RK4, EULER)}
+
+
+@dataclass(frozen=True)
+class RosenbrockTableau:
+    """A linearly implicit (Rosenbrock-W) method, given as in Hairer & Wanner (IV.7) by its stage weights
+    ``alpha`` (strictly lower), ``Gamma`` (lower, constant diagonal gamma), weights ``b`` and embedded
+    weights ``bhat``, and stepped in the form without matrix-vector products:
+
+        (I - gamma h W) k_i = F(u + h sum_{j<i} a_ij k_j) + sum_{j<i} c_ij k_j,
+        u_new = u + h sum_i m_i k_i,   err = h sum_i e_i k_i,
+
+    a = gamma alpha Gamma^-1, c = -gamma Gamma^-1 below the diagonal, m = gamma b Gamma^-1, e = m -
+    gamma bhat Gamma^-1. W approximates the Jacobian dF/du; a W-method keeps its order for any W."""
+
+    name: str
+    alpha: tuple[tuple[float, ...], ...]
+    Gamma: tuple[tuple[float, ...], ...]
+    b: tuple[float, ...]
+    bhat: tuple[float, ...]
+    order: int
+    error_order: int
+
+    def __post_init__(self) -> None:
+        G = np.array(self.Gamma, dtype=float)
+        g = float(G[0, 0])
+        Gi = np.linalg.inv(G)
+        object.__setattr__(self, "gamma", g)
+        object.__setattr__(self, "a", np.tril(g * np.array(self.alpha, dtype=float) @ Gi, -1))
+        object.__setattr__(self, "c", np.tril(-g * Gi, -1))
+        m = g * np.array(self.b, dtype=float) @ Gi
+        object.__setattr__(self, "m", m)
+        object.__setattr__(self, "e", m - g * np.array(self.bhat, dtype=float) @ Gi)
+
+    @property
+    def stages(self) -> int:
+        return len(self.b)
+
+
+_G2 = 1.0 + 1.0 / math.sqrt(2.0)
+#: ROS2 (Verwer, Spee, Blom, Hundsdorfer, SIAM J. Sci. Comput. 20, 1999): second order for any W, L-stable
+#: for the exact Jacobian; its embedded solution is the linearly implicit Euler step. With W = 0 it is
+#: Heun's method.
+ROS2 = RosenbrockTableau(name="ROS2", alpha=((0.0, 0.0), (1.0, 0.0)), Gamma=((_G2, 0.0), (-2.0 * _G2, _G2)),
+                         b=(0.5, 0.5), bhat=(1.0, 0.0), order=2, error_order=1)
+
+_G4 = 4.3586652150845900e-01
+#: ROS34PW2 (Rang & Angermann, BIT 45, 2005): a W-method of order 3 for any W, with an embedded method of
+#: order 2; L-stable, and stiffly accurate (its last stage is the new state).
+ROS34PW2 = RosenbrockTableau(
+    name="ROS34PW2",
+    alpha=((0.0, 0.0, 0.0, 0.0),
+           (8.7173304301691801e-01, 0.0, 0.0, 0.0),
+           (8.4457060015369423e-01, -1.1299064236484185e-01, 0.0, 0.0),
+           (0.0, 0.0, 1.0, 0.0)),
+    Gamma=((_G4, 0.0, 0.0, 0.0),
+           (-8.7173304301691801e-01, _G4, 0.0, 0.0),
+           (-9.0338057013044082e-01, 5.4180672388095326e-02, _G4, 0.0),
+           (2.4212380706095346e-01, -1.2232505839045147e+00, 5.4526025533510214e-01, _G4)),
+    b=(2.4212380706095346e-01, -1.2232505839045147e+00, 1.5452602553351020e+00, _G4),
+    bhat=(3.7810903145819369e-01, -9.6042292212423178e-02, 0.5, 2.1793326075422950e-01),
+    order=3, error_order=2)
+
+
+class Rosenbrock:
+    """One step of a :class:`RosenbrockTableau` method.
+
+    Parameters
+    ----------
+    rhs : callable
+        ``rhs(t, u, last)``, as for :class:`IFRungeKutta`.
+    tableau : RosenbrockTableau
+    factor : callable
+        ``factor(u, g)`` returns ``solve(b)``, the solution x of (I - g W(u)) x = b for the state u: the
+        caller's Jacobian approximation W, factored once per step.
+    """
+
+    def __init__(self, rhs: RHS, tableau: RosenbrockTableau, factor: Callable) -> None:
+        self.rhs, self.tableau, self.factor = rhs, tableau, factor
+
+    def step(self, t: float, u: np.ndarray, h: float, f0: np.ndarray | None = None
+             ) -> tuple[np.ndarray, None, np.ndarray]:
+        """Advance u from t to t + h; returns (u_new, None, err) (no stage is the new state's F)."""
+        tab = self.tableau
+        solve = self.factor(u, tab.gamma * h)
+        k: list[np.ndarray] = []
+        for i in range(tab.stages):
+            if i == 0:
+                rhs = self.rhs(t, u, False) if f0 is None else f0
+            else:
+                U = u.copy()
+                for j in range(i):
+                    if tab.a[i, j] != 0.0:
+                        U += (h * tab.a[i, j]) * k[j]
+                rhs = self.rhs(t + h * float(tab.a[i].sum()), U, False)
+                for j in range(i):
+                    if tab.c[i, j] != 0.0:
+                        rhs = rhs + tab.c[i, j] * k[j]
+            k.append(solve(rhs))
+        u_new = u.copy()
+        err = np.zeros_like(u)
+        for ki, m, e in zip(k, tab.m, tab.e):
+            u_new += (h * m) * ki
+            err += (h * e) * ki
+        return u_new, None, err
 
 RHS = Callable[..., np.ndarray]
 
@@ -438,9 +544,9 @@ class Progress:
     still receives the first step after the time went back (a new phase, e.g. the PDE's error-estimate
     rerun from its handoff) and the step that ends a phase (``t`` reaching ``info["t_end"]``, default
     ``t_final``). The bar is drawn at most every 0.1 s and once more when it is closed (where the run
-    ended). Both matter on small runs: formatting a line after each of a thousand steps of a 0.2 s run
-    cost ~9% of it (measured, scripts/bench_runs.py's K = 1024 run), the callable's dict ~1%, which the
-    stepping loop no longer builds for a call the interval would drop (:meth:`wants`)."""
+    ended). Both limits matter on short runs, where formatting a line after each of a thousand steps
+    would cost several percent of the run; the stepping loop does not even build the dict for a call the
+    interval would drop (:meth:`wants`)."""
 
     def __init__(self, progress, t_final: float, t0: float = 0.0, max_steps: int | None = None) -> None:
         self.callback = progress if callable(progress) else None
@@ -557,15 +663,18 @@ class Integration:
     budget and stop reasons; a representation (Fourier or spherical-harmonic coefficients, Lagrangian
     nodes, particles) supplies its state and what is particular to it.
 
-    A subclass sets, before :meth:`integrate`:
+    The constructor sets the loop's state (its parameters; a subclass calls it, then may change them
+    before :meth:`integrate`):
 
-    ``state``         the array the method steps (coefficients, positions)
-    ``f``             the right-hand side at ``state``, or None (computed on demand)
     ``t``, ``t_final``, ``dt`` (the next step; for a fixed-step method its step), ``max_steps``
     ``nsteps``, ``nrejected``, ``controller`` (a :class:`StepController`; None: fixed steps)
     ``steps``         None, or a dict of lists "t", "dt", "error", "accepted" that logs every attempt
+    ``f``             the right-hand side at ``state``, or None (computed on demand)
+    ``tableau``, ``lin``  the method and its diagonal linear part (below)
+    ``stop_request``, ``checkpoint``, ``checkpoint_every``  None, None, inf (below)
 
-    and gives (the protocol):
+    A subclass has ``state``, the array the method steps (coefficients, positions), and gives (the
+    protocol):
 
     ``rhs(t, u, last)``          the nonlinear part N(t, u) (see :class:`IFRungeKutta`); ``rhs_at_state()``
                              N at the current state (default ``rhs(t, state, True)``)
@@ -604,16 +713,20 @@ class Integration:
     KeyboardInterrupt propagates: the state is that of the last accepted step.
     """
 
-    tableau: Tableau
-    lin: np.ndarray | None = None
-    steps: dict | None = None
-    controller: StepController | None = None
-    stop_request = None
-    checkpoint: Callable[[], None] | None = None
-    checkpoint_every: float = math.inf
     #: fixed steps landing on a snapshot time are shortened; this relative slack keeps float round-off in t
     #: from adding a spurious tiny step
     LANDING_SLACK = 1e-9
+
+    def __init__(self, *, t: float, t_final: float, dt: float | None, tableau: "Tableau | RosenbrockTableau | None",
+                 controller: StepController | None, max_steps: int, nsteps: int = 0, nrejected: int = 0,
+                 steps: dict | None = None, f: np.ndarray | None = None, lin: np.ndarray | None = None) -> None:
+        self.t, self.t_final, self.dt, self.max_steps = t, t_final, dt, max_steps
+        self.nsteps, self.nrejected = nsteps, nrejected
+        self.tableau, self.controller, self.lin = tableau, controller, lin
+        self.steps, self.f = steps, f
+        self.stop_request = None
+        self.checkpoint: Callable[[], None] | None = None
+        self.checkpoint_every = math.inf
 
     def rhs(self, t: float, u: np.ndarray, last: bool = False) -> np.ndarray:
         raise NotImplementedError
@@ -648,19 +761,29 @@ class Integration:
     def report(self, h: float) -> dict:
         return {"dt": h, "nsteps": self.nsteps}
 
+    def jacobian_factor(self, u: np.ndarray, g: float) -> Callable[[np.ndarray], np.ndarray]:
+        """For a :class:`RosenbrockTableau` method: ``solve(b)``, the solution x of (I - g W) x = b with W an
+        approximation of the Jacobian of ``rhs`` at u (:class:`Rosenbrock`)."""
+        raise NotImplementedError
+
+    def _stepper(self, lin, scaled):
+        if isinstance(self.tableau, RosenbrockTableau):
+            return Rosenbrock(self.rhs, self.tableau, self.jacobian_factor)
+        return IFRungeKutta(self.rhs, self.tableau, lin, scaled)
+
     def integrate(self, progress: "Progress | Callable[[float, dict], None] | None" = None) -> tuple[str, str]:
         """Step until a stop (see the class docstring)."""
-        lin, scaled = self.lin, self.rhs_scaled()
-        stepper = IFRungeKutta(self.rhs, self.tableau, lin, scaled)
+        lin, scaled, tableau = self.lin, self.rhs_scaled(), self.tableau
+        stepper = self._stepper(lin, scaled)
         bad = 0
         keeps = self.checkpoint is not None and math.isfinite(self.checkpoint_every)
         next_keep = time.perf_counter() + self.checkpoint_every if keeps else math.inf
         accepted = False
         while True:
-            if self.lin is not lin or self.rhs_scaled() is not scaled:
-                # a new linear part or factor (a refined discretisation)
-                lin, scaled = self.lin, self.rhs_scaled()
-                stepper = IFRungeKutta(self.rhs, self.tableau, lin, scaled)
+            if self.lin is not lin or self.rhs_scaled() is not scaled or self.tableau is not tableau:
+                # a new linear part or factor (a refined discretisation), or another method
+                lin, scaled, tableau = self.lin, self.rhs_scaled(), self.tableau
+                stepper = self._stepper(lin, scaled)
             stop = self.before_step()
             if stop is not None:
                 return stop
@@ -706,10 +829,9 @@ class Integration:
                                               if bad >= 20 else "non-finite right-hand side")
                     continue
                 # a step cut short to land says little about the step the run can take: its error is
-                # small because it is short. Regrown from it, the run came back over several steps, each
-                # a new step size (new integrating factors): at S^2 L = 127 with 101 snapshots, 525
-                # factor computations in 994 steps against 75 in 987 when the proposal before the cut
-                # stands (the controller's memory as it was), unless the cut step proposes a larger one
+                # small because it is short. Regrown from it, the run would come back over several steps,
+                # each a new step size and so new integrating factors; the proposal before the cut stands
+                # instead (the controller's memory as it was), unless the cut step proposes a larger one
                 if memory is not None and self.dt < h_free:
                     self.controller.restore(memory)
                     self.dt = h_free

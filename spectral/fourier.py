@@ -40,13 +40,12 @@ def _import_pyfftw():
     """Import pyfftw without its dask interface.
 
     pyfftw's ``__init__`` imports ``pyfftw.interfaces``, which imports ``dask.array.fft`` whenever dask
-    is installed (the ``cluster`` extra), and with it xarray and pandas: ~1 s at every start of a process
-    (measured: ``import pyfftw`` 1.31 s with dask installed, 0.41 s without its interface, on a 2-core
-    AMD EPYC), paid by every command, sweep worker and subprocess of the tests. Only ``pyfftw.FFTW`` and
+    is installed (the ``cluster`` extra), and with it xarray and pandas: about a second at every start of
+    a process, paid by every command, sweep worker and subprocess of the tests. Only ``pyfftw.FFTW`` and
     aligned allocation are used here. While pyfftw is imported, a finder first in ``sys.meta_path`` tells
     the importing thread that dask does not exist (pyfftw then skips its dask interface, as without dask);
     other threads import dask as usual meanwhile, and the finder is removed afterwards. A dask not yet
-    imported is not imported (0.24 s more); one already imported is used by pyfftw as it would be. So
+    imported is not imported; one already imported is used by pyfftw as it would be. So
     ``pyfftw.interfaces.dask_fft`` is not an attribute after this import (``import
     pyfftw.interfaces.dask_fft`` still imports it)."""
     import sys
@@ -117,13 +116,12 @@ class Transform:
     ``effort="FFTW_ESTIMATE"`` (the default) gives the same plan, hence the same bits, on every run: FFTW
     would otherwise use any plan of the same size that an earlier, timed planning (FFTW_MEASURE and up)
     left in the process's wisdom (the FFTW manual, "Planner Flags"), so a process that planned with a
-    higher effort once (an earlier run in the same session or Dask worker) changed the later ESTIMATE
-    plans (round-off, 4e-16, measured). Planning with FFTW_ESTIMATE therefore first forgets pyFFTW's
+    higher effort once (an earlier run in the same process or Dask worker) would change the round-off of
+    the later ESTIMATE plans. Planning with FFTW_ESTIMATE therefore first forgets pyFFTW's
     wisdom when a timed planning may have left some: at the first plan of the process, and after each
     timed plan made here (:func:`_plan`). Wisdom that only ESTIMATE plannings left is kept: it gives the
     plan a fresh planner gives (tested bit for bit over sizes, batch counts, directions and orders), and
-    planning without it costs ~5.7 ms per plan at M = 3072 instead of 0.12 ms (two plans per circle
-    discretisation, a few per run). A process that plans pyFFTW transforms with a timed effort itself,
+    planning without it costs some fifty times as long. A process that plans pyFFTW transforms with a timed effort itself,
     outside this module, calls ``pyfftw.forget_wisdom()`` before its next run to keep that run's bits.
     """
 
@@ -284,14 +282,13 @@ def series(a: np.ndarray, theta: np.ndarray | Sequence[float], *, k0: int = 0) -
 
 
 #: n K above which :func:`point_coefficients` takes a non-uniform FFT: below it the recurrence's numpy calls
-#: cost less than FINUFFT's fixed ~0.6 ms (measured: n = 632, K = 1024: 5.6 ms against 0.7 ms; n = 3, K = 200:
-#: 0.17 ms against 0.6 ms)
+#: cost less than FINUFFT's fixed overhead (a plan, about half a millisecond)
 POINT_NUFFT_SIZE = 1 << 16
 #: FINUFFT's precision for :func:`point_coefficients` (its smallest reliable one in double precision)
 POINT_NUFFT_EPS = 1e-14
-#: FINUFFT's upsampling factor for :func:`point_coefficients`, fixed (not FINUFFT's choice): at 1e-14 its
-#: kernel is 13 points wide at 3 and 15 at 2. One thread, plan included, 2026-11-27: 695 against 724 us at n =
-#: 4096, K = 1024; 839 against 913 us at n = 8192; 6.7 against 7.4 ms at n = 10^5, K = 512
+#: FINUFFT's upsampling factor for :func:`point_coefficients`, fixed (not FINUFFT's choice, so that the
+#: bits do not depend on its heuristics): at 1e-14 its kernel is 13 points wide at 3 and 15 at 2, which makes
+#: 3 the faster at the sizes the continuation asks for
 POINT_NUFFT_UPSAMPFAC = 3.0
 
 
@@ -301,8 +298,8 @@ def point_coefficients(theta: np.ndarray, w: np.ndarray, K: int) -> np.ndarray:
 
     For n K <= :data:`POINT_NUFFT_SIZE` by the recurrence exp(-i k theta) = exp(-i theta)^k (rounding grows
     like K eps); above it by a type-1 non-uniform FFT (FINUFFT, precision :data:`POINT_NUFFT_EPS` relative
-    to sum |w_i|, one thread, no sorting: the same bits on every call; O(n + K log K) against O(n K), 1 ms
-    against 11 ms at n = 4096, K = 1024). Both agree with the direct sums to ~1e-14 (tested)."""
+    to sum |w_i|, one thread, no sorting: the same bits on every call; O(n + K log K) against O(n K)).
+    Both agree with the direct sums to ~1e-14 (tested)."""
     theta = np.asarray(theta, dtype=float).ravel()
     w = np.asarray(w, dtype=float).ravel()
     if w.shape != theta.shape:

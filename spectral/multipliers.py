@@ -25,6 +25,7 @@ from scipy.special import gammaln, ive
 
 __all__ = [
     "MIN_BETA",
+    "BETA_MAX",
     "zonal_multipliers",
     "potential_multipliers",
     "kernel_bandwidth",
@@ -36,12 +37,21 @@ __all__ = [
 #: of the constant mode) is NaN
 MIN_BETA = 1e-300
 
+#: the largest beta: the multipliers are modified Bessel functions ive(nu, beta), whose scipy implementation
+#: (AMOS) returns NaN above beta = (2^31 - 1) / 2 = 1.07e9 ("complete loss of significance"); the kernel needs
+#: ~8.9 sqrt(beta) = 2.8e5 degrees at 1e9
+BETA_MAX = 1e9
+BETA_MAX_WHY = ("the kernel's multipliers ive(k, beta) are NaN above (2^31 - 1)/2 = 1.07e9, the range of scipy's "
+                "modified Bessel functions (AMOS)")
+
 
 def _check(beta: float, d: int, lmax: int) -> None:
     if not (isinstance(d, (int, np.integer)) and d >= 2):
         raise ValueError(f"d must be an integer >= 2, got {d!r}")
     if not (np.isfinite(beta) and beta >= 0):
         raise ValueError(f"beta must be finite and >= 0, got {beta!r}")
+    if beta > BETA_MAX:
+        raise ValueError(f"beta must be <= {BETA_MAX:g} ({BETA_MAX_WHY}), got {beta!r}")
     if lmax < 0:
         raise ValueError(f"lmax must be >= 0, got {lmax!r}")
 
@@ -163,7 +173,8 @@ def kernel_bandwidth(beta: float, d: int, tol: float = 1e-16, lmax_cap: int = 1 
     _check(beta, d, 0)
     if beta == 0.0:
         return 1
-    guess = int(math.ceil(math.sqrt(2.0 * max(beta, 1.0) * math.log(1.0 / tol)))) + 8
+    # the first guess within lmax_cap too: at beta = 1e15 it would be an array of 2.8e8 multipliers
+    guess = min(int(math.ceil(math.sqrt(2.0 * max(beta, 1.0) * math.log(1.0 / tol)))) + 8, lmax_cap)
     while True:
         lam = zonal_multipliers(beta, d, guess)
         small = np.nonzero(lam <= tol * lam[0])[0]

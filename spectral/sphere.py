@@ -26,7 +26,7 @@ zero-padding). :meth:`SphereBasis.to_canonical` / :meth:`SphereBasis.from_canoni
 
 The Gauss grid of degree L is chosen here, from L alone, by :func:`dealiased_grid` — never by SHTns,
 whose own choice (``set_grid(nl_order=2)``) rounds nlat to its SIMD vector length and so differs
-between an AVX2 and an AVX-512 machine (L = 128: 196 or 200 latitudes). The rule keeps the 3/2 rule
+between machines with different vector units (and so would their atoms). The rule keeps the 3/2 rule
 (nlat >= 3(L+1)/2 latitudes, nphi >= 3(L+1) longitudes), so that the product of two fields of degree
 <= L is analysed back to degree L without aliasing: nlat is the smallest multiple of 8 (the longest
 SIMD vector, 8 doubles; shorter vectors divide it) >= max(3(L+1)/2, 32), nphi the smallest even
@@ -35,11 +35,10 @@ SIMD vector, 8 doubles; shorter vectors divide it) >= max(3(L+1)/2, 32), nphi th
 SHTns skips, for each order m, the latitudes near the poles where every Pbar_l^m (l <= L) is below a
 threshold (its "polar optimisation"), and rounds the first latitude it keeps down to its SIMD vector
 length: which terms are skipped depends on the CPU. At SHTns's default threshold, 1e-10, the skipped
-terms are far above round-off: the same synthesis differs by 2e-11 (relative) between an AVX-512 and an
-AVX2 build of SHTns 3.7.5, and misses the field at the polar latitudes by up to 9e-13 of its maximum
-(L = 127, orders m >= 32). Every basis here sets the threshold to :data:`POLAR_THRESHOLD` = 1e-14: the
-skipped terms are then at round-off (the two builds differ by 8e-16, as FFTW's SIMD codelets already make
-them), at the speed of the default (no threshold at all costs 22% per transform at L = 255, 25% at 511).
+terms are far above round-off, so builds for different CPUs would give different fields near the poles.
+Every basis here sets the threshold to :data:`POLAR_THRESHOLD` = 1e-14: the skipped terms are then at
+round-off, like the differences FFTW's SIMD codelets already make, and the transforms keep the speed of
+the default (no threshold at all costs about a quarter more per transform).
 
 Vector fields are given by their components (v_theta, v_phi) on
 (e_theta, e_phi); SHTns's spheroidal/toroidal decomposition v = grad S + (curl of T e_r) gives
@@ -91,7 +90,7 @@ shtns = _import_shtns_quietly()
 __all__ = [
     "SphereBasis", "ncoef", "degree_of", "canonical_degrees", "native_to_canonical_index",
     "evaluate", "evaluate_grid", "evaluate_equiangular", "spectral_tail", "l2_norm", "resize", "equiangular_grid",
-    "unit_vectors", "tangents", "grid_neighbours", "dealiased_grid", "fft_size", "gauss_nodes",
+    "unit_vectors", "tangents", "grid_neighbours", "dealiased_grid", "fft_size", "gauss_nodes", "legendre_table",
 ]
 
 _EFFORTS = ("FFTW_ESTIMATE", "FFTW_MEASURE", "FFTW_PATIENT", "FFTW_EXHAUSTIVE")
@@ -100,7 +99,7 @@ _SQRT_4PI = math.sqrt(4.0 * math.pi)
 # process; every grid made here has at least 32 latitudes, whatever the machine
 _MIN_NLAT = 32
 # nlat of a dealiased grid is a multiple of the longest SIMD vector (8 doubles, AVX-512), which every
-# shorter vector divides: the grid SHTns would pick on the widest machine, now picked on every machine
+# shorter vector divides: the grid SHTns would pick on the widest machine, picked on every machine
 _NLAT_MULTIPLE = 8
 #: SHTns's polar threshold for every basis made here (module docstring): Pbar_l^m below it are skipped
 #: near the poles, at latitudes rounded to the SIMD width, so the threshold is kept at round-off
@@ -512,6 +511,18 @@ def _legendre_rows(L: int, cos_t: np.ndarray, sin_t: np.ndarray):
         yield l, P[: l + 1]
 
 
+def legendre_table(L: int, cos_t: np.ndarray) -> np.ndarray:
+    """Pbar_l^m(cos theta) for 0 <= m <= l <= L at the colatitudes given, shape (L + 1, L + 1, n) indexed
+    [l, m, i] (zero for m > l): the associated Legendre functions of this module's harmonics, orthonormal
+    for the area measure (2 pi ∫ Pbar_l^m Pbar_k^m d cos(theta) = delta_lk), Condon–Shortley phase."""
+    cos_t = np.asarray(cos_t, dtype=float).ravel()
+    sin_t = np.sqrt(np.maximum(1.0 - cos_t * cos_t, 0.0))
+    out = np.zeros((int(L) + 1, int(L) + 1, cos_t.size))
+    for l, P in _legendre_rows(int(L), cos_t, sin_t):
+        out[l, : l + 1] = P
+    return out
+
+
 def _order_sums(c: np.ndarray, L: int, cos_t: np.ndarray, sin_t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """A_m(x) = sum_l c_lm Pbar_l^m(x) for m = 0..L at the colatitudes given, as (real, imag) (L+1, n)."""
     n = cos_t.size
@@ -526,68 +537,41 @@ def _order_sums(c: np.ndarray, L: int, cos_t: np.ndarray, sin_t: np.ndarray) -> 
     return Ar, Ai
 
 
-#: n (L + 1)^2 above which :func:`point_coefficients` takes the doubled-sphere NUFFT, when also n > 2 (L + 1):
-#: the direct sums cost ~6 ns n (L + 1)^2, the NUFFT ~4.5 ns (L + 1)^3 (its fold) plus ~1 ms (measured on a
-#: 2-core AMD EPYC: n = 8192, L = 127: 434 ms against 24 ms; n = 10^4, L = 255: 2.2 s against 0.1 s;
-#: n = 100, L = 127: 10 ms against 14 ms; n = 1000, L = 16: 2.5 ms against 1.6 ms)
-POINT_NUFFT_SIZE = 1 << 18
-#: FINUFFT's precision for :func:`point_coefficients` (its smallest reliable one in double precision)
-POINT_NUFFT_EPS = 1e-14
+#: ducc0's precision for :func:`point_coefficients` (its floor in double precision is 2e-13); measured errors
+#: ~1e-15 of sum |w_i| (n <= 2 10^4, L <= 127)
+POINT_EPS = 3e-13
+#: ducc0's oversampling factor there, pinned by a window of +-0.01 that holds one factor of its kernel table:
+#: left to itself ducc0 picks its kernel by the thread count, the point count and the SIMD width
+POINT_SIGMA = 2.0
 
 
 def point_coefficients(x: np.ndarray, w: np.ndarray, L: int) -> np.ndarray:
     """Canonical coefficients sum_i w_i conj(Y_lm(x_i)), l <= L, of the weighted point set (x_i, w_i).
 
     The adjoint of :func:`evaluate`: for a measure mu = sum_i w_i delta_{x_i} these are ∫ conj(Y_lm) dmu
-    (Y_lm orthonormal for the area measure). For few points (:data:`POINT_NUFFT_SIZE`) by direct sums,
-    O(L^2 n) in memory-bounded blocks of points; else on the doubled sphere: with sin theta taken
-    signed, Pbar_lm(cos theta) is a trigonometric polynomial of degree l in theta
-    (``spectral.legendre_fourier``), so one type-1 2-D NUFFT F(k, q) = sum_i w_i e^{-i(k theta_i + q phi_i)},
-    |k|, |q| <= L (FINUFFT, precision :data:`POINT_NUFFT_EPS` relative to sum |w_i|, one thread: the same
-    bits on every call) gives every coefficient by an O(L^3) fold, O(n + L^3) in all. Both agree with each
-    other to ~1e-13 (tested).
+    (Y_lm orthonormal for the area measure). By ducc0's adjoint spherical harmonic transform at arbitrary
+    points (``ducc0.sht.adjoint_synthesis_general``: an interpolation on the doubled sphere, precision
+    :data:`POINT_EPS`, one thread: the same bits on every call), O(n + L^3); faster than direct sums of
+    the harmonics from n = 20 points on (measured, L = 16 .. 255).
     """
+    import ducc0
+
     x = np.asarray(x, dtype=float)
     w = np.asarray(w, dtype=float)
     if x.ndim != 2 or x.shape[1] != 3 or w.shape != (x.shape[0],):
         raise ValueError(f"points must have shape (n, 3) and weights (n,), got {x.shape} and {w.shape}")
-    n = x.shape[0]
-    if n > 2 * (int(L) + 1) and n * (int(L) + 1) ** 2 > POINT_NUFFT_SIZE:
-        return _point_coefficients_nufft(x, w, int(L))
-    cos_t, sin_t, phi = _angles(x)
+    L = int(L)
     out = np.zeros(ncoef(L), dtype=complex)
-    mm = np.arange(L + 1)[:, None]
-    blk = _block(L)
-    for s in range(0, x.shape[0], blk):
-        sl = slice(s, s + blk)
-        Ew = w[None, sl] * np.exp(-1j * mm * phi[None, sl])          # w_i e^{-i m phi_i}
-        for l, P in _legendre_rows(L, cos_t[sl], sin_t[sl]):
-            k = l * (l + 1) // 2
-            out[k: k + l + 1] += np.einsum("mi,mi->m", P, Ew[: l + 1])
-    return out
-
-
-@lru_cache(maxsize=2)
-def _legendre_fourier(L: int) -> list[np.ndarray]:
-    """The Fourier coefficients of Pbar_lm in theta (``spectral.legendre_fourier``), with this module's
-    Condon–Shortley phase (-1)^m; kept for the last two degrees (L^3 / 2 floats: 67 MB at L = 255)."""
-    from .legendre_fourier import legendre_fourier
-    return [a if m % 2 == 0 else -a for m, a in enumerate(legendre_fourier(L))]
-
-
-def _point_coefficients_nufft(x: np.ndarray, w: np.ndarray, L: int) -> np.ndarray:
-    """:func:`point_coefficients` on the doubled sphere (its docstring)."""
-    import finufft
-
-    from .legendre_fourier import point_sums
-
+    if x.shape[0] == 0:                        # ducc0 refuses an empty point set
+        return out
     cos_t, sin_t, phi = _angles(x)
-    theta = np.arctan2(sin_t, cos_t)
-    F = finufft.nufft2d1(theta, phi, w.astype(complex), (2 * L + 1, 2 * L + 1), eps=POINT_NUFFT_EPS, isign=-1,
-                         nthreads=1, upsampfac=2.0, modeord=0)        # F[k + L, q + L]
-    # point_sums gives the orders m = 0..L, each for l = m..L: SHTns's native order
-    out = np.empty(ncoef(L), dtype=complex)
-    out[native_to_canonical_index(L)] = np.concatenate(point_sums(F, _legendre_fourier(L)))
+    loc = np.stack([np.arctan2(sin_t, cos_t), np.where(phi < 0.0, phi + 2.0 * math.pi, phi)], axis=1)
+    a = ducc0.sht.adjoint_synthesis_general(map=w[None, :], spin=0, lmax=L, loc=loc, epsilon=POINT_EPS,
+                                            nthreads=1, sigma_min=POINT_SIGMA - 0.01,
+                                            sigma_max=POINT_SIGMA + 0.01)
+    # ducc0 stores the orders m = 0..L, each for l = m..L (SHTns's native order), with the same
+    # Condon–Shortley phase
+    out[native_to_canonical_index(L)] = a[0]
     return out
 
 

@@ -9,7 +9,7 @@ tests/test_interrupts.py (a run stopped between two snapshots keeps its state th
 import os
 import sys
 
-from solvers import lagrangian, particles, pde
+from solvers import eulerian, lagrangian, particles
 
 _sent = []
 
@@ -24,7 +24,7 @@ def _signalling(accept):
     return wrapped
 
 
-for cls in (pde.PDERun, lagrangian.LagrangianPhase, particles.ParticleRun):
+for cls in (eulerian.EulerianPhase, lagrangian.LagrangianPhase, particles.ParticleRun):
     cls.accept = _signalling(cls.accept)
 
 if __name__ == "__main__":

@@ -2,17 +2,12 @@
 layer (``solvers.app``) nor its tools (HDF5, plotting, argument parsing, TOML); the run layer may import the
 numerics. Checked on the import statements of every module, as written."""
 import ast
-import importlib
-import warnings
 from pathlib import Path
 
-import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 #: what the numerics may not import: the run layer and its tools
 FORBIDDEN = ("solvers.app", "h5py", "matplotlib", "argparse", "tomllib", "tomli")
-#: aliases of the modules that moved into solvers.app (kept for one release, each a deprecation warning)
-MOVED = ("config", "runner", "archive", "cli", "info", "plots", "sweep", "validate")
 
 
 def _imports(path: Path, package: str) -> set[str]:
@@ -34,7 +29,7 @@ def _imports(path: Path, package: str) -> set[str]:
 
 def _numerics() -> list[tuple[Path, str]]:
     files = [(p, "spectral") for p in (ROOT / "spectral").glob("*.py")]
-    files += [(p, "solvers") for p in (ROOT / "solvers").glob("*.py") if p.stem not in MOVED]
+    files += [(p, "solvers") for p in (ROOT / "solvers").glob("*.py")]
     return files
 
 
@@ -46,22 +41,6 @@ def test_the_numerics_do_not_import_the_run_layer():
                 offenders.append(f"{path.relative_to(ROOT)} imports {name}")
     assert not offenders, "\n".join(offenders)
     assert len(_numerics()) >= 15                         # the check saw the modules
-
-
-def test_the_run_layer_lives_in_solvers_app():
-    app = {p.stem for p in (ROOT / "solvers" / "app").glob("*.py")}
-    assert set(MOVED) <= app
-
-
-@pytest.mark.parametrize("name", MOVED)
-def test_old_import_paths_still_work_with_a_deprecation_warning(name):
-    import sys
-    sys.modules.pop(f"solvers.{name}", None)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        old = importlib.import_module(f"solvers.{name}")
-    assert old is importlib.import_module(f"solvers.app.{name}")
-    assert any(issubclass(w.category, DeprecationWarning) and f"solvers.app.{name}" in str(w.message) for w in caught)
 
 
 def test_both_spaces_declare_the_space_interface():
@@ -100,9 +79,8 @@ def _module_files() -> dict[str, tuple[Path, str]]:
 
 def test_the_modules_import_each_other_without_a_circle():
     """No module imports, at the top or inside a function, one that imports it back along a chain: each
-    formula and type has one home below its users, so that any module can be imported first. (The old
-    aliases of ``MOVED`` are one-line shims onto solvers.app and are left out.)"""
-    modules = {k: v for k, v in _module_files().items() if not (k.count(".") == 1 and k.split(".")[1] in MOVED)}
+    formula and type has one home below its users, so that any module can be imported first."""
+    modules = _module_files()
     graph = {name: sorted(n for n in _imports(path, package) if n in modules and n != name)
              for name, (path, package) in modules.items()}
     assert len(graph) >= 30 and sum(map(len, graph.values())) >= 60          # the check saw the imports

@@ -354,8 +354,9 @@ def test_a_format_from_the_future_names_the_version(tmp_path, runs):
 
 def test_an_archive_of_the_writer_before_the_checksums_loads_and_resumes(tmp_path):
     """An archive the previous writer made (format 3 without checksums, commit 862866c, from
-    tests/data/format_v3_unchecked.toml), cut by Ctrl-C in its continuation: it loads, and resumes to the
-    numbers of the same run made here (to round-off: it may have been made on another CPU)."""
+    tests/data/format_v3_unchecked.toml, which sets the node tolerances and drift_tol that version had as
+    defaults), cut by Ctrl-C in its continuation: it loads, and resumes to the numbers of the same run made
+    here (to round-off: it may have been made on another CPU)."""
     import lzma
     data = ROOT / "tests" / "data"
     path = tmp_path / "v3.h5"

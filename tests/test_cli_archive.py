@@ -161,16 +161,39 @@ def test_round_trip_run_archive_load(tmp_path):
     assert all(p.stat().st_size > 10_000 for p in pngs)
 
 
+def _wait_for_the_commands_handlers(proc, timeout=60.0):
+    """Return once the command's own signal handlers are in place (``solvers.app.cli.main`` catches SIGTERM,
+    which the interpreter alone leaves at its default; read from /proc; without /proc at once). Before them a
+    Ctrl-C meets the interpreter's start-up, not the command: SIGINT's default action until Python installs
+    its handler, then a KeyboardInterrupt traceback from site or runpy (under load 11 a Ctrl-C 0.3 s after
+    the start landed there in 1 run of 6, 0.22 s after in 3 of 6)."""
+    status = Path(f"/proc/{proc.pid}/status")
+    end = time.monotonic() + timeout
+    while proc.poll() is None:
+        try:
+            caught = next(int(line.split()[1], 16) for line in status.read_text().splitlines()
+                          if line.startswith("SigCgt:"))
+        except (OSError, StopIteration):
+            return
+        if caught >> (signal.SIGTERM - 1) & 1:
+            return
+        assert time.monotonic() < end, f"the command set no handler within {timeout:g} s"
+        time.sleep(0.001)
+
+
 @pytest.mark.parametrize("delay", [0.3, 0.7])
 def test_ctrl_c_while_the_command_starts_ends_it_in_one_line(tmp_path, delay):
     """Ctrl-C in the command's first second (its imports of numpy, scipy, h5py, ...; or its first steps on
-    a loaded machine): exit 130, one line, no traceback, wherever the signal lands (in a compiled module's
-    initialisation it surfaces as that import's ImportError)."""
+    a loaded machine), counted from when its handlers are in place: exit 130, one line, no traceback,
+    wherever the signal lands (in a compiled module's initialisation it surfaces as that import's
+    ImportError)."""
     cfg = write(tmp_path, LONG_PDE_CFG)
     proc = subprocess.Popen([sys.executable, "-m", "solvers.app.cli", "run", str(cfg), "--quiet"], cwd=ROOT,
                             env=dict(os.environ, PYTHONPATH=str(ROOT)), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                            preexec_fn=lambda: (signal.signal(signal.SIGINT, signal.SIG_DFL),      # SIGTERM too:
+                                                signal.signal(signal.SIGTERM, signal.SIG_DFL)))    # see the wait
+    _wait_for_the_commands_handlers(proc)
     time.sleep(delay)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=300)
@@ -351,7 +374,7 @@ def test_archive_names_its_libraries_and_a_resume_with_others_says_so(tmp_path):
     assert _run_until_signalled(cfg, out, signal.SIGINT).returncode == 130
     with h5py.File(out, "r+") as f:
         here = str(f.attrs["libraries"])
-        for dist in ("numpy", "scipy", "pyFFTW", "shtns", "finufft", "h5py"):
+        for dist in ("numpy", "scipy", "pyFFTW", "shtns", "finufft", "ducc0", "h5py"):
             assert f"{dist.lower()} {version(dist)}" in here, (dist, here)
         f.attrs["libraries"] = here.replace(f"numpy {version('numpy')}", "numpy 1.0.0")
         # and started by another version of attnpde (whose own numerical choices may round differently)
@@ -507,6 +530,26 @@ def test_sweep_writes_one_archive_per_beta(tmp_path):
     assert "sqrt(beta)" in r.stdout
     bad = cli("sweep", cfg, "--beta", "1,x")
     assert bad.returncode == 2 and "'x' is not a number" in bad.stderr
+
+
+def test_the_sweep_figure_has_integer_count_ticks(tmp_path, monkeypatch):
+    """`attnpde sweep` draws counts against sqrt(beta) with integer ticks only."""
+    import matplotlib
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
+
+    from solvers import Model
+    from solvers.app import sweep
+
+    seen = []
+    monkeypatch.setattr(Figure, "savefig", lambda fig, *a, **k: seen.append(fig))
+    config = type("C", (), {"name": "t", "model": Model(2, 1.0, "ascent")})()
+    sweep._plot([{"beta": 1.0, "clusters": 2, "pde_atoms": 2}, {"beta": 4.0, "clusters": 3, "pde_atoms": 3}],
+                tmp_path / "f.png", config)
+    (fig,) = seen
+    loc = fig.axes[0].yaxis.get_major_locator()
+    assert isinstance(loc, MaxNLocator) and all(float(v).is_integer() for v in loc.tick_values(1.7, 3.2))
 
 
 @pytest.mark.parametrize("command, flag", [("sweep", "--beta"), ("validate", "--n")])
@@ -812,7 +855,7 @@ def test_comparison_figure_leaves_out_undefined_and_zero_distances(tmp_path, mon
 
 def test_sphere_maps_say_when_the_particles_are_drawn_at_another_time(tmp_path, monkeypatch):
     """The S^2 maps draw the particles' nearest snapshot beside each PDE snapshot: where its time differs
-    (other save_every), the panel's title gives it; the figure's title names only the layers drawn."""
+    (other save_every), the panel's title gives it; the figure's legend names only the layers drawn."""
     from solvers.app import plots
     from solvers.app.runner import run_config
 
@@ -820,18 +863,24 @@ def test_sphere_maps_say_when_the_particles_are_drawn_at_another_time(tmp_path, 
             "[particles]\nn = 50\nt_final = 1.0\nsave_every = 0.3\n")
     run_config(parse_config(text), tmp_path / "a.h5", log=lambda s: None, progress=False)
     figs = []
-    monkeypatch.setattr(plots, "_save", lambda fig, path: figs.append(fig) or path)
+    monkeypatch.setattr(plots, "_save", lambda fig, path, **kw: figs.append(fig) or path)
     plots._sphere_figures(load(tmp_path / "a.h5"), tmp_path)
     titles = [ax.get_title() for ax in figs[0].axes if ax.get_title()]
     # PDE snapshots 0, 0.5, 1; particle snapshots 0, 0.3, 0.6, 0.9, 1: at 0.5 the nearest is 0.6
     assert titles == ["t = 0", "t = 0.5, particles at t = 0.6", "t = 1"], titles
-    assert figs[0]._suptitle.get_text().endswith("\nPDE density (Mollweide, log scale), particles (cyan), "
-                                                 "PDE atoms (lime), particle atoms (white)")
+    legend = [t.get_text() for t in figs[0].legends[0].get_texts()]
+    # the PDE's atoms are named only where there are some (one second of beta = 1 forms none)
+    formed = len(load(tmp_path / "a.h5").atoms["pde"][1])
+    pde_atoms = ["PDE atoms (basins of the density): mass right"] if formed else []
+    assert legend == ["particles"] + pde_atoms + ["particle atoms (as the comparison): mass left"], legend
+    assert "Mollweide maps: PDE density" in figs[0]._suptitle.get_text()
     # the particles alone: no PDE layer named
     text = '[model]\nd = 3\nbeta = 1.0\nflow = "ascent"\n[particles]\nn = 50\nt_final = 1.0\nsave_every = 0.5\n'
     run_config(parse_config(text), tmp_path / "b.h5", log=lambda s: None, progress=False)
     plots._sphere_figures(load(tmp_path / "b.h5"), tmp_path)
-    assert figs[1]._suptitle.get_text().endswith("\nparticles (cyan), particle atoms (white)")
+    legend = [t.get_text() for t in figs[1].legends[0].get_texts()]
+    assert legend == ["particles", "particle atoms (as the comparison): mass left"], legend
+    assert figs[1]._suptitle.get_text().endswith("\nMollweide maps: particles")
     import matplotlib.pyplot as plt
     for fig in figs:                     # _save would have closed them: no Mollweide axes left current
         plt.close(fig)

@@ -1,4 +1,4 @@
-"""The model (README, The model §1): validation, activations, drift = grad V, velocity and energy definitions."""
+"""The model (docs/model.md §1): validation, activations, drift = grad V, velocity and energy definitions."""
 import math
 
 import numpy as np

@@ -1,4 +1,4 @@
-"""Smoke test of scripts/paper_protocol.py (--quick): the protocol runs end to end, writes its outputs,
+"""Smoke test of scripts/studies/paper_protocol.py (--quick): the protocol runs end to end, writes its outputs,
 and reproduces facts stated outside this code (the main paper §4; The model §5)."""
 from __future__ import annotations
 
@@ -17,11 +17,13 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.fixture(scope="module")
 def quick(tmp_path_factory):
     # imported by name, so that the worker processes can unpickle its job function
-    if str(ROOT / "scripts") not in sys.path:
-        sys.path.insert(0, str(ROOT / "scripts"))
+    if str(ROOT / "scripts" / "studies") not in sys.path:
+        sys.path.insert(0, str(ROOT / "scripts" / "studies"))
     mod = importlib.import_module("paper_protocol")
     out = tmp_path_factory.mktemp("paper_protocol")
-    assert mod.main(["--quick", "--betas", "0.01,5", "--n", "100", "--out", str(out)]) == 0
+    # the PDE of S2 at beta = 0.01 only (5 s of CPU): the terminal fields of the protocol's JSON
+    assert mod.main(["--quick", "--betas", "0.01,5", "--n", "100", "--pde-betas", "0.01", "--pde-setups", "S2",
+                     "--out", str(out)]) == 0
     return out, json.loads((out / "summary.json").read_text())
 
 
@@ -70,8 +72,8 @@ def test_descent_clusters_obey_the_theorem_3_5_bound(quick):
 
 
 def test_theorem_3_5_constants():
-    if str(ROOT / "scripts") not in sys.path:
-        sys.path.insert(0, str(ROOT / "scripts"))
+    if str(ROOT / "scripts" / "studies") not in sys.path:
+        sys.path.insert(0, str(ROOT / "scripts" / "studies"))
     mod = importlib.import_module("paper_protocol")
     from scipy.stats import norm
     z = np.linspace(-8.0, 8.0, 1_600_001)
@@ -80,3 +82,29 @@ def test_theorem_3_5_constants():
     p = Perceptron(np.array([[1.0, 0.0], [0.0, 1.0]]), c=np.array([0.5, -2.0]), activation="relu")
     assert math.isclose(mod.theorem_3_5_constant(p), 2.0 * 2.5)       # sum |c_k| (1 + 1) for unit a_k
     assert math.isclose(mod.theorem_3_5_bound(60.0, p), 16.0 / (16.0 + 3.0 * math.exp(11.0 / 8.0)), rel_tol=1e-12)
+
+
+def test_the_pde_run_ends_certified_with_its_terminal_fields(quick):
+    """--pde-betas 0.01 --pde-setups S2: the PDE to its certified terminal state (t_final = inf), recorded with
+    its atoms (masses ± the rerun's errors), verdict, growth, time certified and plateaus, beside the particles."""
+    out, summary = quick
+    assert summary["pde_settings"]["t_final"] == "inf" and summary["pde_settings"]["max_steps"] == 10_000
+    (p,) = summary["pde"]
+    assert (p["setup"], p["beta"]) == ("S2", 0.01)
+    assert p["certified"] and p["status"] == "certified" and p["stop_reason"] == "stationary"
+    T = p["terminal"]
+    for key in ("t", "positions", "masses", "mass_errors", "verdict", "growth", "max_speed", "counts", "energy"):
+        assert key in T
+    assert T["verdict"] == "stable" and T["growth"] < 0 and T["max_speed"] <= 1e-10
+    assert T["t"] == p["t_stop"] > 0
+    assert math.isclose(sum(T["masses"]), 1.0, abs_tol=1e-12) and p["masses"] == T["masses"]
+    assert len(T["mass_errors"]) == len(T["masses"]) == p["atoms"] and all(0 < e < 0.01 for e in T["mass_errors"])
+    assert isinstance(p["plateaus"], list)
+    for pl in p["plateaus"]:
+        assert {"t_entered", "t_certified", "energy", "growth", "part", "kick"} <= set(pl)
+    assert p["dead"] is not None and p["dead_mass"] is not None       # ReLU: the dead zone is looked at
+    table = (out / "terminal_table.md").read_text()
+    assert "| S2 | 0.01 | certified at t = " in table and "stable" in table
+    # the particles' record carries the particle mass near each PDE atom
+    assert len(rec(summary, "S2", 0.01)["near_pde_atoms"]) == sum(m >= 0.01 for m in p["masses"])
+

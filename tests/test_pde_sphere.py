@@ -516,3 +516,12 @@ def test_benchmark_script_returns_records():
         assert {"case", "seconds", "floor_seconds", "ratio", "target", "met"} <= set(r)
         assert r["seconds"] > 0 and r["floor_seconds"] > 0 and r["ratio"] == r["seconds"] / r["floor_seconds"]
         assert r["met"] == (r["ratio"] <= r["target"])
+
+
+def test_a_degree_above_the_default_handoff_degree_raises_it():
+    """degree = 128, the first number a newcomer types, runs: the handoff degree follows it when it is not set
+    (an explicit handoff_degree below degree is still refused, tests/test_refusals.py)."""
+    m = Model(3, 1.0, "ascent", perceptron=Perceptron.random(3, 3, "gelu", 1.0, seed=1))
+    r = solve_pde(m, 0.05, 128, initial=SMOOTH)
+    assert r.stop_reason == "t_final" and r.options["handoff_degree"] == 128 and r.degree[0] == 128
+    assert solve_pde(m, 0.05, 16, initial=SMOOTH).options["handoff_degree"] == 127

@@ -112,7 +112,7 @@ def test_every_group_opens_with_named_dimensions(archives, kind):
     assert checked > 20
     with h5py.File(path, "r") as f:
         assert f.attrs["format_version"] == FORMAT_VERSION == 3
-    # all groups at once, as the README shows (open_datatree refuses the groups with a t of their own)
+    # all groups at once, as docs/archive.md shows (open_datatree refuses the groups with a t of their own)
     every = xr.open_groups(path, engine="h5netcdf")
     try:
         assert set(groups) <= set(every)

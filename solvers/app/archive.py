@@ -19,12 +19,19 @@ the layout of a given archive)::
                            attribute layout), restart/ (the commit record, see below);
                            attrs: stop_reason ("" while running), message, t_stop, nsteps, nrejected,
                            options (JSON: every option as the run resolved it), initial, wall_time, complete
+    /pde/terminal          the certified terminal state (PDEResult.terminal): positions (k, d), masses,
+                           counts, extents, displacement, eigenvalues[_imag], mass_errors, position_errors;
+                           attrs t, verdict, stable, growth, neutral, energy, max_speed, check_nodes,
+                           dust_unstable
+    /pde/plateaus          the plateaus the run left (PDEResult.plateaus): per plateau t_entered,
+                           t_certified, energy, growth, kick, atom, part, natoms; their atoms' positions,
+                           masses, direction one plateau after another (ragged by natoms)
     /particles             t (T), x (T, N, d), w (N), energy, max_drift, dissipation, step_stiffness,
                            n_clusters (T), restart/; attrs: options (JSON: the simulate_particles
                            arguments as resolved), initial, stop_reason, message, t_stop, nsteps,
                            nrejected, sum_method, wall_time, complete
     /atoms/pde, /atoms/particles     positions (k, d), masses (k); node groups (past a handoff) also
-                           counts, extents, mass_errors, position_errors; attrs: kind, diffuse, radius, ...
+                           counts, extents, mass_errors, position_errors; attrs: kind, diffuse, dust, radius, ...
     /comparison            distances against time (the comparison layer)
     /validation            the distances of ``attnpde validate`` (N, seed, t)
 

@@ -393,8 +393,9 @@ def read_pde(g: h5py.Group, model: Model, cache: dict | None = None, all_rows: b
                  for k, v in g["steps"].items() if isinstance(v, h5py.Dataset) and not is_dimension(v)}
     restart = read_restart(g) if state is not None else None
     nodes, lagrangian = _read_nodes(g, T, restart, limit, cache)
+    terminal, plateaus = _read_terminal(g)
     return PDEResult(
-        nodes=nodes, lagrangian=lagrangian,
+        nodes=nodes, lagrangian=lagrangian, terminal=terminal, plateaus=plateaus,
         model=model, t=get("t"), coeffs=get("coeffs"), degree=get("degree"),
         grid=value(g["grid"]) if "grid" in g else None,
         density=get("density"), energy=get("energy"), mass=get("mass"), min_density=get("min_density"),
@@ -410,6 +411,30 @@ def read_pde(g: h5py.Group, model: Model, cache: dict | None = None, all_rows: b
         wall_time=float(a.get("wall_time", 0.0)), restart=restart)
 
 
+def _read_terminal(g: h5py.Group) -> tuple:
+    """The certified terminal state and the plateaus of /pde (None and [] when absent), parsed by their
+    ``from_dict``."""
+    from ..terminal import Plateau, TerminalState
+    terminal = None
+    if "terminal" in g:
+        t = g["terminal"]
+        d = {k: plain(v) for k, v in t.attrs.items() if k != SEAL}
+        d.update({k: value(v) for k, v in t.items() if isinstance(v, h5py.Dataset) and not is_dimension(v)})
+        if int(d.get("check_nodes", -1)) < 0:
+            d["check_nodes"] = None
+        terminal = TerminalState.from_dict(d)
+    plateaus = []
+    if "plateaus" in g:
+        p = {k: value(v) for k, v in g["plateaus"].items() if isinstance(v, h5py.Dataset) and not is_dimension(v)}
+        ends = np.concatenate([[0], np.cumsum(p["natoms"])]).astype(int)
+        for i in range(len(p["natoms"])):
+            rows = slice(ends[i], ends[i + 1])
+            plateaus.append(Plateau.from_dict({**{k: plain(p[k][i]) for k in ("t_entered", "t_certified", "energy",
+                                                                                 "growth", "kick", "atom", "part")},
+                                               **{k: p[k][rows] for k in ("positions", "masses", "direction")}}))
+    return terminal, plateaus
+
+
 def _record(g: h5py.Group, name: str, cache: dict) -> np.ndarray:
     """A record of /pde that grows (the refinements, the grids): the rows the committed state covers."""
     return cache[f"pde/{name}"] if f"pde/{name}" in cache else value(g[name])
@@ -422,6 +447,10 @@ def _read_nodes(g: h5py.Group, T: int, restart: dict | None, state: dict | None,
     its first node snapshot)."""
     state = state or {}
     steps = {k: int(g.attrs.get(k, (restart or {}).get(k, 0))) for k in ("node_nsteps", "node_nrejected")}
+    from ..lagrangian import diffuse_rate_of
+    rate = diffuse_rate_of((restart or {}).get("diffuse_log") or [])
+    if rate is not None:
+        steps["diffuse_rate"] = rate
     if "lagrangian" not in g or "t" not in g["lagrangian"]:
         if (restart or {}).get("phase") != "lagrangian" or not restart.get("handoff"):
             return [None] * T, None

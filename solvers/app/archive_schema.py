@@ -37,6 +37,9 @@ DIMS = {
     "pde/lagrangian": {"x": ("node", "component"), "w": ("node",), "count": ("node",),
                        "merges": ("merge", "merge_field"), "*": ("t",)},
     "pde/lagrangian/check": {"x": ("node", "component"), "*": ("node",)},
+    "pde/terminal": {"positions": ("atom", "component"), "eigenvalues*": ("eigenvalue",), "*": ("atom",)},
+    "pde/plateaus": {"positions": ("plateau_atom", "component"), "direction": ("plateau_atom", "component"),
+                     "masses": ("plateau_atom",), "*": ("plateau",)},
     "pde/restart*": {"coeffs": ("coeff",), "handoff_coeffs": ("handoff_coeff",), "good_coeffs": ("good_coeff",),
                      "x": ("node", "component"), "w": ("node",), "count": ("node",)},
     "particles": {"x": ("t", "particle", "component"), "w": ("particle",), "*": ("t",)},
@@ -77,6 +80,9 @@ DIMENSION_NOTES = {
     "grid_field": "field of a grid record: degree, then the grid sizes (M on S^1; nlat, nphi on S^2)",
     "merge": "step of the continuation at which nodes merged",
     "merge_field": "field of a merge record: t, nodes before, nodes after",
+    "eigenvalue": "non-neutral eigenvalue of the terminal state's linearisation",
+    "plateau": "plateau (saddle) the flow passed, in order",
+    "plateau_atom": "atom of a plateau, all plateaus one after another (see natoms)",
 }
 
 # CF-style attributes (units "1": dimensionless; time is the depth of the Transformer, in layers)
@@ -121,6 +127,19 @@ CF = {
                             units="radian"),
     "handoff_coeffs": dict(long_name="spectral coefficients of the handoff state (canonical layout)", units="1"),
     "good_coeffs": dict(long_name="spectral coefficients of the last resolved state (canonical layout)", units="1"),
+    # /pde/terminal and /pde/plateaus (solvers.terminal)
+    "displacement": dict(long_name="how far polishing moved each atom", units="radian"),
+    "eigenvalues": dict(long_name="non-neutral eigenvalues of the linearisation (real parts; > 0: unstable)",
+                        units="1"),
+    "eigenvalues_imag": dict(long_name="imaginary parts of the eigenvalues", units="1"),
+    "t_entered": dict(long_name="time the flow entered the plateau (energy within 1e-3 of its drop)", units="1"),
+    "t_certified": dict(long_name="time the plateau was certified", units="1"),
+    "growth": dict(long_name="largest growth rate of the plateau's linearisation", units="1"),
+    "atom": dict(long_name="the atom of a pull instability (-1: the atoms as a system)", units="1"),
+    "kick": dict(long_name="the perturbation along the unstable direction", units="radian"),
+    "part": dict(long_name="where the instability is: atoms (the reduced system) or pull (one atom's)"),
+    "natoms": dict(long_name="atoms of each plateau (CF contiguous ragged array)", sample_dimension="plateau_atom"),
+    "direction": dict(long_name="unstable direction (tangent displacement of each atom)", units="radian"),
     # /comparison and its concentration_* (solvers.comparison)
     "w1": dict(long_name="1-Wasserstein distance between the PDE and the particles (arc length)", units="radian"),
     "mmd": dict(long_name="kernel distance (MMD) between the PDE and the particles", units="1"),
@@ -216,6 +235,7 @@ def libraries() -> str:
     says which ones made it. Read from the modules the package has already imported."""
     import platform
 
+    import ducc0
     import finufft
     import h5py
     import numpy as np
@@ -224,7 +244,7 @@ def libraries() -> str:
 
     from spectral.sphere import shtns
     mods = [("numpy", np), ("scipy", scipy), ("pyfftw", pyfftw), ("shtns", shtns), ("finufft", finufft),
-            ("h5py", h5py)]
+            ("ducc0", ducc0), ("h5py", h5py)]
     text = ", ".join(f"{name} {getattr(m, '__version__', '?')}" for name, m in mods)
     text += f", HDF5 {h5py.version.hdf5_version}"
     cpu = ""

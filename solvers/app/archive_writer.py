@@ -697,17 +697,22 @@ class ArchiveWriter:
         seal(g)
         return g
 
-    def pde_finish(self, result) -> None:
-        """Record how the PDE run ended, and its atoms; for a run an interruption stopped between
-        snapshots, the state it kept there (with the steps since its last snapshot). A complete stage's
-        last commit covers everything it wrote, its atoms included (the commit of its last batch waits for
-        them: one commit instead of two); then it is marked complete."""
+    def _last_batch(self) -> None:
+        """Write a stage's last batch, its commit held back for the stage's end (``_hold``): the end's own
+        commit covers both."""
         self._hold = True
         try:
             self._write_batch()
         except BaseException:
             self._hold, self._held = False, {}
             raise
+
+    def pde_finish(self, result) -> None:
+        """Record how the PDE run ended, and its atoms; for a run an interruption stopped between
+        snapshots, the state it kept there (with the steps since its last snapshot). A complete stage's
+        last commit covers everything it wrote, its atoms included (the commit of its last batch waits for
+        them: one commit instead of two); then it is marked complete."""
+        self._last_batch()
         check = (result.lagrangian or {}).get("check")
         with self._writing(_nbytes(result.restart or {}) + _nbytes(check or {})):
             g = self.f["pde"]
@@ -726,6 +731,7 @@ class ArchiveWriter:
                 self._label_group(c, "pde/lagrangian/check")
                 c.attrs.update({k: check[k] for k in ("t", "initial_nodes", "nsteps", "stop_reason", "wall_time")})
                 seal(c)
+            self._write_terminal(g, result)
             cut_check = bool((result.lagrangian or {}).get("check_interrupted"))
             if (result.stop_reason != "interrupted" or cut_check) and "t" in g and g["t"].shape[0]:
                 # a resumed result holds only what came after its restart: its atoms come from the whole
@@ -740,6 +746,47 @@ class ArchiveWriter:
             self._flush()                    # what the stage holds, then that it is complete
             self._finish_stage("pde", result)
             self._record_stage("pde", result)
+
+    def _write_terminal(self, g: h5py.Group, result) -> None:
+        """/pde/terminal (the certified state: arrays as datasets, scalars as attributes) and /pde/plateaus (a
+        ragged table: natoms per plateau, their atoms one plateau after another), each replaced whole and
+        covered by the stage's last commit."""
+        for name in ("terminal", "plateaus"):
+            if name in g:
+                del g[name]
+                self._datasets.clear()
+                self._crc["pde"] = {k: v for k, v in self._crc["pde"].items() if not k.startswith(f"/pde/{name}/")}
+        term = getattr(result, "terminal", None)
+        if term is not None:
+            t = g.create_group("terminal")
+            ev = np.asarray(term.eigenvalues)
+            arrays = {"positions": term.positions, "masses": term.masses, "counts": term.counts,
+                      "extents": term.extents, "displacement": term.displacement, "eigenvalues": ev.real,
+                      "mass_errors": term.mass_errors, "position_errors": term.position_errors}
+            if np.iscomplexobj(ev):
+                arrays["eigenvalues_imag"] = ev.imag
+            for k, v in arrays.items():
+                if v is not None:
+                    self._cover("pde", put(t, k, np.asarray(v)))
+            t.attrs.update({"t": term.t, "max_speed": term.max_speed, "stable": bool(term.stable),
+                            "verdict": term.verdict, "growth": term.growth, "neutral": int(term.neutral),
+                            "energy": term.energy, "check_nodes": -1 if term.check_nodes is None else term.check_nodes,
+                            "dust_unstable": int(term.dust_unstable)})
+            seal(t)
+            self._label_group(t, "pde/terminal")
+        plateaus = getattr(result, "plateaus", None) or []
+        if plateaus:
+            p = g.create_group("plateaus")
+            columns = {k: np.array([getattr(q, k) for q in plateaus], dtype=float)
+                       for k in ("t_entered", "t_certified", "energy", "growth", "kick")}
+            columns.update(atom=np.array([q.atom for q in plateaus], dtype=np.int64),
+                           part=np.array([q.part for q in plateaus], dtype="S16"),
+                           natoms=np.array([len(q.masses) for q in plateaus], dtype=np.int64),
+                           **{k: np.concatenate([np.asarray(getattr(q, k)) for q in plateaus])
+                              for k in ("positions", "masses", "direction")})
+            for k, v in columns.items():
+                self._cover("pde", put(p, k, v))
+            self._label_group(p, "pde/plateaus")
 
     def _record_results(self, prefix: str, entries: dict) -> None:
         """The root's ``results``: what the archive holds complete (a stage: the digest of its last restart
@@ -803,12 +850,7 @@ class ArchiveWriter:
         """Record how the particle run ended, and its clusters at the end (the stopping rule's scale and
         rule; scale 0.5 and single linkage without one); for a run an interruption stopped between
         snapshots, the state it kept there."""
-        self._hold = True
-        try:
-            self._write_batch()
-        except BaseException:
-            self._hold, self._held = False, {}
-            raise
+        self._last_batch()
         with self._writing(_nbytes(result.restart or {})):
             g = self.f["particles"]
             over = getattr(result, "beyond_stability", None)
@@ -838,7 +880,8 @@ class ArchiveWriter:
         values = {"positions": np.asarray(positions, dtype=float).reshape(len(masses), -1) if len(masses) else
                   np.zeros((0, self.d or 2)), "masses": np.asarray(masses, dtype=float)}
         if isinstance(atoms, NodeAtoms):
-            attrs.update(kind="node groups", diffuse=atoms.diffuse, radius=atoms.radius)
+            attrs.update(kind="node groups", diffuse=atoms.diffuse, radius=atoms.radius, dust=atoms.dust,
+                         dust_groups=atoms.dust_groups)
             values.update(counts=atoms.counts, extents=atoms.extents)
             if atoms.mass_errors is not None:
                 values.update(mass_errors=atoms.mass_errors, position_errors=atoms.position_errors)
@@ -880,7 +923,8 @@ class ArchiveWriter:
 
 PDE_OPTIONS_NOTE = ("options: every option as the run used it, a default replaced by its value; null: dt0 "
                     "(computed from the initial state: the first step, steps/dt[0]) and atom_radius (a tenth of the "
-                    "handoff nodes' spacing: lagrangian@handoff) when not given, and dt_max, handoff_at, filter: none")
+                    "handoff nodes' spacing: lagrangian@handoff) when not given, dt_max, handoff_at, filter: none, "
+                    "and the continuation's options (handoff_degree, nodes, node_rtol, node_atol) in a run without it")
 RAGGED_NOTE = ("x, w and count hold the node measures of all node snapshots one after another (CF contiguous "
                "ragged array): node snapshot i, at time t[i] and row snapshot[i] of /pde, is rows "
                "sum(node_count[:i]) .. sum(node_count[:i+1]) - 1")

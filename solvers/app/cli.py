@@ -5,6 +5,7 @@
     attnpde plot ARCHIVE [--out DIR]
     attnpde sweep CONFIG --beta LIST [--workers N | --scheduler ADDRESS] [--out DIR] [--resume] [--force]
     attnpde validate CONFIG --n LIST [--seeds M] [--workers N | --scheduler ADDRESS] [--at T] [--out PATH] [--force]
+    attnpde branch CONFIG [--out PATH] [--resume] [--force]
 
 ``--scheduler`` sends the tasks of a sweep or a validation to a running Dask cluster
 (:mod:`solvers.app.executor`); without it they run in ``--workers`` local processes (default 2).
@@ -144,10 +145,31 @@ def cmd_run(args) -> int:
     return EXIT_OK
 
 
+def _not_a_regular_file(path: str) -> str | None:
+    """Why ``path`` cannot be an archive to read (a FIFO would block its reader, a device such as /dev/zero
+    never ends), None for a regular file, a directory or a missing path (the reader says what they are)."""
+    import os
+    import stat
+
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return None
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return None
+    what = ("a FIFO (named pipe)" if stat.S_ISFIFO(mode) else
+            "a character device" if stat.S_ISCHR(mode) else "a block device" if stat.S_ISBLK(mode) else
+            "a socket" if stat.S_ISSOCK(mode) else "not a regular file")
+    return f"{path}: is {what}; give an archive (.h5)"
+
+
 def cmd_info(args) -> int:
     from .archive import ArchiveError
     from .info import describe, describe_layout
 
+    problem = _not_a_regular_file(args.archive)
+    if problem:
+        return _err(problem)
     try:
         text = describe_layout(args.archive) if args.layout else describe(args.archive)
     except ArchiveError as e:
@@ -161,6 +183,10 @@ def cmd_info(args) -> int:
 
 def cmd_plot(args) -> int:
     from .archive import ArchiveError
+
+    problem = _not_a_regular_file(args.archive)
+    if problem:
+        return _err(problem)
 
     if args.out:
         out = Path(args.out)
@@ -196,7 +222,18 @@ def _workers(args) -> tuple[int, str | None]:
     workers = 2 if args.workers is None else args.workers
     if workers < 1:
         return 0, "--workers must be >= 1"
+    from .._memory import refuse_if_too_big
+    try:
+        refuse_if_too_big({f"{workers} worker processes": workers * WORKER_BYTES},
+                          f"lower --workers (each process takes about {WORKER_BYTES / 2 ** 20:.0f} MiB before its runs)")
+    except ValueError as e:
+        return 0, f"--workers {workers}: {str(e).replace('the run would need', 'would need')}"
     return workers, None
+
+
+#: memory of a local worker process before its runs (Python, numpy, scipy and the solvers imported: 98 MiB of
+#: resident memory measured after a small particle run)
+WORKER_BYTES = 100.0 * 2 ** 20
 
 
 def cmd_sweep(args) -> int:
@@ -281,6 +318,41 @@ def cmd_validate(args) -> int:
     return EXIT_OK
 
 
+def cmd_branch(args) -> int:
+    """A branch of stationary states with noise into an archive, and its diagram (``solvers.app.branch``)."""
+    from .archive import ArchiveError
+    from .branch import load_branch_config, run_branch
+    from .config import ConfigError
+    from .runner import RunRefused
+
+    try:
+        config = load_branch_config(args.config)
+    except ConfigError as e:
+        return _config_error(args.config, e)
+    out = Path(args.out) if args.out else _default_out(args.config)
+    if args.resume and args.force:
+        return _err("--resume and --force exclude each other")
+    problem = _archive_path_problem(out, args.config, bool(args.out))
+    if problem:
+        return _err(problem)
+    try:
+        outcome = run_branch(config, out, resume=args.resume, force=args.force, command=_command("branch"))
+    except (RunRefused, ArchiveError) as e:
+        return _err(str(e))
+    except OSError as e:
+        return _err(f"{out}: cannot write the archive ({e.strerror or e})")
+    print(f"archive: {outcome.path} ({outcome.status})")
+    if outcome.status == "interrupted":
+        print(f"interrupted: continue with  attnpde branch {shlex.quote(args.config)} --out {shlex.quote(str(out))} "
+              "--resume")
+        return _interrupted_exit()
+    from .info import describe
+    print(describe(outcome.path))
+    if outcome.figure is not None:
+        print(f"figure: {outcome.figure}")
+    return EXIT_OK
+
+
 _SCHEDULER_HELP = ("a running Dask scheduler (tcp://HOST:PORT, or the file of `dask scheduler --scheduler-file`): "
                    "the tasks run on its workers instead of local processes (README: Running on a Dask cluster)")
 
@@ -340,6 +412,13 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--out", help="archive path (default: CONFIG's stem + _validation.h5)")
     v.add_argument("--force", action="store_true", help="overwrite an existing archive")
     v.set_defaults(func=cmd_validate)
+    b = sub.add_parser("branch", help="a branch of stationary states with noise (continuation in nu); its diagram")
+    b.add_argument("config", help="TOML configuration with [model] and [branch] (README: noise, docs/noise.md)")
+    b.add_argument("--out", help="archive path (default: the configuration's path with .h5); the diagram is "
+                   "written beside it as <stem>_branch.png")
+    b.add_argument("--resume", action="store_true", help="continue an interrupted or killed branch from its last point")
+    b.add_argument("--force", action="store_true", help="overwrite an existing archive")
+    b.set_defaults(func=cmd_branch)
     return ap
 
 
@@ -396,7 +475,11 @@ def main(argv: list[str] | None = None) -> int:
     # the command went on to run to its end and exit 0 (seen once, in a fresh clone under load). The
     # handler has recorded it all the same: a run started after it stops after its first step
     # (``set_stop_pending``), as after a Ctrl-C in that step, and the command exits as interrupted.
-    from ..interrupts import set_stop_pending
+    try:
+        from ..interrupts import set_stop_pending
+    except KeyboardInterrupt:                  # before the handlers below: Python's own raised it
+        say("attnpde: interrupted")
+        return EXIT_INTERRUPTED
 
     _SIGNALS.clear()
     saved = {}

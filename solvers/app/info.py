@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..lagrangian import UNRESOLVED, not_stationary_note, unresolved
+from ..lagrangian import DUST, UNRESOLVED, not_stationary_note, unresolved
 from .archive import load
 from .config import ConfigError, parse_config
 
@@ -76,6 +76,8 @@ def _pde_atoms_lines(pos, mass, attrs: dict, errs, position_errors=None, extents
     return ([f"  atoms: {len(mass)} node groups ({rule}; mass >= 0.01: {heavy}{resolved}), total mass "
              f"{np.sum(mass):.4f}; diffuse mass "
              f"{attrs['diffuse']:.4f}" + (f" ± {attrs['diffuse_error']:.1e}" if errs is not None else "") + est]
+            + ([f"  dust (node groups below {DUST:g} of the mass, not listed): {int(attrs['dust_groups'])} groups, "
+                f"mass {float(attrs['dust']):.4f}"] if int(attrs.get("dust_groups", 0)) else [])
             + _atoms_lines(pos, mass, errors=errs, position_errors=position_errors, extents=extents))
 
 
@@ -95,23 +97,90 @@ def describe_pde(r, atoms: dict) -> list[str]:
            f"resolution {int(r.degree[0])} -> {int(r.degree[-1])}, {len(r.refinements)} refinement(s), "
            + ("wall not recorded (no end)" if r.stop_reason == "killed" else f"wall {r.wall_time:.1f} s"),
            f"  energy {r.energy[0]:.10g} -> {r.energy[-1]:.10g}{_energy_note(r.model)}; max |mass - 1| = "
-           f"{np.max(np.abs(r.mass - 1)):.2e}; min rho (last) {r.min_density[-1]:.3g}; "
-           f"spectral tail (last) {r.tail[-1]:.2e}"]
+           f"{np.max(np.abs(r.mass - 1)):.2e}"
+           # past the handoff rho is a node measure: no minimum or spectral tail to watch
+           + (f"; min rho (last) {r.min_density[-1]:.3g}; spectral tail (last) {r.tail[-1]:.2e}"
+              if r.lagrangian is None else "")]
     if r.lagrangian is not None:
         out += _continuation_lines(r)
+    for k, pl in enumerate(getattr(r, "plateaus", None) or []):
+        out.append(f"  plateau {k + 1}: entered t = {pl.t_entered:.6g}, certified t = {pl.t_certified:.6g}, "
+                   f"{len(pl.masses)} atom(s), energy {pl.energy:.10g}, growth {pl.growth:.3e} ({pl.part}"
+                   + (f", atom {pl.atom + 1}" if pl.atom >= 0 else "") + f"), left by a kick of {pl.kick:.1e} rad")
+    terminal = getattr(r, "terminal", None)
+    if terminal is not None:
+        out += ["  " + line for line in terminal.summary_lines()]
+    elif r.lagrangian is not None:
+        out.append("  terminal state: not certified")
     if "pde" in atoms:
         attrs = atoms.get("pde:attrs", {})
         lines = _pde_atoms_lines(*atoms["pde"], attrs, atoms.get("pde:mass_errors"),
                                  atoms.get("pde:position_errors"), atoms.get("pde:extents"))
         note = (not_stationary_note(r.stop_reason, float(r.t[-1]), len(atoms["pde"][1]))
-                if attrs.get("kind") == "node groups" else None)
-        out += lines[:1] + ([f"  {note}"] if note else []) + lines[1:]       # under the atoms' first line
+                if attrs.get("kind") == "node groups" and terminal is None else None)
+        # a certified end lists its atoms above; the node groups it was polished from only count
+        out += lines[:1] + ([f"  {note}"] if note else []) + (lines[1:] if terminal is None else [])
     return out
 
 
-def describe_particles(r, atoms: dict) -> list[str]:
+def _clusters_and_comparison(r, masses: np.ndarray, cmp) -> list[str]:
+    """How the clusters `info` lists relate to the particle atoms the comparison names: the same atoms, or
+    why not (another rule, another time). Both are printed, so they must tell one story.
+
+    The clusters (the stopping rule's count) take all of the mass that links to them; the comparison's atoms
+    (solvers.comparison: density peaks) only the mass within its atom radius of each peak, at the last time
+    both solvers saved, which precedes the particles' end when the PDE saves less often or stops earlier.
+    """
+    q = np.array(sorted([p["particle_mass"] for p in cmp.matched_atoms]
+                        + [float(m) for _, m in cmp.unmatched_particles], reverse=True))
+    min_mass = float(cmp.options.get("min_mass", 0.01))
+    c = np.sort(np.asarray(masses, dtype=float)[np.asarray(masses) >= min_mass])[::-1]
+    radius = float(cmp.options.get("atom_radius", float("nan")))
+    t_c, t_p = float(cmp.t[-1]), float(r.t[-1])
+    when = "" if abs(t_c - t_p) <= 1e-9 * max(1.0, abs(t_p)) else \
+        f" (at t = {t_c:.4g}, the last time both solvers saved; the clusters are at the particles' end, t = {t_p:.4g})"
+    rule = f"density peaks, each with the mass within {radius:.3g} rad of it"
+    listed = ", ".join(f"{m:.4f}" for m in q[:8]) + (" ..." if len(q) > 8 else "")
+    if len(q) == len(c) and (not len(q) or np.max(np.abs(q - c)) <= 0.02):
+        return [f"  the comparison below finds the same {len(q)} particle atom(s) by its own rule ({rule}): "
+                f"{listed or 'none'}{when}"]
+    extra = float(np.sum(c) - np.sum(q))
+    these = "this cluster holds" if len(c) == 1 else f"these {len(c)} clusters hold"
+    return [f"  the comparison below names other particle atoms: {len(q)} by its own rule ({rule}): {listed or 'none'}"
+            + when,
+            f"    {these} {np.sum(c):.4f} of the mass, those atoms {np.sum(q):.4f}: "
+            + (f"the clusters also take the {extra:.4f} they link to through the diffuse mass between the atoms"
+               if extra > 0.01 else "the two rules split the mass differently")]
+
+
+def _pde_atoms_and_comparison(r, positions, masses, cmp) -> list[str]:
+    """How the PDE atoms `info` lists relate to the comparison's PDE atoms: the comparison counts the mass
+    within its atom radius of each density peak (diffuse mass near an atom included), at the last time both
+    solvers saved; each listed atom is paired with the comparison's nearest one within that radius."""
+    found = [(p["pde_position"], p["pde_mass"]) for p in cmp.matched_atoms] + list(cmp.unmatched_pde)
+    radius = float(cmp.options.get("atom_radius", float("nan")))
+    if not found or not len(masses):
+        return []
+    P = np.asarray([f[0] for f in found]).reshape(len(found), -1)
+    pairs = []
+    for x, m in zip(np.asarray(positions)[:8], masses[:8]):
+        dist = np.arccos(np.clip(P @ np.asarray(x), -1.0, 1.0))
+        k = int(np.argmin(dist))
+        if dist[k] <= radius:
+            pairs.append(f"{found[k][1]:.4f} for {m:.4f}")
+    if not pairs:
+        return []
+    t_c, t_e = float(cmp.t[-1]), float(r.t[-1])
+    when = (f"at t = {t_c:.4g}" if abs(t_c - t_e) <= 1e-9 * max(1.0, abs(t_e))
+            else f"at t = {t_c:.4g}, the last time both solvers saved, before the PDE's end")
+    return [f"  the comparison below counts the mass within {radius:.3g} rad of each atom's density peak ({when}; "
+            f"diffuse mass near it included): {', '.join(pairs)} here"]
+
+
+def describe_particles(r, atoms: dict, comparison=None) -> list[str]:
     """A `ParticleResult`: size, how it ended, the clusters recorded at the end (by the rule and scale of
-    its stopping rule, recorded with them)."""
+    its stopping rule, recorded with them) and, with a ``comparison``, how they relate to its particle
+    atoms."""
     out = ["particles:", f"  N = {r.x.shape[1]}, {len(r.t)} snapshots (t = {r.t[0]:.4g} .. {r.t[-1]:.4g})",
            _ended(r)]
     stiffness = r.stiffness_line()
@@ -124,6 +193,8 @@ def describe_particles(r, atoms: dict) -> list[str]:
                 else "clusters at the end by the released code's rule (greedy arcs on S^1, components on S^2)")
         out.append(f"  {what}: {len(mass)} (mass >= 0.01: {int(np.sum(mass >= 0.01))})")
         out += _atoms_lines(pos, mass)
+        if comparison is not None and len(comparison.t):
+            out += _clusters_and_comparison(r, mass, comparison)
     return out
 
 
@@ -195,6 +266,9 @@ def describe(path: str | Path) -> str:
         if run.made_by == "validate":
             out.append(f"  not finished ({why}): `attnpde validate` does not resume; the same command again "
                        "starts the study over, its PDE included")
+        elif str(a.get("command", "")).startswith("attnpde branch"):
+            out.append(f"  not finished ({why}): `attnpde branch CONFIG --out {shlex.quote(str(run.path))} --resume` "
+                       "continues it from its last point")
         elif run.made_by == "sweep":
             out.append(f"  not finished ({why}): a member of `attnpde sweep`; the sweep's own command with "
                        "--resume (its configuration, --beta list and --out folder) continues it from "
@@ -217,11 +291,18 @@ def describe(path: str | Path) -> str:
     out += describe_model(run.model)
     if run.pde is not None:
         out += describe_pde(run.pde, run.atoms)
+        terminal = getattr(run.pde, "terminal", None)
+        listed = ((terminal.positions, terminal.masses) if terminal is not None
+                  else run.atoms.get("pde"))
+        if run.comparison is not None and len(run.comparison.t) and listed is not None:
+            out += _pde_atoms_and_comparison(run.pde, *listed, run.comparison)
     if run.particles is not None:
-        out += describe_particles(run.particles, run.atoms)
+        out += describe_particles(run.particles, run.atoms, run.comparison)
     if run.comparison is not None:
         out.append("comparison (PDE vs particles):")
         out += ["  " + line for line in run.comparison.summary().splitlines()]
+    from .branch import describe_branch
+    out += describe_branch(run.path)
     val = run.validation
     if val is not None:
         out.append(f"validation: particles -> PDE for N = {', '.join(str(int(n)) for n in val.n)} "

@@ -76,8 +76,9 @@ class Progress:
         phase = info.get("check")
         if phase != self.phase or t < self.t_start:
             if phase is not None and phase != self.phase:
+                end = float(info.get("t_end", self.t_final))
                 self.emit(f"[{self.stage}] error estimate: the continuation again from its handoff, with {phase}, "
-                          f"to t = {float(info.get('t_end', self.t_final)):g}")
+                          + ("to its own certified end" if math.isinf(end) else f"to t = {end:g}"))
             self.phase, self.phase_start, self.t_start = phase, now, t
         # the phase ends at t_final, or where the info says (the rerun of a run that stopped earlier)
         end = float(info.get("t_end", self.t_final))
@@ -85,8 +86,12 @@ class Progress:
         if now - self.last < self.every and t < end:
             return
         self.last = now
-        extra = " ".join(f"{k}={_fmt(info[k])}" for k in ("check", "dt", "degree", "nodes", "nsteps", "n_clusters")
-                         if k in info)
+        extra = " ".join(f"{k}={_fmt(info[k])}" for k in ("check", "dt", "degree", "nodes", "diffuse", "nsteps",
+                                                          "n_clusters") if k in info)
+        if math.isinf(end):
+            # a run to its certified end: no fraction to estimate from
+            self.emit(f"[{self.stage}] t={t:.6g} (until certified) {extra} elapsed {now - self.start:.0f}s")
+            return
         frac = (t - self.t_start) / max(end - self.t_start, 1e-300)
         # below 1% of the phase the rate is that of its first steps (often far from the mean): no estimate
         eta = f"{(now - self.phase_start) * (1 - frac) / frac:.0f}s" if frac >= 0.01 else "?"

@@ -261,6 +261,7 @@ def _plot(rows: list[dict], path: Path, config: RunConfig) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     sb = np.sqrt([r["beta"] for r in rows])
     fig, ax = plt.subplots(figsize=(6, 4))
@@ -270,6 +271,7 @@ def _plot(rows: list[dict], path: Path, config: RunConfig) -> None:
         ax.plot(sb, [r.get("pde_atoms", np.nan) for r in rows], "s--", label="PDE atoms (mass >= 0.01)")
     ax.set_xlabel("sqrt(beta)")
     ax.set_ylabel("count")
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))    # counts: no ticks between integers
     ax.set_title(f"{config.name}: S^{config.model.d - 1}, {config.model.flow}", fontsize=10)
     if ax.get_legend_handles_labels()[0]:          # no member finished (an interrupted sweep): no curves
         ax.legend(fontsize=8)

@@ -102,6 +102,7 @@ def validate(config: RunConfig, ns: list[int], seeds: int, out: str | Path, *, w
         raise ValueError("--seeds must be >= 1")
     out = Path(out)
     # everything that would stop the study once the PDE has run is refused before it (and the archive)
+    check_study_size(config, ns, seeds)
     check_fit_time(config, at)
     check_particle_counts(config, ns)
     prepared = _prepare_pde(config)
@@ -195,6 +196,9 @@ def check_fit_time(config: RunConfig, at: float | None) -> None:
     the initial sampling, not the dynamics)."""
     pde, part = config.pde, config.particles
     tp, tq = pde["t_final"], part["t_final"]
+    if math.isinf(tp):
+        raise ValueError(f"{config.source or 'configuration'}: pde.t_final = inf runs the PDE until its terminal "
+                         "state is certified; validate fits at common snapshot times: give a finite pde.t_final")
     common = common_snapshot_times(config)
     if at is not None and not (math.isfinite(at) and 0 <= at <= min(tp, tq)):
         hint = f"; e.g. --at {common[-1]:g} (a snapshot time of both)" if common is not None and len(common) else ""
@@ -210,12 +214,36 @@ def check_fit_time(config: RunConfig, at: float | None) -> None:
                          "same value (or the same t_final in both tables)")
 
 
+#: bytes held per particle run of a study besides its arrays: its task (a future and its arguments) and the
+#: dict of its result (measured: 2.7 KiB with three snapshot times, most of it the arrays' headers)
+TASK_BYTES = 4096.0
+
+
+def check_study_size(config: RunConfig, ns: list[int], seeds: int) -> None:
+    """ValueError (naming --seeds) when the study's tasks and results cannot all be held in memory: every
+    particle run is submitted at once and its distances kept (len(ns) x seeds runs, each TASK_BYTES and
+    its distances at every snapshot time, kept again in the assembled arrays)."""
+    from .._memory import refuse_if_too_big
+
+    part = config.particles
+    every = part.get("save_every")
+    # the snapshot times of a particle run (the distances are kept at those common with the PDE, at most these)
+    times = 2 if every is None else 2 + min(math.ceil(part["t_final"] / every), 1 << 53)
+    runs = len(ns) * seeds
+    try:
+        refuse_if_too_big({f"{runs} particle runs ({len(ns)} N x {seeds} seeds), their tasks and distances held at "
+                           f"once": runs * (TASK_BYTES + 2 * 8.0 * times * (len(METRICS) + 1))},
+                          "lower --seeds (or give fewer --n)")
+    except ValueError as e:
+        raise ValueError(f"--seeds {seeds}: {str(e).replace('the run would need', 'the study would need')}") from None
+
+
 def check_particle_counts(config: RunConfig, ns: list[int]) -> None:
     """ValueError (naming --n) for a particle count the particle runs would refuse, found before the PDE
     runs: the arguments that do not depend on N are checked by preparing the smallest run in full (its
     initial particles placed); what depends on N (the memory of the snapshots, the quadrature grid on
     S^2, ...) for every N, on stand-in positions (so that 10^6 particles are not sampled to be checked)."""
-    from .config import quadrature_count_problem
+    from .config import check_memory, quadrature_count_problem
     from ..particles import prepare_particles
 
     model, d = config.model, config.model.d
@@ -227,6 +255,8 @@ def check_particle_counts(config: RunConfig, ns: list[int]) -> None:
         problem = quadrature_count_problem(d, n) if init == "quadrature" else None
         if problem is not None:
             raise ValueError(f"--n {n}: {problem} ({where}: particles.init = 'quadrature')")
+        # the perceptron at n particles at once (ConfigError, a ValueError, naming --n)
+        check_memory(config, n, key_n=f"--n {n}")
     try:
         prepare_particles(model, n=ns[0], **kw)
     except (ValueError, TypeError) as e:

@@ -26,7 +26,7 @@ Three studies (``--study``, all by default), each printing a table and writing J
                atom's cap — atoms the mean field does not have —, and the clusters of all the particles
                that pair with no atom (there, two atoms chained through a few stray particles).
 
-    scripts/continuation_study.py [--study terminal,convergence,particles] [--quick] [--workers 2]
+    scripts/studies/continuation_study.py [--study terminal,convergence,particles] [--quick] [--workers 2]
                                   [--json OUT] [--cases d:setup:beta,...] [--setups S1,S2]
 """
 from __future__ import annotations

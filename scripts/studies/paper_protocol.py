@@ -8,7 +8,7 @@ Setups (d = 2, USA with gamma = 1 and the kernel exp(beta(<x,y> - 1)), no noise)
     S2    descent, ReLU perceptron
     S3    descent, GeLU perceptron
 
-Protocol (the conventions of scripts/reference_experiments.py): N = 1000 particles i.i.d. uniform on the
+Protocol (the conventions of scripts/studies/reference_experiments.py): N = 1000 particles i.i.d. uniform on the
 circle (particle seed 42), perceptron ``Perceptron.random(2, 2, activation, 1.0, seed=111)`` (units = d,
 a_k uniform on the circle, c_k standard normal; the same weights for every beta and for S1/S2/S3 -- only
 the activation differs), explicit Euler with dt = 0.1, one snapshot every 10 steps, stopping rule
@@ -27,25 +27,66 @@ Outputs (in --out, default runs/paper_protocol/):
   around the uniform state (The model §3.2; it predicts the first metastable cluster count of S1-0).
   The left panel counts the final states with single linkage (the library's default rule), the right
   one with the released code's rule, which the stopping rule uses (arcs of diameter <= the radius, so a
-  spread-out continuum is cut into pieces that linkage keeps whole).
+  spread-out continuum is cut into pieces that linkage keeps whole). Both panels also draw the PDE's
+  certified atom count per setup (larger markers P / X / *, hollow where the run was not certified: its
+  node groups at the cap); integer ticks.
 - ``cluster_masses.png``: every cluster mass against sqrt(beta), per setup (largest and smallest joined);
   for the ReLU setups the clusters lying in the dead zone (every ReLU unit inactive, <a_k, x> + b_k <= 0
   for all k: the perceptron drift vanishes there) are marked, with the total particle mass in the dead
+<<<<<<< HEAD:scripts/studies/paper_protocol.py
   zone at the stop ("frozen mass"); for the descent setups the Theorem 3.5 bound B(beta) (below).
 - ``final_states.png``: histograms of the final angles for a few beta, dead zone shaded.
 - ``summary.json`` (records, fits, settings) and the printed table: setup, beta, sqrt(beta), stop reason,
   t_stop, steps, clusters (all; and with mass >= 0.01), masses, dead-zone ("frozen") mass.
 - optionally (``--pde-betas``, default 1,5,25; ``--no-pde`` to skip; off in --quick): the PDE from the
   uniform density for S1, S2, S3 with its default options — the spectral solver, then the Lagrangian
-  continuation (README "The PDE to its atoms") — to its terminal state (stationary, or t = 2000): its
+  continuation (docs/numerics.md) — to its terminal state (stationary, or t = 2000): its
   atoms (node groups) with masses ± the error estimate of the rerun at twice the nodes, and its diffuse
   mass, next to the particle clusters at convergence: terminal states against terminal states, and for
   each PDE atom the particle mass within 0.05 rad of it (``solvers.comparison.terminal_atoms``). S1-0 is
   skipped: the uniform density is an exact stationary state of pure attention (nothing breaks the symmetry).
 
-Cost: the full protocol (52 particle runs, 9 PDE runs, 2 workers) took 80 s on the project's 2-core
-machine with a load average near 3 (114 s and 201 s in earlier runs at loads near 3 and 4); --quick
-takes under 10 s.
+Cost: the full protocol (52 particle runs, 9 PDE runs) takes one to two minutes on 2 cores with
+2 workers; --quick under 10 s. Results: docs/studies.md.
+=======
+  zone at the stop ("frozen mass"); for the descent setups the Theorem 3.5 bound B(beta) (below). The
+  PDE's atom masses with their error bars stand just right of each beta's particle column, and for the
+  ReLU setups the PDE's atom mass in the (closed) dead zone.
+- ``final_states.png``: the particles' final angles for beta = 1, 10, 50 as mass per 2-degree bin, with
+  the PDE's atoms as dashed stems of their mass (the same units, log scale), dead zone shaded.
+- ``summary.json`` (records, fits, settings, the PDE records) and the printed table: setup, beta,
+  sqrt(beta), stop reason, t_stop, steps, clusters (all; and with mass >= 0.01), masses, dead-zone
+  ("frozen") mass; then the PDE's terminal states beside the particles' clusters, also written as the
+  Markdown table ``terminal_table.md`` (docs/terminal.md reproduces it).
+- the PDE (``--pde-betas``, default all of --betas; ``--pde-setups``, default S1, S2, S3; ``--no-pde`` to
+  skip; off in --quick unless given) from the uniform density with ``t_final = inf`` (solvers.terminal: the
+  run goes on until its terminal state is certified), degree 128 and the default options — the spectral
+  solver, then the Lagrangian continuation with 4096 nodes and its error-estimate rerun at 8192 (docs/numerics.md). Recorded per run: ``status`` ("certified", "not certified: cap reached", or
+  "not certified: <stop reason> (<message>)"), the certified ``terminal`` state (``TerminalState.to_dict``:
+  atoms, masses, ``mass_errors``, verdict stable / unstable (a saddle) / marginal, growth, eigenvalues, the
+  time ``t`` certified, energy), the ``plateaus`` (t_entered, t_certified, energy, growth, part, kick,
+  atoms), the atoms' dead-zone flags and mass, wall and CPU time; for each PDE atom of mass >= 0.01 the
+  particle mass within 0.05 rad of it (``solvers.comparison.terminal_atoms``) goes into the particle
+  record. S1-0 is skipped: the uniform density is an exact stationary state of pure attention (nothing
+  breaks the symmetry).
+- The cap: ``--pde-max-steps`` (default 10000; 0 for none) bounds the accepted steps of each run's
+  continuation and, separately, of its rerun; a run stopped by it has no rerun (the package reruns only
+  after "stationary" or "t_final"), so its node groups carry no error bars. Measured here
+  (docs/terminal.md): S1 and S3 certify in <= 1104 and <= 294 steps (2-6 s of CPU each, rerun included),
+  S2 at beta <= 7 in <= 5400 steps (4-20 s); S2 at beta >= 10 takes 16 000 to more than 220 000 steps of
+  its explicit stepping (dt ~ 1.3 at every beta: the stability bound of a rate ~2.5, consistent with the
+  perceptron's c_2 = 2.44 at the dead zone's edge) while the dead-zone mass crystallises over 1e4 - 1e7
+  time units, 34 s (beta = 10) to more than 300 s (beta = 50) of CPU for the run alone and up to four
+  times that for its rerun at twice the nodes; they stop at the cap, near t = 1.3e4, "not certified: cap
+  reached" (12-18 s of CPU each). Without the cap, beta = 15 certified 9 stable atoms at t = 3.5e5 (119 s
+  of CPU with the rerun), beta = 35 ended at t = 4.1e7 after three plateaus of growth 1.5e-6 to 2.9e-6
+  (249 s for the run alone), beta = 50 had 1189 of its 4096 nodes still apart at t = 3.0e5 after 300 s.
+
+Cost: the full protocol (52 particle runs, 39 PDE runs, 2 workers) took 1016 s and 789 s of wall time on
+the project's 2-core machine at load averages of 7 to 16 and 4.8 to 13.6 (other work on it), for 282 s of
+CPU in the PDE runs and 24 s in the particle runs: about 2.5-3 minutes on two idle cores. The longest jobs go first
+(:func:`expected_cost`). --quick (no PDE) takes under 10 s of CPU.
+>>>>>>> protocol:scripts/paper_protocol.py
 
 Theorem 3.5 (anti-concentration of cluster masses in descent). Its formulas are lost in the paper's text
 extraction (its §3.2: (3.1)-(3.3) came out as empty placeholders); the bound is taken from
@@ -71,11 +112,11 @@ import time
 from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 import numpy as np  # noqa: E402
 
-# the reference protocol's seeds, shared with scripts/reference_experiments.py
+# the reference protocol's seeds, shared with reference_experiments.py (this directory)
 from reference_experiments import PARTICLE_SEED, PERCEPTRON_SEED  # noqa: E402
 D = 2
 DT = 0.1
@@ -84,8 +125,11 @@ MAX_STEPS = 200_000
 BETAS = [0.01, 0.05, 0.1, 0.5, 1.0, 3.0, 5.0, 7.0, 10.0, 15.0, 25.0, 35.0, 50.0]
 QUICK_BETAS = [0.01, 1.0, 5.0]
 QUICK_N = 200
-PDE_BETAS = [1.0, 5.0, 25.0]
+#: cap on the accepted steps of a PDE run's continuation (and of its error-estimate rerun); see the docstring
+PDE_MAX_STEPS = 10_000
 HEAVY = 0.01            # "heavy" clusters / atoms: mass >= 0.01 (as in `attnpde sweep`)
+#: an atom is in the (closed) ReLU dead zone when every unit's argument <a_k, x> + b_k is at most this
+DEAD_TOL = 1e-9
 
 #: name -> (flow, activation or None, marker, colour)
 SETUPS = {
@@ -151,10 +195,10 @@ def run_particles(setup: str, beta: float, n: int = 1000, max_steps: int = MAX_S
     from solvers.particles import cluster_radius
 
     model = model_for(setup, beta)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     r = simulate_particles(model, n=n, init="random", seed=PARTICLE_SEED, integrator="euler", dt=DT,
                            stop=dict(STOP), max_steps=max_steps)
-    wall = time.perf_counter() - t0
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     x0, x = r.x[0], r.x[-1]
     radius = cluster_radius(beta, D, STOP["scale"])
     centres, masses, labels = cluster_points(x, r.w, radius, "linkage")
@@ -181,7 +225,7 @@ def run_particles(setup: str, beta: float, n: int = 1000, max_steps: int = MAX_S
         "max_drift": float(r.max_drift[-1]), "energy": [float(r.energy[0]), float(r.energy[-1])],
         "max_step_stiffness": float(np.nanmax(r.step_stiffness)) if np.any(np.isfinite(r.step_stiffness)) else None,
         "beyond_stability": r.beyond_stability,
-        "sums": r.sum_method, "wall": wall, "final_theta": [float(v) for v in theta],
+        "sums": r.sum_method, "wall": wall, "cpu": cpu, "final_theta": [float(v) for v in theta],
         "frozen_mass": None, "frozen_mass_initial": None, "frozen_clusters_mass": None,
     }
     if dead is not None:
@@ -210,30 +254,74 @@ def near_pde_atoms(pde: dict, rec: dict) -> list[float]:
 
 
 # --- one PDE run -------------------------------------------------------------------------------------
-def run_pde(setup: str, beta: float, t_final: float = 2000.0) -> dict:
+def _dead_atoms(perceptron, positions: np.ndarray) -> list[bool] | None:
+    """For each atom: does it lie in the closed dead zone (every ReLU unit's argument <= DEAD_TOL)? None
+    unless ReLU. Closed: descent parks atoms on the zone's edge, where the largest argument is 0 to round-off."""
+    if perceptron is None or perceptron.activation != "relu" or len(positions) == 0:
+        return None
+    return [bool(v) for v in np.all(positions @ perceptron.a.T + perceptron.b <= DEAD_TOL, axis=1)]
+
+
+def run_pde(setup: str, beta: float, t_final: float = math.inf, max_steps: int | None = None) -> dict:
+    """The PDE from the uniform density to its certified terminal state (``t_final = inf``; solvers.terminal),
+    degree 128 and the package's default options (4096 nodes, the error-estimate rerun at 8192). ``max_steps``
+    caps the continuation's accepted steps (and, separately, its rerun's): a run that reaches it is reported
+    "not certified: cap reached". Returns a plain-JSON record: the certified atoms (``terminal``: masses ±
+    the rerun's errors, verdict, growth, t), the plateaus, and the node groups at the end."""
     from solvers import solve_pde
 
     model = model_for(setup, beta)
-    t0 = time.perf_counter()
-    res = solve_pde(model, t_final=t_final, degree=128, save_every=t_final / 20)
-    wall = time.perf_counter() - t0
-    atoms = res.atoms()
-    pos, masses = atoms.positions, atoms.masses
-    errors = getattr(atoms, "mass_errors", None)
-    return {"setup": setup, "beta": float(beta), "stop_reason": res.stop_reason, "t_stop": float(res.t_stop),
-            "message": res.message, "t_handoff": res.t_handoff, "atoms": int(len(masses)),
-            "heavy_atoms": int(np.sum(masses >= HEAVY)), "masses": [float(m) for m in masses],
+    opts = {} if max_steps is None else {"max_steps": int(max_steps)}
+    t0, c0 = time.perf_counter(), time.process_time()
+    res = solve_pde(model, t_final=t_final, degree=128, **opts)
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    T = res.terminal
+    groups = res.atoms()                       # the node groups at the end (± the rerun's errors when it got there)
+    if T is not None:
+        pos, masses, errors = T.positions, T.masses, T.mass_errors
+        status = "certified"
+    else:
+        pos, masses, errors = groups.positions, groups.masses, getattr(groups, "mass_errors", None)
+        status = ("not certified: cap reached" if res.stop_reason == "max_steps" else
+                  f"not certified: {res.stop_reason} ({res.message})")
+    lag = res.lagrangian or {}
+    check = lag.get("check") or {}
+    dead = _dead_atoms(model.perceptron, np.asarray(pos))
+    return {"setup": setup, "beta": float(beta), "status": status, "certified": T is not None,
+            "stop_reason": res.stop_reason, "t_stop": float(res.t_stop), "message": res.message,
+            "t_handoff": res.t_handoff, "max_steps": max_steps,
+            "node_steps": lag.get("node_nsteps"), "check_steps": check.get("nsteps"),
+            "check_stop": check.get("stop_reason"), "check_wall": check.get("wall_time"),
+            "atoms": int(len(masses)), "heavy_atoms": int(np.sum(masses >= HEAVY)),
+            "resolved_atoms": int(len(masses) if errors is None else np.sum(np.asarray(masses) > np.asarray(errors))),
+            "masses": [float(m) for m in masses],
             "mass_errors": None if errors is None else [float(e) for e in errors],
-            "diffuse": float(getattr(atoms, "diffuse", float("nan"))),
-            "positions": pos.tolist(), "positions_deg": [float(v) for v in np.degrees(_angles(pos))] if len(masses) else [],
-            "wall": wall}
+            "positions": np.asarray(pos).tolist(),
+            "positions_deg": [float(v) for v in np.degrees(_angles(np.asarray(pos)))] if len(masses) else [],
+            "dead": dead, "dead_mass": None if dead is None else float(np.sum(np.asarray(masses)[dead])),
+            "diffuse": 0.0 if T is not None else float(getattr(groups, "diffuse", float("nan"))),
+            "terminal": None if T is None else T.to_dict(),
+            "plateaus": [{k: v for k, v in pl.to_dict().items() if k != "direction"} for pl in res.plateaus],
+            "wall": wall, "cpu": cpu}
 
 
-def _job(kind: str, setup: str, beta: float, n: int, max_steps: int) -> dict:
+def expected_cost(job: tuple) -> float:
+    """A rough cost (seconds) of a job, to start the longest first so that the workers finish together
+    (CPU seconds measured here, docs/terminal.md): S2's PDE grows with beta up to the cap (beta >= 10), the
+    other PDE runs take ~5 s, the particle runs a few seconds, more at large beta."""
+    kind, setup, beta = job
+    if kind == "pde":
+        if setup == "S2":
+            return 40.0 if beta >= 10 else 20.0 if beta >= 3 else 8.0
+        return 5.0
+    return 1.0 + beta / 10.0
+
+
+def _job(kind: str, setup: str, beta: float, n: int, max_steps: int, pde_max_steps: int | None = None) -> dict:
     # one thread per task: solvers.app.executor.run_single_threaded runs every task
     if kind == "particles":
         return run_particles(setup, beta, n=n, max_steps=max_steps)
-    return run_pde(setup, beta)
+    return run_pde(setup, beta, max_steps=pde_max_steps)
 
 
 # --- analysis ----------------------------------------------------------------------------------------
@@ -270,13 +358,20 @@ def _plt():
     return plt
 
 
-def plot_counts(records, fits, setups, path: Path, min_beta: float, title: str) -> None:
+#: the PDE's markers, one per setup (the particles' are in SETUPS)
+PDE_MARKERS = {"S1": "P", "S2": "X", "S3": "*"}
+
+
+def plot_counts(records, fits, setups, path: Path, min_beta: float, title: str, pde=()) -> None:
     plt = _plt()
-    fig, axes = plt.subplots(1, 2, figsize=(13, 4.8), sharey=True)
+    from matplotlib.ticker import MaxNLocator
+    fig, axes = plt.subplots(1, 2, figsize=(13, 5.6))
     panels = [("clusters", "single linkage (the library's default rule)"),
-              ("clusters_greedy", "greedy arcs of diameter <= radius (the released code's rule: the stop's count)")]
+              ("clusters_greedy", "greedy arcs, diameter <= radius (the released code's, the stop's rule)")]
     betas = sorted({r["beta"] for r in records})
+    shared = {}          # label -> handle, for the legend under both panels (PDE and k*)
     for ax, (key, what) in zip(axes, panels):
+        fit_handles = []
         for s in setups:
             rows = sorted((r for r in records if r["setup"] == s), key=lambda r: r["beta"])
             if not rows:
@@ -284,28 +379,51 @@ def plot_counts(records, fits, setups, path: Path, min_beta: float, title: str) 
             _, _, mk, col = SETUPS[s]
             sb = np.array([r["sqrt_beta"] for r in rows])
             f = fits.get(s, {}).get(key, {})
-            lab = s + ((f": slope {f['slope']:.2f}, intercept {f['intercept']:.2f} "
-                        + ("(one count at every beta)" if np.isnan(f["r2"]) else f"(R² {f['r2']:.2f})"))
-                       if "slope" in f else "")
-            ax.plot(sb, [r[key] for r in rows], mk, color=col, ms=6, label=lab, mfc="none" if s == "S1-0" else col)
+            lab = s + (" particles" if pde else "") + (
+                (f": slope {f['slope']:.2f}, intercept {f['intercept']:.2f} "
+                 + ("(one count at every beta)" if np.isnan(f["r2"]) else f"(R² {f['r2']:.2f})"))
+                if "slope" in f else "")
+            # on top of the PDE's larger markers, which they would hide where the counts agree
+            (h,) = ax.plot(sb, [r[key] for r in rows], mk, color=col, ms=6, label=lab, zorder=3,
+                           mfc="none" if s == "S1-0" else col)
+            fit_handles.append(h)
             if "slope" in f:
                 xs = np.linspace(math.sqrt(f["beta_range"][0]), math.sqrt(f["beta_range"][1]), 50)
                 ax.plot(xs, f["intercept"] + f["slope"] * xs, "-", color=col, lw=1, alpha=0.7)
-        ax.plot(np.sqrt(betas), [fastest_mode(b) for b in betas], "k:", lw=1,
-                label="k* fastest-growing mode (The model §3.2)")
+        for s in setups:
+            rows = sorted((p for p in pde if p["setup"] == s), key=lambda p: p["beta"])
+            if not rows:
+                continue
+            col = SETUPS[s][3]
+            sb = np.sqrt([p["beta"] for p in rows])
+            cert = np.array([p["certified"] for p in rows])
+            n_atoms = np.array([p["atoms"] for p in rows], dtype=float)
+            ax.plot(sb, n_atoms, "--", color=col, lw=0.8, alpha=0.6)
+            if np.any(cert):
+                (h,) = ax.plot(sb[cert], n_atoms[cert], PDE_MARKERS[s], color=col, ms=10, mec="k", mew=0.6)
+                shared.setdefault(f"{s} PDE: atoms of the certified terminal state", h)
+            if np.any(~cert):
+                (h,) = ax.plot(sb[~cert], n_atoms[~cert], PDE_MARKERS[s], color="none", ms=10, mec=col, mew=1.4)
+                shared.setdefault(f"{s} PDE not certified: node groups at the cap", h)
+        (h,) = ax.plot(np.sqrt(betas), [fastest_mode(b) for b in betas], "k:", lw=1)
+        shared.setdefault("k* fastest-growing mode (The model §3.2)", h)
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_ylim(bottom=0)
         ax.axvline(math.sqrt(min_beta), color="0.7", lw=0.8, ls="--")
         ax.set_xlabel("sqrt(beta)")
-        ax.set_title(f"clusters at the stop: {what}\nfit over beta >= {min_beta:g}", fontsize=8)
-        ax.legend(fontsize=7)
+        ax.set_title(f"particles at the stop: {what}; fit over beta >= {min_beta:g}", fontsize=8)
+        ax.legend(handles=fit_handles, fontsize=7, loc="upper left")
         ax.grid(alpha=0.3)
-    axes[0].set_ylabel("clusters")
-    fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
+        ax.set_ylabel("clusters (particles), atoms (PDE)" if pde else "clusters")
+    fig.legend(list(shared.values()), list(shared.keys()), loc="lower center", ncol=3, fontsize=8, frameon=False)
+    fig.suptitle(title + ("\nPDE from uniform to its certified terminal state (t_final = inf), the same in both "
+                          "panels" if pde else ""), fontsize=9)
+    fig.tight_layout(rect=(0, 0.1 if len(shared) > 3 else 0.05, 1, 1))
     fig.savefig(path, dpi=120)
     plt.close(fig)
 
 
-def plot_masses(records, setups, path: Path, title: str) -> None:
+def plot_masses(records, setups, path: Path, title: str, pde=()) -> None:
     plt = _plt()
     ncol = min(2, len(setups))
     nrow = math.ceil(len(setups) / ncol)
@@ -334,7 +452,28 @@ def plot_masses(records, setups, path: Path, title: str) -> None:
         ax.plot(sb, [min(r["masses"]) for r in rows], "--", color=col, lw=1, label="smallest")
         if relu:
             ax.plot(sb, [r["frozen_mass"] or np.nan for r in rows], "-", color="k", lw=1.5,
-                    label="mass in the dead zone (all ReLU units off)")
+                    label="particle mass in the dead zone (all ReLU units off)")
+        prow = sorted((p for p in pde if p["setup"] == s), key=lambda p: p["beta"])
+        errs = [e for p in prow for e in (p["mass_errors"] or [])]
+        # the error bars are often far below a marker's size on this log scale: the label says how large
+        err_note = f"; error <= {max(errs):.1e}" if errs else ""
+        lab_cert = lab_open = True
+        for p in prow:
+            m = np.asarray(p["masses"])
+            e = np.asarray(p["mass_errors"]) if p["mass_errors"] is not None else None
+            # beside the particles' column (+0.12 in sqrt(beta)), so that neither hides the other
+            x = np.full(len(m), math.sqrt(p["beta"]) + 0.12)
+            ax.errorbar(x, m, yerr=e, fmt=PDE_MARKERS.get(s, "P"), ms=5, color="k" if p["certified"] else "0.6",
+                        mfc=col if p["certified"] else "none", mew=0.6, elinewidth=1, capsize=2, ls="none",
+                        label=(f"PDE atom (certified{err_note})" if p["certified"] and lab_cert else
+                               "PDE node group (not certified)" if not p["certified"] and lab_open else None))
+            if p["certified"]:
+                lab_cert = False
+            else:
+                lab_open = False
+        if relu and prow:
+            ax.plot([math.sqrt(p["beta"]) + 0.12 for p in prow], [p["dead_mass"] or np.nan for p in prow], "-.",
+                    color="k", lw=1.2, label="PDE atom mass in the dead zone")
         if rows[0]["bound_3_5"] is not None:
             b = np.array([r["bound_3_5"] for r in rows])
             ax.plot(sb, np.where(b < 1.0, b, np.nan), "^--", color="tab:orange", ms=3, lw=1,
@@ -346,25 +485,30 @@ def plot_masses(records, setups, path: Path, title: str) -> None:
         ax.set_ylim(0.5 / max(r["n"] for r in rows), 1.5)
         ax.set_title(f"{s}: {SETUPS[s][0]}, {SETUPS[s][1] or 'no perceptron'}", fontsize=9)
         ax.set_xlabel("sqrt(beta)")
-        ax.set_ylabel("cluster mass")
+        ax.set_ylabel("particle cluster / PDE atom mass")
         ax.grid(alpha=0.3, which="both")
-        ax.legend(fontsize=6, loc="lower left")
+        ax.legend(fontsize=6, loc="lower left", ncol=2)
     for ax in list(axes.flat)[len(setups):]:
         ax.set_visible(False)
     fig.suptitle(title + "\ndescent: heaviest cluster against the Theorem 3.5 bound (formula from the paper's "
-                 "released code)", fontsize=9)
+                 "released code)" + ("; PDE atoms just right of each beta's particle column" if pde else ""),
+                 fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
 
 
-def plot_final_states(records, setups, path: Path) -> None:
+def _n(k: int, word: str) -> str:
+    return f"{k} {word}" + ("" if k == 1 else "s")
+
+
+def plot_final_states(records, setups, path: Path, pde=()) -> None:
     plt = _plt()
     betas = sorted({r["beta"] for r in records})
     show = [b for b in (1.0, 10.0, 50.0) if b in betas]
     if len(show) < 3:
         show = betas if len(betas) <= 3 else [betas[0], betas[len(betas) // 2], betas[-1]]
-    fig, axes = plt.subplots(len(show), len(setups), figsize=(3.2 * len(setups), 2.2 * len(show)), squeeze=False)
+    fig, axes = plt.subplots(len(show), len(setups), figsize=(3.4 * len(setups), 2.6 * len(show)), squeeze=False)
     for j, s in enumerate(setups):
         p = perceptron_for(s)
         for i, b in enumerate(show):
@@ -379,15 +523,38 @@ def plot_final_states(records, setups, path: Path) -> None:
                 xs = np.stack([np.cos(np.radians(grid)), np.sin(np.radians(grid))], 1)
                 ax.fill_between(grid, 0, 1, where=dead_zone(p, xs), color="0.85", transform=ax.get_xaxis_transform(),
                                 label="dead zone")
-            ax.hist(th, bins=180, range=(-180, 180), weights=np.full(th.size, 1.0 / th.size), color=SETUPS[s][3])
+            # particle mass per 2-degree bin, and the PDE's atoms as stems of their mass: the same units
+            ax.hist(th, bins=180, range=(-180, 180), weights=np.full(th.size, 1.0 / th.size), color=SETUPS[s][3],
+                    histtype="stepfilled", ec=SETUPS[s][3], lw=1.5, label="particles: mass per 2° bin")
+            floor = 0.5 / th.size
+            q = next((q for q in pde if q["setup"] == s and q["beta"] == b), None)
+            what = ""
+            if q is not None and q["masses"]:
+                deg, m = np.asarray(q["positions_deg"]), np.asarray(q["masses"])
+                # dashed, so that a particle bar under a stem still shows
+                ax.vlines(deg, floor, m, color="k", lw=0.9, linestyles=(0, (3, 2)))
+                ax.plot(deg, m, "o", ms=5, mfc="none", mec="k", mew=1.0 if q["certified"] else 0.6,
+                        label="PDE atoms: mass" + ("" if q["certified"] else " (node groups, not certified)"))
+                what = (f"\nPDE: {_n(q['atoms'], 'atom')}, {VERDICT[q['terminal']['verdict']]}, t={q['terminal']['t']:.3g}"
+                        if q["certified"] else f"\nPDE: not certified, t={q['t_stop']:.3g}, diffuse {q['diffuse']:.2f}")
             ax.set_yscale("log")
-            ax.set_ylim(0.5 / th.size, 1.5)
+            ax.set_ylim(floor, 1.5)
             ax.set_xlim(-180, 180)
-            ax.set_title(f"{s} beta={b:g}: {r['clusters']} clusters, t={r['t_stop']:g}", fontsize=7)
-            ax.tick_params(labelsize=6)
+            ax.set_xticks(range(-180, 181, 90))
+            ax.set_title(f"{s} beta={b:g}: {_n(r['clusters'], 'cluster')}, t={r['t_stop']:g}{what}", fontsize=8)
+            ax.tick_params(labelsize=7)
+            if j == 0:
+                ax.set_ylabel("mass", fontsize=8)
             if i == len(show) - 1:
-                ax.set_xlabel("angle (deg)", fontsize=7)
-    fig.tight_layout()
+                ax.set_xlabel("angle (deg)", fontsize=8)
+    handles = {}
+    for ax in axes.flat:
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            handles.setdefault(lab, h)
+    if handles:
+        fig.legend(handles.values(), handles.keys(), loc="lower center", ncol=len(handles), fontsize=8,
+                   frameon=False)
+    fig.tight_layout(rect=(0, 0.04 if handles else 0, 1, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
@@ -422,20 +589,68 @@ def print_table(records: list[dict], pde: list[dict]) -> None:
             print(f"  {r['setup']:5s} beta={r['beta']:<5g} heaviest {max(r['masses']):.3f} (greedy "
                   f"{max(r['masses_greedy']):.3f})  B = {b:.4g}  {verdict}")
     if pde:
-        print("\nPDE from uniform to its terminal state (Lagrangian continuation; atoms: node groups, mass ± "
-              "the estimate at twice the nodes), next to the particle clusters at convergence and the particle "
-              "mass within 0.05 rad of each PDE atom of mass >= 0.01:")
+        print("\nPDE from uniform to its certified terminal state (t_final = inf; docs/terminal.md), next to the "
+              "particle clusters at the paper's stop. PDE atoms: mass ± the estimate of the rerun at twice the nodes "
+              "(* in the ReLU dead zone); verdict with the largest growth rate; plateaus: t entered -> certified "
+              "(growth, part); particles: single-linkage clusters, the mass near each PDE atom >= 0.01 (0.05 rad) "
+              "and the particle mass in the dead zone:")
         for p in pde:
-            r = next((r for r in records if r["setup"] == p["setup"] and r["beta"] == p["beta"]), None)
-            err = p["mass_errors"] or [float("nan")] * len(p["masses"])
-            atoms = ", ".join(f"{m:.4f}±{e:.1e}" for m, e in zip(p["masses"], err) if m >= HEAVY) or "none"
-            line = (f"  {p['setup']:5s} beta={p['beta']:<4g} PDE {p['stop_reason']} at t={p['t_stop']:.4g} "
-                    f"({p['wall']:.1f} s): atoms {atoms}; diffuse {p['diffuse']:.4f}")
+            r = _particles_of(records, p)
+            print(f"  {p['setup']:5s} beta={p['beta']:<5g} {_pde_end(p)}; {p['wall']:.1f} s wall, {p['cpu']:.1f} s cpu",
+                  flush=True)
+            print(f"        PDE atoms ({p['atoms']}): {_pde_atoms(p)}")
+            if p["plateaus"]:
+                print(f"        plateaus ({len(p['plateaus'])}): {_pde_plateaus(p)}")
             if r is not None:
-                line += (f" | particles: {r['clusters']} clusters ({r['heavy_clusters']} >= 0.01) at t={r['t_stop']:g},"
-                         f" masses {_fmt_masses(r['masses'], 4)}; near the PDE atoms "
-                         + ", ".join(f"{m:.4f}" for m in r.get("near_pde_atoms", [])))
-            print(line, flush=True)
+                dead = "" if r["frozen_mass"] is None else (f"; dead-zone mass {r['frozen_mass']:.3f} (PDE atoms "
+                                                            f"there {p['dead_mass']:.3f})")
+                print(f"        particles: {r['clusters']} clusters at t={r['t_stop']:g}: {_fmt_masses(r['masses'], 8)}"
+                      f"; near the PDE atoms " + (", ".join(f"{m:.3f}" for m in r.get("near_pde_atoms", [])) or "-")
+                      + dead, flush=True)
+
+
+VERDICT = {"stable": "stable", "unstable": "saddle", "marginal": "marginal"}
+
+
+def _particles_of(records: list[dict], p: dict) -> dict | None:
+    return next((r for r in records if r["setup"] == p["setup"] and r["beta"] == p["beta"]), None)
+
+
+def _pde_end(p: dict) -> str:
+    """How a PDE run ended: certified (time, verdict, growth) or why not."""
+    T = p["terminal"]
+    if T is None:
+        return f"{p['status']} (t = {p['t_stop']:.4g}, {p['atoms']} node groups, diffuse {p['diffuse']:.3f})"
+    return f"certified at t = {T['t']:.4g}: {VERDICT[T['verdict']]} (growth {T['growth']:.2e})"
+
+
+def _pde_atoms(p: dict, k: int = 16) -> str:
+    err = p["mass_errors"] or [None] * len(p["masses"])
+    dead = p["dead"] or [False] * len(p["masses"])
+    items = [f"{m:.4f}" + (f"±{e:.1e}" if e is not None else "") + ("*" if z else "")
+             for m, e, z in zip(p["masses"], err, dead)]
+    return ", ".join(items[:k]) + (f" ... (+{len(items) - k})" if len(items) > k else "") if items else "none"
+
+
+def _pde_plateaus(p: dict) -> str:
+    return "; ".join(f"t {pl['t_entered']:.4g} -> {pl['t_certified']:.4g} (growth {pl['growth']:.2e}, {pl['part']}, "
+                     f"{len(pl['masses'])} atoms)" for pl in p["plateaus"])
+
+
+def pde_markdown(records: list[dict], pde: list[dict]) -> str:
+    """The PDE's terminal states beside the particles' clusters, as a Markdown table (docs/terminal.md)."""
+    rows = ["| setup | beta | PDE end | PDE atoms: mass ± error (* dead zone) | plateaus: t entered -> certified "
+            "(growth) | particles: clusters at the stop | dead-zone mass: particles / PDE atoms | wall (cpu) |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for p in pde:
+        r = _particles_of(records, p)
+        pl = "<br>".join(f"{q['t_entered']:.4g} -> {q['t_certified']:.4g} ({q['growth']:.1e}, {q['part']})"
+                         for q in p["plateaus"]) or "-"
+        part = "-" if r is None else f"{r['clusters']} at t = {r['t_stop']:g}: {_fmt_masses(r['masses'], 8)}"
+        dead = "-" if r is None or r["frozen_mass"] is None else f"{r['frozen_mass']:.3f} / {p['dead_mass']:.3f}"
+        rows.append(f"| {p['setup']} | {p['beta']:g} | {_pde_end(p)} | {p['atoms']}: {_pde_atoms(p, 20)} | {pl} | "
+                    f"{part} | {dead} | {p['wall']:.0f} s ({p['cpu']:.0f} s) |")
+    return "\n".join(rows) + "\n"
 
 
 def main(argv=None) -> int:
@@ -450,12 +665,17 @@ def main(argv=None) -> int:
     ap.add_argument("--workers", type=int, default=2, help="local processes (default 2)")
     ap.add_argument("--scheduler", metavar="ADDRESS",
                     help="run the jobs on a running Dask cluster (tcp://HOST:PORT or a scheduler file) instead of "
-                         "local processes; the workers must import this script's directory (README: Running on a "
-                         "Dask cluster)")
+                         "local processes; the workers must import this script's directory (docs/cluster.md)")
     ap.add_argument("--max-steps", type=int, default=MAX_STEPS)
     ap.add_argument("--fit-min-beta", type=float, default=1.0,
                     help="fit clusters = a + b sqrt(beta) over beta >= this (default 1)")
-    ap.add_argument("--pde-betas", type=str, help=f"betas of the PDE runs (default {PDE_BETAS}; none in --quick)")
+    ap.add_argument("--pde-betas", type=str,
+                    help="betas of the PDE runs (default: all of --betas; none in --quick unless given)")
+    ap.add_argument("--pde-setups", type=str,
+                    help="setups of the PDE runs (default: those of --setups with a perceptron, from S1,S2,S3)")
+    ap.add_argument("--pde-max-steps", type=int, default=PDE_MAX_STEPS,
+                    help=f"cap on the accepted steps of each PDE run's continuation and of its rerun (default "
+                         f"{PDE_MAX_STEPS}; 0: none): a run that reaches it is 'not certified: cap reached'")
     ap.add_argument("--no-pde", action="store_true", help="skip the PDE runs")
     args = ap.parse_args(argv)
     from solvers.app.executor import SchedulerError, open_pool
@@ -473,8 +693,13 @@ def main(argv=None) -> int:
     elif args.pde_betas is not None:
         pde_betas = [float(b) for b in args.pde_betas.split(",") if b.strip()]
     else:
-        pde_betas = [] if args.quick else [b for b in PDE_BETAS]
+        pde_betas = [] if args.quick else list(betas)
     pde_setups = [s for s in setups if SETUPS[s][1] is not None]
+    if args.pde_setups is not None:
+        pde_setups = [s.strip() for s in args.pde_setups.split(",") if s.strip()]
+        bad = [s for s in pde_setups if s not in SETUPS or SETUPS[s][1] is None]
+        if bad:
+            ap.error(f"--pde-setups: {bad} not among S1, S2, S3 (S1-0: the uniform density is stationary)")
     try:
         pool = open_pool(args.workers, args.scheduler)
     except SchedulerError as e:
@@ -492,18 +717,18 @@ def main(argv=None) -> int:
     print(THEOREM_3_5, flush=True)
 
     jobs = [("particles", s, b) for s in setups for b in betas] + [("pde", s, b) for s in pde_setups for b in pde_betas]
-    # largest beta first (they take longest), so the two workers finish together
-    jobs.sort(key=lambda j: (-j[2], j[0] != "pde"))
+    jobs.sort(key=expected_cost, reverse=True)
     t0 = time.perf_counter()
     records, pde = [], []
     with pool:
         print(f"jobs on {pool.description}", flush=True)
-        futs = [pool.submit(_job, kind, s, b, n, args.max_steps) for kind, s, b in jobs]
+        pde_cap = args.pde_max_steps or None
+        futs = [pool.submit(_job, kind, s, b, n, args.max_steps, pde_cap) for kind, s, b in jobs]
         for i, (j, r) in enumerate(pool.results(futs), 1):
             kind, s, b = jobs[j]
             (records if kind == "particles" else pde).append(r)
             what = (f"{r['stop_reason']} t={r['t_stop']:g}, {r['clusters']} clusters" if kind == "particles"
-                    else f"{r['stop_reason']} t={r['t_stop']:.4g}, {r['heavy_atoms']} atoms >= 0.01")
+                    else f"{r['status']} t={r['t_stop']:.4g}, {r['atoms']} atoms, {len(r['plateaus'])} plateaus")
             print(f"[{i}/{len(jobs)} {time.perf_counter() - t0:7.1f} s] {kind:9s} {s:5s} beta={b:<5g} {what} "
                   f"({r['wall']:.1f} s)", flush=True)
     wall = time.perf_counter() - t0
@@ -532,9 +757,9 @@ def main(argv=None) -> int:
     print("  k* (fastest-growing mode): " + ", ".join(f"beta={b:g}: {fastest_mode(b)}" for b in betas))
 
     title = (f"circle, N={n}, Euler dt={DT}, stop window 5 / drift 5e-4 / scale 0.5; seeds 42 / 111")
-    plot_counts(records, fits, setups, args.out / "clusters_vs_sqrt_beta.png", args.fit_min_beta, title)
-    plot_masses(records, setups, args.out / "cluster_masses.png", title)
-    plot_final_states(records, setups, args.out / "final_states.png")
+    plot_counts(records, fits, setups, args.out / "clusters_vs_sqrt_beta.png", args.fit_min_beta, title, pde)
+    plot_masses(records, setups, args.out / "cluster_masses.png", title, pde)
+    plot_final_states(records, setups, args.out / "final_states.png", pde)
     summary = {
         "settings": {"d": D, "n": n, "dt": DT, "stop": STOP, "max_steps": args.max_steps, "particle_seed": PARTICLE_SEED,
                      "perceptron": f"Perceptron.random(2, 2, activation, 1.0, seed={PERCEPTRON_SEED})",
@@ -542,14 +767,21 @@ def main(argv=None) -> int:
                      "heavy_mass": HEAVY, "workers": args.workers},
         "theorem_3_5": THEOREM_3_5,
         "wall_time": wall,
+        "cpu_time": {"particles": sum(r.get("cpu", 0.0) for r in records), "pde": sum(p["cpu"] for p in pde)},
         "fits": fits,
         "fastest_mode": {str(b): fastest_mode(b) for b in betas},
         "records": [{k: v for k, v in r.items() if k != "final_theta"} for r in records],
         "pde": pde,
+        "pde_settings": {"t_final": "inf", "degree": 128, "options": "defaults (4096 nodes, rerun at 8192)",
+                         "max_steps": pde_cap, "betas": pde_betas, "setups": pde_setups},
     }
     (args.out / "summary.json").write_text(json.dumps(summary, indent=1))
-    print(f"\nwall time {wall:.1f} s ({len(jobs)} runs, {args.workers} workers); wrote {args.out}/summary.json, "
-          f"clusters_vs_sqrt_beta.png, cluster_masses.png, final_states.png", flush=True)
+    if pde:
+        (args.out / "terminal_table.md").write_text(pde_markdown(records, pde))
+    print(f"\nwall time {wall:.1f} s ({len(jobs)} runs, {args.workers} workers; CPU time of the runs: particles "
+          f"{summary['cpu_time']['particles']:.0f} s, PDE {summary['cpu_time']['pde']:.0f} s); wrote {args.out}/summary.json, "
+          f"clusters_vs_sqrt_beta.png, cluster_masses.png, final_states.png"
+          + (", terminal_table.md" if pde else ""), flush=True)
     return 0
 
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """The particle experiments of the main paper (the main paper §4; The model §5) with the project's solver.
 
-Protocol (the main paper's setup, with this package's default stopping rule; ``scripts/paper_protocol.py``
+Protocol (the main paper's setup, with this package's default stopping rule; ``scripts/studies/paper_protocol.py``
 clusters by the released code's rule, with its spread condition): N = 1000 particles i.i.d. uniform on S^{d-1} (particle seed
 42), a ReLU perceptron with d units, a_k uniform on the sphere and c_k standard normal (perceptron
 seed 111, the same weights for every beta), USA with gamma = 1 and the kernel exp(beta(<x,y> - 1)),

@@ -20,12 +20,11 @@ differ, the finite-N particles ended in another atomic state than the mean field
 The perceptron is Perceptron.random(d, d, "relu", 1.0, seed=111); on the sphere its dead zone holds only
 1e-4 of the mass, so two more sphere-descent cases use the next seed, 112 (dead zone 0.133 of the mass).
 
-    scripts/atoms_study.py [--n N] [--cases circle-ascent-1,...] [--json out.json]
+    scripts/studies/atoms_study.py [--n N] [--cases circle-ascent-1,...] [--json out.json]
                            [--workers W | --scheduler ADDRESS]
 
 The cases are independent tasks (solvers.app.executor): one local process by default, ``--workers W``
-local processes, or the workers of a running Dask cluster with ``--scheduler`` (README: Running on a
-Dask cluster). Every case is seeded, so its row does not depend on where it ran.
+local processes, or the workers of a running Dask cluster with ``--scheduler`` (docs/cluster.md). Every case is seeded, so its row does not depend on where it ran.
 """
 from __future__ import annotations
 

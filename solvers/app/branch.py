@@ -1,0 +1,585 @@
+"""``attnpde branch CONFIG``: a branch of stationary states of the noisy PDE into an archive, and its diagram.
+
+The configuration has the [run] and [model] tables of ``attnpde run`` (``model.noise`` is not used: the noise
+is the branch's parameter) and a [branch] table::
+
+    [branch]
+    mode = 1                    # the Fourier mode k (S^1) or harmonic degree l (S^2) leaving the uniform state
+    noise_range = [0.03, 0.08]  # the nu followed (default: 0.25 and 1.5 times the mode's threshold)
+    degree = 64                 # resolution of the states (default 64 on S^1, 32 on S^2)
+    representation = "auto"     # "even" / "full" (S^1), "zonal" / "general" (S^2)
+    # step control (solvers.stationary.ContinuationOptions): first_step, max_step, min_step,
+    # max_points (per side), max_angle, tol, max_corrections, tail_max
+
+The archive is an attnpde archive (root attributes, /model) with a /branch group, netCDF-4 like the others
+(named dimensions, CF ``long_name`` / ``units``): per point (dimension ``point``, in the order computed: side
++1 from the threshold, then side -1) ``noise``, ``mu`` (noise / threshold, the continuation's parameter),
+``amplitude``, ``projection``, ``free_energy``, ``stable``, ``unstable``, ``side``, ``tail``, ``steps``,
+``step``, ``coeffs`` (point, k | mode), ``unknowns`` (point, unknown), ``tangent`` (point, tangent_component);
+the located events ``fold_*`` (fold) and ``bifurcation_*`` (bifurcation); attributes ``mode``, ``degree``,
+``representation``, ``threshold``, ``kind``, ``normal_form``, ``normal_form_fit`` (JSON), ``transition``
+(NaN: none), ``free_energy_uniform``, ``noise_range``, ``options`` (JSON), ``ended`` (JSON: why each side
+ended), ``points`` (the rows complete), ``complete``. Each point is written (and the file flushed) as it is
+computed; ``--resume`` continues the unfinished side from the last point written, with the same numbers as an
+uninterrupted run. The diagram (:func:`plot_branch`) is written next to the archive.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import h5py
+import numpy as np
+
+from ..interrupts import graceful_stop
+from ..model import Model
+from ..stationary import REPRESENTATIONS, Branch, prepare_branch
+from .archive import ArchiveError, ArchiveWriter, open_archive, read_model
+from .config import (DEGREE_MAX, DEGREE_WHY, MODEL, RUN, ConfigError, Int, Num, Table, Array, Choice, _perceptron,
+                     _refuse_too_big, parse_toml, read_config_text)
+from .runner import RunRefused, deferred_interrupt
+from .streams import say
+
+__all__ = ["BranchConfig", "parse_branch_config", "load_branch_config", "run_branch", "load_branch",
+           "describe_branch", "plot_branch", "is_branch_archive", "BRANCH_COMMAND"]
+
+#: how the ``command`` attribute of a branch archive begins
+BRANCH_COMMAND = "attnpde branch"
+
+POS = Num(gt=0)
+BRANCH = Table({
+    "mode": Int(min=1), "noise_range": Array(1), "degree": Int(min=4, max=DEGREE_MAX, why=DEGREE_WHY),
+    "representation": Choice(REPRESENTATIONS), "first_step": POS, "max_step": POS, "min_step": POS,
+    "max_points": Int(min=2), "max_angle": POS, "tol": POS, "max_corrections": Int(min=2), "tail_max": POS,
+})
+SCHEMA = Table({"run": RUN, "model": MODEL, "branch": BRANCH}, required=("model", "branch"))
+
+
+@dataclass
+class BranchConfig:
+    """A validated branch configuration: the model (noise unused), the [branch] table, the run's name."""
+
+    text: str
+    raw: dict
+    model: Model
+    branch: dict
+    name: str = ""
+
+    def arguments(self) -> dict:
+        """The keyword arguments of :func:`solvers.stationary.prepare_branch`."""
+        b = dict(self.branch)
+        kw = {"mode": b.pop("mode", 1), "degree": b.pop("degree", None),
+              "representation": b.pop("representation", "auto")}
+        if "noise_range" in b:
+            kw["noise_range"] = tuple(float(v) for v in b.pop("noise_range"))
+        kw.update(b)
+        return kw
+
+
+def parse_branch_config(text: str, source: str = "<string>") -> BranchConfig:
+    """Parse and validate a branch configuration (ConfigError naming the key path), and check it as
+    :func:`~solvers.stationary.prepare_branch` would (the threshold inside noise_range, the degree holding
+    the mode, ...), without following anything."""
+    raw = parse_toml(text)
+    cfg = SCHEMA.check("", raw)
+    m = cfg["model"]
+    d = m["d"]
+    if d not in (2, 3):
+        raise ConfigError("model.d", f"branches are computed on the circle (d = 2) and the sphere (d = 3), got {d}")
+    perceptron = _perceptron(m["perceptron"], d) if "perceptron" in m else None
+    try:
+        model = Model(d=d, beta=m["beta"], flow=m["flow"], attention=m.get("attention", "unnormalized"),
+                      strength=m.get("strength", 1.0), perceptron=perceptron, noise=m.get("noise", 0.0))
+    except ValueError as e:
+        raise ConfigError("model", str(e).replace("Model: ", "")) from None
+    branch = cfg["branch"]
+    if "noise_range" in branch and branch["noise_range"].shape != (2,):
+        raise ConfigError("branch.noise_range", f"must be [lo, hi], got {raw['branch']['noise_range']!r}")
+    out = BranchConfig(text=text, raw=raw, model=model, branch=branch, name=cfg.get("run", {}).get("name", ""))
+    _check_branch_memory(out)
+    try:
+        prepare_branch(model, **out.arguments())
+    except (ValueError, TypeError) as e:
+        raise ConfigError("branch", str(e)) from None
+    return out
+
+
+def _check_branch_memory(config: BranchConfig) -> None:
+    """ConfigError (naming branch.degree, or the perceptron's units) when the problem of the branch's degree
+    cannot fit in memory; estimated before prepare_branch builds it. Peaks measured with tracemalloc
+    (prepare_branch, beta = 3 and 1000): S^1 8 M (La + 1) x 4 bytes for the M-point grid's tables of the La
+    kernel degrees, and the dense Jacobian of 2 La unknowns; S^2 'zonal' 8 (L + 1)^2 nlat (201.7 MiB at L =
+    256, 12.4 GiB at 1024); S^2 'general' ~370 (L + 1)^2 (24 MiB at 256)."""
+    from spectral import fourier, sphere
+    from spectral.multipliers import kernel_bandwidth
+    from ..stationary import KERNEL_TOL, _is_zonal_potential
+
+    model, b = config.model, config.branch
+    d = model.d
+    L = b.get("degree", 64 if d == 2 else 32)
+    if d == 2:
+        M = fourier.dealiased_size(L)
+        La = min(L - 1, kernel_bandwidth(model.beta, 2, KERNEL_TOL))
+        need, points = 32.0 * M * (La + 1) + 32.0 * (2 * La + 2) ** 2, M
+        what = f"the tables of {La} kernel modes on the grid of {M} points"
+    else:
+        nlat, nphi = sphere.dealiased_grid(L)
+        rep = b.get("representation", "auto")
+        if rep == "auto":
+            rep = "zonal" if _is_zonal_potential(model) else "general"
+        if rep == "zonal":
+            need, points, what = 8.0 * (L + 1) ** 2 * nlat, nlat, f"the zonal tables at degree {L} ({nlat} latitudes)"
+        else:
+            need, points, what = 370.0 * (L + 1) ** 2, nlat * nphi, f"the harmonics at degree {L}"
+    _refuse_too_big("branch.degree", {what: need}, "lower degree")
+    p = model.perceptron
+    if p is not None:
+        from ..perceptron import ACTIVATION_ARRAYS
+        arrays = ACTIVATION_ARRAYS[p.activation]
+        _refuse_too_big("model.perceptron.units", {f"the perceptron's {p.units} units at the branch's {points} grid "
+                                                   f"points ({arrays} arrays of units x points for {p.activation})":
+                                                   8.0 * arrays * p.units * points}, "lower units")
+
+
+def load_branch_config(path: str | Path) -> BranchConfig:
+    p = Path(path)
+    cfg = parse_branch_config(read_config_text(path), str(p))
+    cfg.name = cfg.name or p.stem
+    return cfg
+
+
+# --- the /branch group ----------------------------------------------------------------------------------
+_PURE_DIM = "This is a netCDF dimension but not a netCDF variable.         0"
+#: per-point datasets: name -> (dtype, long_name, units)
+_POINT = {
+    "noise": (np.float64, "noise nu of the stationary state", "1"),
+    "mu": (np.float64, "noise / threshold: the continuation's parameter", "1"),
+    "amplitude": (np.float64, "size of the mode's coefficients: |c_k| (S^1), sqrt(sum_m mult |c_lm|^2) (S^2)", "1"),
+    "projection": (np.float64, "the mode's canonical coefficient along the branch (signed)", "1"),
+    "free_energy": (np.float64, "free energy F = nu int rho log rho - s E", "1"),
+    "stable": (np.int8, "1 if no unstable direction, else 0", "1"),
+    "unstable": (np.int32, "unstable directions (Morse index of the state as a critical point of F)", "1"),
+    "side": (np.int8, "side of the branch: +1, -1 from the threshold (0: the start)", "1"),
+    "tail": (np.float64, "relative spectral tail of the state at the degree", "1"),
+    "steps": (np.int32, "Newton steps of the point's correction", "1"),
+    "step": (np.float64, "arclength step proposed for the next point", "1"),
+}
+_EVENTS = {
+    "fold": {"noise": "noise at the fold", "amplitude": "amplitude at the fold",
+             "free_energy": "free energy at the fold"},
+    "bifurcation": {"noise": "noise at the bifurcation", "amplitude": "amplitude at the bifurcation",
+                    "free_energy": "free energy at the bifurcation"},
+}
+
+
+def is_branch_archive(path: str | Path) -> bool:
+    """Whether the archive at ``path`` holds a /branch group."""
+    try:
+        with h5py.File(path, "r") as f:
+            return "branch" in f
+    except OSError:
+        return False
+
+
+def _dim(g: h5py.Group, name: str) -> h5py.Dataset:
+    """A netCDF dimension without a variable (as the other groups write them), created once."""
+    if name not in g:
+        ds = g.create_dataset(name, shape=(0,), maxshape=(None,), dtype="f4", chunks=(1024,))
+        ds.make_scale(_PURE_DIM)
+    return g[name]
+
+
+def _cf(ds: h5py.Dataset, long_name: str, units: str | None = "1") -> None:
+    ds.attrs["long_name"] = long_name
+    if units is not None:
+        ds.attrs["units"] = units
+
+
+def _new_group(f: h5py.File, d: int, degree: int, n: int) -> h5py.Group:
+    """The empty /branch group: its per-point datasets (growing along ``point``) and coordinates."""
+    g = f.create_group("branch")
+    point = _dim(g, "point")
+    for name, (dtype, long_name, units) in _POINT.items():
+        ds = g.create_dataset(name, shape=(0,), maxshape=(None,), dtype=dtype, chunks=(256,))
+        ds.dims[0].attach_scale(point)
+        _cf(ds, long_name, units)
+    if d == 2:
+        k = g.create_dataset("k", data=np.arange(degree, dtype=np.int64))
+        k.make_scale("k")
+        _cf(k, "Fourier wavenumber (c_k, k >= 0; c_{-k} = conj(c_k))")
+        mode_dim, width = k, degree
+    else:
+        from spectral.sphere import canonical_degrees, ncoef
+        mode_dim, width = _dim(g, "mode"), ncoef(degree)
+        l, m = canonical_degrees(degree)
+        for name, values, what in (("l", l, "spherical-harmonic degree"),
+                                   ("m", m, "spherical-harmonic order (m >= 0; orthonormal harmonics, area measure)")):
+            ds = g.create_dataset(name, data=np.asarray(values, dtype=np.int64))
+            ds.dims[0].attach_scale(mode_dim)
+            _cf(ds, what)
+    # gzip: a zonal state's coefficients are zeros but for m = 0 (7 MB for 200 points at L = 64 without it)
+    c = g.create_dataset("coeffs", shape=(0, width), maxshape=(None, width), dtype=np.complex128,
+                         chunks=(max(1, 4096 // width), width), compression="gzip", compression_opts=1, shuffle=True)
+    c.dims[0].attach_scale(point)
+    c.dims[1].attach_scale(mode_dim)
+    _cf(c, "spectral coefficients of rho (canonical layout)")
+    if d == 3:
+        c.attrs["coordinates"] = "l m"
+    for name, dim, width_, long_name in (("unknowns", "unknown", n, "reduced unknowns x: orthonormal coordinates of "
+                                                                      "rho in the kernel's degrees"),
+                                         ("tangent", "tangent_component", n + 1, "unit tangent of the branch in "
+                                                                                 "(x, mu)")):
+        ds = g.create_dataset(name, shape=(0, width_), maxshape=(None, width_), dtype=np.float64,
+                              chunks=(max(1, 8192 // width_), width_))
+        ds.dims[0].attach_scale(point)
+        ds.dims[1].attach_scale(_dim(g, dim))
+        _cf(ds, long_name)
+    g.attrs["points"] = 0
+    g.attrs["complete"] = False
+    return g
+
+
+def _append(g: h5py.Group, rec: dict) -> None:
+    """One point as a row of every per-point dataset, then the count of complete rows (a kill mid-row leaves
+    ``points`` at the rows before it)."""
+    i = int(g.attrs["points"])
+    values = {"noise": rec["nu"], "mu": rec["mu"], "amplitude": rec["amplitude"], "projection": rec["projection"],
+              "free_energy": rec["free_energy"], "stable": int(rec["stable"]), "unstable": rec["unstable"],
+              "side": rec["side"], "tail": rec["tail"], "steps": rec["steps"], "step": rec["h"],
+              "coeffs": rec["coeffs"], "unknowns": rec["x"], "tangent": rec["t"]}
+    for name, v in values.items():
+        ds = g[name]
+        if ds.shape[0] < i + 1:
+            ds.resize(i + 1, axis=0)
+        ds[i] = v
+    g.attrs["points"] = i + 1
+
+
+def _read_points(g: h5py.Group) -> list[dict]:
+    """The complete rows as the points a resume continues from."""
+    n = int(g.attrs["points"])
+    cols = {k: g[k][:n] for k in ("side", "unknowns", "mu", "tangent", "step", "steps")}
+    return [{"side": int(cols["side"][i]), "x": cols["unknowns"][i], "mu": float(cols["mu"][i]),
+             "t": cols["tangent"][i], "h": float(cols["step"][i]), "steps": int(cols["steps"][i])} for i in range(n)]
+
+
+def _write_events(g: h5py.Group, branch: Branch) -> None:
+    for kind, items in (("fold", branch.folds), ("bifurcation", branch.bifurcations)):
+        dim = _dim(g, kind)
+        for field_, long_name in _EVENTS[kind].items():
+            name = f"{kind}_{field_}"
+            if name in g:
+                del g[name]
+            key = {"noise": "nu"}.get(field_, field_)
+            ds = g.create_dataset(name, data=np.array([e[key] for e in items], dtype=np.float64))
+            ds.dims[0].attach_scale(dim)
+            _cf(ds, long_name)
+        if kind == "bifurcation":
+            for field_, long_name in (("kind", "kind of bifurcation: branch point or symmetry-breaking"),
+                                      ("block", "invariant block of S whose eigenvalue crosses zero")):
+                name = f"bifurcation_{field_}"
+                if name in g:
+                    del g[name]
+                ds = g.create_dataset(name, data=np.array([e[field_] for e in items], dtype=object),
+                                      dtype=h5py.string_dtype())
+                ds.dims[0].attach_scale(dim)
+                _cf(ds, long_name, None)
+    nan = lambda v: math.nan if v is None else float(v)  # noqa: E731
+    g.attrs.update({"kind": branch.kind, "normal_form": nan(branch.normal_form),
+                    "normal_form_fit": json.dumps(branch.normal_form_fit), "transition": nan(branch.transition),
+                    "free_energy_uniform": nan(branch.free_energy_uniform), "wall_time": float(branch.wall_time),
+                    "complete": True})
+
+
+@dataclass
+class BranchOutcome:
+    path: Path
+    status: str                 # "finished" or "interrupted"
+    branch: Branch | None
+    figure: Path | None = None
+
+
+def _check_resumable(path: Path, config: BranchConfig) -> list[dict] | None:
+    if not path.exists():
+        raise RunRefused(f"{path}: no archive to resume (run without --resume to start)")
+    with open_archive(path) as f:
+        status = str(f.attrs.get("status", ""))
+        text = str(f.attrs.get("config", ""))
+        if "branch" not in f:
+            raise RunRefused(f"{path}: not an archive of `attnpde branch` (no /branch group)")
+        if status == "finished":
+            raise RunRefused(f"{path}: the branch is already finished; nothing to resume "
+                             "(use --force to compute it again)")
+        g = f["branch"]
+        points, ended = _read_points(g), json.loads(g.attrs.get("ended", "{}"))
+    try:
+        archived = parse_toml(text)
+    except ConfigError:
+        raise ArchiveError(f"{path}: damaged archive: its configuration does not parse") from None
+    strip = lambda raw: {k: v for k, v in raw.items() if k != "run"}  # noqa: E731
+    if strip(archived) != strip(config.raw):
+        raise RunRefused(f"{path}: was made with a different [model] or [branch] table; use --force to start over")
+    return points, ended
+
+
+def run_branch(config: BranchConfig, out: str | Path, *, resume: bool = False, force: bool = False,
+               command: str = BRANCH_COMMAND, log: Callable[[str], None] | None = None,
+               figure: bool = True) -> BranchOutcome:
+    """Follow the configuration's branch into the archive ``out`` (module docstring): refused (RunRefused)
+    before anything is written when the archive exists without ``force`` / ``resume``, or differs."""
+    out = Path(out)
+    log = log or say
+    setup = prepare_branch(config.model, **config.arguments())
+    restart = None
+    if resume:
+        points, ended = _check_resumable(out, config)
+        restart = {"points": points, "ended": {int(k): tuple(v) for k, v in ended.items()}}
+        writer = ArchiveWriter(out, "resume", command=command)
+        log(f"[branch] resuming from {len(points)} points")
+    else:
+        if out.exists() and not force:
+            raise RunRefused(f"{out} exists; use --force to overwrite it or --resume to continue it")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        writer = ArchiveWriter(out, "create", config_text=config.text, name=config.name, command=command,
+                               model=config.model)
+    try:
+        f = writer.f
+        if "branch" not in f:
+            p = setup._problem
+            g = _new_group(f, config.model.d, setup.degree, p.n)
+            g.attrs.update({"mode": setup.mode, "degree": setup.degree, "representation": setup.representation,
+                            "threshold": setup.threshold, "noise_range": np.array(setup.noise_range),
+                            "options": json.dumps(setup.options.to_dict()), "ended": "{}",
+                            "nu_ref": setup.threshold})
+            f.flush()
+        g = f["branch"]
+        ended = json.loads(g.attrs.get("ended", "{}"))
+
+        def write(rec: dict) -> None:
+            with deferred_interrupt():
+                if "event" in rec:
+                    ended[str(rec["side"])] = [rec["reason"], rec["message"]]
+                    g.attrs["ended"] = json.dumps(ended)
+                    log(f"[branch] side {rec['side']:+d} ended: {rec['reason']} — {rec['message']}")
+                else:
+                    _append(g, rec)
+                f.flush()
+
+        with graceful_stop() as request:
+            branch = setup.run(callback=write, restart=restart, stop_request=lambda: bool(request))
+        if any(reason == "interrupted" for reason, _ in branch.stop.values()):
+            writer.set_status("interrupted")
+            return BranchOutcome(out, "interrupted", branch)
+        with deferred_interrupt():
+            _write_events(g, branch)
+            writer.set_status("finished")
+    except KeyboardInterrupt:
+        writer.set_status("interrupted")
+        return BranchOutcome(out, "interrupted", None)
+    finally:
+        writer.close()
+    png = plot_branch(branch, out.with_name(out.stem + "_branch.png"), _title(config.model, config.name)) \
+        if figure else None
+    return BranchOutcome(out, "finished", branch, png)
+
+
+# --- reading back ---------------------------------------------------------------------------------------
+def load_branch(path: str | Path) -> Branch:
+    """The :class:`~solvers.stationary.Branch` of an archive's /branch group (its events as written; the
+    points in the branch's order along the curve, as :func:`branch_from_uniform` returns them)."""
+    with open_archive(path) as f:
+        if "branch" not in f:
+            raise ArchiveError(f"{path}: no /branch group (not an archive of `attnpde branch`)")
+        model = read_model(f)
+        g = f["branch"]
+        a = {k: (v.item() if isinstance(v, np.generic) else v) for k, v in g.attrs.items()}
+        n = int(a["points"])
+        cols = {k: g[k][:n] for k in list(_POINT) + ["coeffs", "unknowns", "tangent"]}
+        events = {}
+        for kind in ("fold", "bifurcation"):
+            items = []
+            if f"{kind}_noise" in g:
+                for i in range(g[f"{kind}_noise"].shape[0]):
+                    e = {"nu": float(g[f"{kind}_noise"][i]), "amplitude": float(g[f"{kind}_amplitude"][i]),
+                         "free_energy": float(g[f"{kind}_free_energy"][i])}
+                    if kind == "bifurcation":
+                        e["kind"] = g["bifurcation_kind"][i].decode() if isinstance(g["bifurcation_kind"][i], bytes) \
+                            else str(g["bifurcation_kind"][i])
+                        b = g["bifurcation_block"][i]
+                        e["block"] = b.decode() if isinstance(b, bytes) else str(b)
+                    items.append(e)
+            events[kind] = items
+    # the curve's order: side -1 reversed, the start, side +1 (rows are side +1 first, as computed)
+    side = cols["side"]
+    plus = np.nonzero(side > 0)[0]
+    minus = np.nonzero(side < 0)[0]
+    symmetric = a.get("kind") != "imperfect" and len(plus) > 0
+    order = np.concatenate([minus[1:][::-1], plus[:1], plus[1:]]).astype(int) if symmetric else np.arange(n)
+    if symmetric:
+        cols["side"] = cols["side"].copy()
+        cols["side"][plus[0]] = 0                     # the start: the uniform state at the threshold
+    nanless = lambda v: None if v is None or (isinstance(v, float) and math.isnan(v)) else float(v)  # noqa: E731
+    ended = {int(k): tuple(v) for k, v in json.loads(a.get("ended", "{}")).items()}
+    return Branch(model=model, mode=int(a["mode"]), degree=int(a["degree"]), representation=str(a["representation"]),
+                  noise=cols["noise"][order], amplitude=cols["amplitude"][order],
+                  projection=cols["projection"][order], free_energy=cols["free_energy"][order],
+                  stable=cols["stable"][order].astype(bool), unstable=cols["unstable"][order].astype(int),
+                  side=cols["side"][order].astype(int), tail=cols["tail"][order], coeffs=cols["coeffs"][order],
+                  unknowns=cols["unknowns"][order], tangents=cols["tangent"][order],
+                  threshold=nanless(a.get("threshold")), kind=str(a.get("kind", "")),
+                  normal_form=nanless(a.get("normal_form")), normal_form_fit=json.loads(a.get("normal_form_fit", "{}")),
+                  folds=events["fold"], bifurcations=events["bifurcation"], transition=nanless(a.get("transition")),
+                  free_energy_uniform=nanless(a.get("free_energy_uniform")),
+                  noise_range=tuple(float(v) for v in a["noise_range"]), nu_ref=float(a["nu_ref"]),
+                  options=json.loads(a.get("options", "{}")), stop=ended, wall_time=float(a.get("wall_time", 0.0)))
+
+
+def describe_branch(path: str | Path) -> list[str]:
+    """The lines `attnpde info` prints for an archive's /branch group (none without one)."""
+    if not is_branch_archive(path):
+        return []
+    with open_archive(path) as f:
+        complete = bool(f["branch"].attrs.get("complete", False))
+    b = load_branch(path)
+    lines = [f"branch: mode {b.mode} ({b.representation}, degree {b.degree}), {len(b.noise)} points, nu in "
+             f"[{np.min(b.noise):.6g}, {np.max(b.noise):.6g}] of noise_range [{b.noise_range[0]:.6g}, "
+             f"{b.noise_range[1]:.6g}]" if len(b.noise) else f"branch: mode {b.mode}: no point written"]
+    if b.threshold is not None:
+        lines.append(f"  threshold nu = {b.threshold:.12g}" + (f"; kind: {b.kind}" if b.kind else "")
+                     + (f" (normal form {b.normal_form:+.6g})" if b.normal_form is not None else ""))
+    if not complete:
+        lines.append("  not complete: the folds, bifurcations and transition are located when the branch ends")
+    for e in b.folds:
+        lines.append(f"  fold at nu = {e['nu']:.10g}, amplitude {e['amplitude']:.6g}")
+    for e in b.bifurcations:
+        lines.append(f"  {e['kind']} ({e['block']}) at nu = {e['nu']:.10g}, amplitude {e['amplitude']:.6g}")
+    if complete and b.free_energy_uniform is not None:
+        lines.append("  transition: " + ("none on the computed branch" if b.transition is None else
+                                         f"nu = {b.transition:.10g} (the uniform state's F = "
+                                         f"{b.free_energy_uniform:.10g} crossed)"))
+    if len(b.noise):
+        lines.append(f"  stable points {int(np.sum(b.stable))} of {len(b.noise)}; largest amplitude "
+                     f"{np.max(b.amplitude):.6g}; largest tail {np.max(b.tail):.1e}")
+    for side, (reason, msg) in sorted(b.stop.items()):
+        lines.append(f"  side {side:+d} ended: {reason} — {msg}")
+    return lines
+
+
+# --- the diagram -----------------------------------------------------------------------------------------
+def _title(model: Model, name: str = "") -> str:
+    p = model.perceptron
+    perc = "no perceptron" if p is None else f"{p.activation} perceptron ({p.units} units)"
+    return (f"{name + ': ' if name else ''}S^{model.d - 1}, USA, beta={model.beta:g}, gamma={model.strength:g}, "
+            f"{model.flow}, {perc}")
+
+
+def _segments(x: np.ndarray, y: np.ndarray, stable: np.ndarray, side: np.ndarray):
+    """Runs of consecutive points of one side and one stability: (x, y, stable)."""
+    start = 0
+    for i in range(1, len(x) + 1):
+        if i == len(x) or stable[i] != stable[start] or side[i] != side[start] and side[i] != 0 and side[start] != 0:
+            # the boundary point is shared, so that the curve has no gap
+            yield x[start:i + 1], y[start:i + 1], bool(stable[start])
+            start = i
+
+
+def _zoom(ax, branch: Branch, segments) -> None:
+    """An inset on the window between the threshold and the folds (a subcritical branch's bistability, often
+    a few percent of the range wide), with the transition."""
+    import matplotlib.ticker
+
+    nus = [branch.threshold] + [e["nu"] for e in branch.folds] + ([branch.transition] if branch.transition else [])
+    a, b = min(nus), max(nus)
+    lo, hi = branch.noise_range
+    if b - a > 0.2 * (hi - lo):
+        return
+    pad = 0.6 * (b - a) + 1e-12
+    x0, x1 = a - pad, b + pad
+    inset = ax.inset_axes([0.05, 0.08, 0.38, 0.42])
+    keep = branch.side >= 0 if branch.kind in ("supercritical", "subcritical") else np.ones(len(branch.noise), bool)
+    near = keep & (branch.noise >= x0) & (branch.noise <= x1)
+    for xs, ys, s in segments(branch.noise[keep], branch.amplitude[keep], branch.stable[keep], branch.side[keep]):
+        inset.plot(xs, ys, "-" if s else "--", color="C0", lw=1.4 if s else 1.0)
+    inset.plot([branch.threshold, x1], [0, 0], "-", color="k", lw=1.0)
+    inset.plot([x0, branch.threshold], [0, 0], "--", color="k", lw=0.9)
+    inset.plot([branch.threshold], [0], "o", color="k", ms=4)
+    for e in branch.folds:
+        inset.plot([e["nu"]], [e["amplitude"]], "x", color="C3", ms=7, mew=1.8)
+    if branch.transition is not None:
+        inset.axvline(branch.transition, color="C1", ls="-.", lw=1.0)
+    top = float(np.max(branch.amplitude[near])) if near.any() else 1.0
+    inset.set_xlim(x0, x1)
+    inset.set_ylim(-0.05 * top, 1.1 * top)
+    inset.tick_params(labelsize=6)
+    inset.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(3))
+    inset.set_title("threshold, transition, fold", fontsize=7)
+    inset.grid(alpha=0.3)
+
+
+def plot_branch(branch: Branch, path: str | Path, title: str = "", *, axes=None) -> Path | None:
+    """The bifurcation diagram: amplitude against nu (stable solid, unstable dashed; the uniform state at
+    amplitude 0, stable where nu > the threshold), the threshold, folds (x), bifurcations (diamonds) and the
+    transition (dash-dot line) marked; below, F - F_u against nu (F itself with a perceptron). With ``axes``
+    (two matplotlib axes) draws into them and returns None."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    own = axes is None
+    if own:
+        fig, axes = plt.subplots(2, 1, figsize=(7.5, 7.0), sharex=True, gridspec_kw={"height_ratios": [3, 2]})
+    ax, axf = axes
+    # a pitchfork's two sides are mirror images (p -> -p) of one amplitude: one is drawn
+    keep = branch.side >= 0 if branch.kind in ("supercritical", "subcritical") else np.ones(len(branch.noise), bool)
+    nu, amp, st, side = branch.noise[keep], branch.amplitude[keep], branch.stable[keep], branch.side[keep]
+    fu = branch.free_energy_uniform
+    dF = branch.free_energy[keep] - (fu if fu is not None else 0.0)
+    color = "C0"
+    for xs, ys, s in _segments(nu, amp, st, side):
+        ax.plot(xs, ys, "-" if s else "--", color=color, lw=1.6 if s else 1.2)
+    for xs, ys, s in _segments(nu, dF, st, side):
+        axf.plot(xs, ys, "-" if s else "--", color=color, lw=1.6 if s else 1.2)
+    lo, hi = branch.noise_range
+    if branch.threshold is not None and branch.kind != "imperfect":
+        nc = branch.threshold
+        for a in (ax, axf):
+            a.plot([nc, hi], [0, 0], "-", color="k", lw=1.2)
+            a.plot([lo, nc], [0, 0], "--", color="k", lw=1.0)
+        ax.plot([nc], [0], "o", color="k", ms=5, label=f"threshold nu = {nc:.6g}")
+    for e in branch.folds:
+        ax.plot([e["nu"]], [e["amplitude"]], "x", color="C3", ms=9, mew=2)
+    if branch.folds:
+        at = ", ".join(f"{e['nu']:.6g}" for e in branch.folds[:3])
+        ax.plot([], [], "x", color="C3", ms=9, mew=2, label="fold" + ("s" if len(branch.folds) > 1 else "") + f" nu = {at}")
+    for e in branch.bifurcations:
+        ax.plot([e["nu"]], [e["amplitude"]], "D", color="C2", ms=6)
+    if branch.bifurcations:
+        ax.plot([], [], "D", color="C2", ms=6, label="bifurcation")
+    if branch.transition is not None:
+        for a in (ax, axf):
+            a.axvline(branch.transition, color="C1", ls="-.", lw=1.2)
+        ax.plot([], [], "-.", color="C1", label=f"transition nu = {branch.transition:.6g}")
+    ax.plot([], [], "-", color="0.3", label="stable")
+    ax.plot([], [], "--", color="0.3", label="unstable")
+    if branch.folds and branch.threshold is not None and branch.kind != "imperfect":
+        _zoom(ax, branch, _segments)
+    what = "|c_k|" if branch.model.d == 2 else "sqrt(sum_m |c_lm|^2)"
+    ax.set_ylabel(f"amplitude of mode {branch.mode}: {what}" if branch.mode else "distance to uniform (L2)")
+    axf.set_ylabel("F - F_uniform" if fu is not None else "free energy F")
+    axf.set_xlabel("noise nu")
+    ax.legend(fontsize=8, loc="upper right" if branch.folds else "best")
+    kind = f"{branch.kind} " if branch.kind else ""
+    ax.set_title(f"{title}\n{kind}branch of mode {branch.mode}" if title else f"{kind}branch of mode {branch.mode}",
+                 fontsize=9)
+    for a in (ax, axf):
+        a.grid(alpha=0.3)
+    if not own:
+        return None
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
