@@ -81,6 +81,8 @@ def attnpde(*args, cwd: Path, timeout: float = TIMEOUT, limit: int | None = None
     """The command in a subprocess: CompletedProcess, or None when it did not end within ``timeout``."""
     def pre():
         os.setsid()
+        # Ctrl-C reaches the command even when the campaign runs in the background (SIGINT ignored there)
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
         if limit is not None:
             import resource
             resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.RLIM_INFINITY))

@@ -307,6 +307,31 @@ def test_a_damaged_or_edited_archive_is_refused_before_anything_changes(tmp_path
     assert path.read_bytes() == before
 
 
+# an antipodal pair that passes a plateau and ends, certified, in one atom (tests/test_terminal.py)
+PAIR = ('[model]\nd = 2\nbeta = 1.0\nflow = "ascent"\n[initial]\nkind = "zonal_harmonic"\ndegree = 2\n'
+        "amplitude = 0.5\n[pde]\ndegree = 32\nt_final = inf\nsave_every = 1.0\nnodes = 256\nhandoff_degree = 128\n")
+
+
+@pytest.mark.parametrize("damage, words", [
+    (lambda f: f.__delitem__("pde/terminal"), "/pde/terminal/"),
+    (lambda f: f.__delitem__("pde/plateaus/natoms"), "/pde/plateaus/natoms is missing"),
+    (lambda f: _bump(f["pde/plateaus/masses"]), "/pde/plateaus/masses does not match its checksum"),
+    (lambda f: f["pde/terminal"].attrs.__setitem__("verdict", "unstable"), "/pde/terminal@verdict"),
+], ids=["terminal deleted", "natoms deleted", "a plateau time edited", "the verdict edited"])
+def test_the_terminal_state_and_plateaus_are_covered_by_the_checks(tmp_path, damage, words):
+    """/pde/terminal and /pde/plateaus are part of what the stage's last commit covers: deleted or edited,
+    the archive is refused naming them."""
+    path = tmp_path / "pair.h5"
+    assert run_config(parse_config(PAIR), path, progress=False, log=lambda s: None).status == "finished"
+    run = load(path)
+    assert run.pde.terminal.verdict == "stable" and len(run.pde.plateaus) == 1
+    with h5py.File(path, "r+") as f:
+        damage(f)
+    with pytest.raises(ArchiveDamaged, match="damaged archive") as e:
+        load(path)
+    assert words in str(e.value), str(e.value)
+
+
 def test_a_resume_never_starts_a_stage_over_inside_its_rows(tmp_path, runs):
     """The restart group of an unfinished stage gone: its rows are not followed by a second time series
     from t = 0; the resume is refused."""
@@ -414,6 +439,17 @@ def test_a_resume_across_a_changed_default_is_refused_naming_the_version(tmp_pat
     monkeypatch.undo()
     assert run_config(parse_config(CFG), path, resume=True, progress=False, log=lambda s: None).status == "finished"
     same_run(path, runs / "full.h5")
+
+
+def test_a_changed_node_tolerance_default_is_refused_naming_both_options(tmp_path, runs, monkeypatch):
+    """The node step tolerances, which follow the node spacing by default (pde.NODE_TOLERANCE), are stored as
+    the run resolved them: another default names both."""
+    from solvers import pde
+    path = copy(runs / "cut_pde.h5", tmp_path / "c.h5")
+    monkeypatch.setattr(pde, "NODE_TOLERANCE", pde.NODE_TOLERANCE / 2)
+    with pytest.raises(RunRefused, match=r"other defaults than this version's \(\S+\): pde.node_atol: \S+ in the "
+                                         r"archive, \S+ now; pde.node_rtol: \S+ in the archive, \S+ now;"):
+        check_resumable(path, parse_config(CFG))
 
 
 def test_a_resume_with_an_option_given_explicitly_is_exact_across_a_changed_default(tmp_path, monkeypatch):
