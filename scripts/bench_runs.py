@@ -252,9 +252,8 @@ class WriterClock:
 
 def _dirty_kib() -> int | None:
     """The kernel's dirty page cache, KiB (Linux: /proc/meminfo "Dirty"; None elsewhere). The archive's
-    flush hands its bytes to the page cache, and how long that takes depends on what is already there: the
-    flush of the 0.2 s run's 2.5 MB took 1.7 ms with a clean cache and 6.2-6.6 ms with ~200 MB dirty
-    (AMD EPYC model 17, ext4), so an archive record says which it met."""
+    flush hands its bytes to the page cache, and how long that takes depends on what is already there (a
+    cache with hundreds of MB dirty makes it several times slower), so an archive record says which it met."""
     try:
         with open("/proc/meminfo") as f:
             return next((int(line.split()[1]) for line in f if line.startswith("Dirty:")), None)
@@ -399,9 +398,8 @@ def archive_jobs(quick: bool = False) -> list:
     if quick:
         return [lambda: archive_overhead(2, 64, 1.0, 0.1, repeats=1, apply_target=False),
                 lambda: snapshot_cost(2, 64, 1.0, 0.1, repeats=1)]
-    # repeats: a 2-core guest moves a whole run by 10-30% from one repeat to the next (the nineteenth
-    # session measured the S^2 archive at 1.10x and 1.02x, the K = 4096 one at 1.10x with a paired median of
-    # 0.90, with 4 and 3 repeats): the medians need enough pairs to stand for the run and not for a disturbance
+    # repeats: on a shared 2-core machine a whole run varies by tens of percent from one repeat to the next;
+    # the medians need enough pairs to stand for the run and not for a disturbance
     return [lambda: archive_overhead(2, 1024, repeats=15),     # a 0.3 s run: the fixed cost
             lambda: archive_overhead(2, 4096, repeats=5),      # the same model, a run of about 5 s
             lambda: archive_overhead(3, 127, repeats=5),       # the sphere, a run of over 5 s: the 3%

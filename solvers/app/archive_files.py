@@ -13,10 +13,9 @@ Space. Before each write the writer reserves the bytes it is about to add (``fal
 file, without changing its size; the file size limit, ``ulimit -f``, is checked against the same count), so
 HDF5 never meets a full disk halfway through a flush, which leaves a file it cannot read. What the last
 reservation did not use stays allocated past the end of the file (at most twice a batch and 512 KiB): giving it
-back costs a truncation, 2-5 ms. A reservation
-that fails raises :class:`ArchiveFull` before anything is written: the archive stays as its last flush left
-it. If a write fails all the same, :func:`abandon` points HDF5's descriptor at /dev/null, so that nothing
-more of that session reaches the file.
+back would cost a truncation per archive. A reservation that fails raises :class:`ArchiveFull` before anything
+is written: the archive stays as its last flush left it. If a write fails all the same, :func:`abandon` points
+HDF5's descriptor at /dev/null, so that nothing more of that session reaches the file.
 """
 from __future__ import annotations
 

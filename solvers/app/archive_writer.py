@@ -124,7 +124,7 @@ def _scale(g: h5py.Group, name: str, get) -> h5py.Dataset:
 def label(g: h5py.Group, path: str, d: int, names, get=None) -> None:
     """Named dimensions and CF attributes for the datasets ``names`` of group ``g`` (at ``path``) that have
     none yet; a 1-D dataset named after its dimension becomes that dimension's coordinate. ``get(g, name)``:
-    the dataset (a writer's cache of h5py's Dataset objects, which cost ~0.1 ms each to make)."""
+    the dataset (a writer's cache of h5py's Dataset objects, which are costly to make)."""
     get = get or (lambda group, key: group.get(key))
     scales: dict[str, h5py.Dataset] = {}
     for name in names:
