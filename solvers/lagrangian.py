@@ -372,6 +372,15 @@ LEAVE_GROWTHS = 20.0
 MAX_PLATEAUS = 64
 
 
+def diffuse_rate_of(log: list) -> tuple[float, float] | None:
+    """(diffuse mass, how fast it falls per unit time) from a diffuse log [(t, diffuse mass)] of the last two
+    certification attempts (a restart state's ``diffuse_log``); None before two."""
+    if len(log) < 2 or log[1][0] <= log[0][0]:
+        return None
+    (t0, d0), (t1, d1) = log
+    return float(d1), (float(d0) - float(d1)) / (float(t1) - float(t0))
+
+
 class LagrangianPhase(Integration):
     """The node measure stepped in time (module docstring): an :class:`~solvers.stepping.Integration` of the
     node positions, built at the handoff or from a restart state; :meth:`run` advances it to t_final or
@@ -697,10 +706,7 @@ class LagrangianPhase(Integration):
     def diffuse_rate(self) -> tuple[float, float] | None:
         """(diffuse mass, how fast it falls per unit time) from the last two certification attempts; None
         before two."""
-        if len(self.diffuse_log) < 2 or self.diffuse_log[1][0] <= self.diffuse_log[0][0]:
-            return None
-        (t0, d0), (t1, d1) = self.diffuse_log
-        return d1, (d0 - d1) / (t1 - t0)
+        return diffuse_rate_of(self.diffuse_log)
 
     def report(self, h: float) -> dict:
         out = {"dt": h, "nodes": len(self.nodes), "nsteps": self.nsteps}

@@ -867,6 +867,16 @@ class PDERun:
         self.t = e.t
         return stop, message
 
+    def resolved_options(self) -> dict:
+        """The options as this run uses them: each one left to a default of the space (None) replaced by its
+        value, so that a record of them repeats the run under other defaults. dt0 (from the initial state)
+        and atom_radius (from the handoff's nodes) stay None unless given: they are computed by the run."""
+        out = self.opts.to_dict()
+        out.update(max_degree=self.max_degree, output_points=self.output_points)
+        if self.continues:
+            out["nodes"] = self.opts.nodes or self.space.default_nodes
+        return out
+
     # --- the continuation -------------------------------------------------------------------------
     def _continuation_nodes(self, factor: int = 1):
         g = self.good

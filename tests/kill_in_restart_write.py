@@ -12,7 +12,7 @@ import signal
 import sys
 import traceback
 
-from solvers.app import archive
+from solvers.app import archive_writer as archive
 
 _set_attrs = archive._set_attrs
 _writes = []

@@ -4,7 +4,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -273,92 +272,6 @@ def test_a_run_whose_messages_cannot_be_written_runs_to_its_end(tmp_path, stderr
     assert run.status == "finished" and run.pde.t[-1] == 0.5
     assert info.returncode == 1 and info.stderr.strip() == (
         "attnpde: error: cannot write the output: [Errno 28] No space left on device"), info.stderr
-
-
-def test_batches_written_behind_the_run_are_the_run(tmp_path, monkeypatch):
-    """flush_interval = 0: every snapshot goes to the writer's background thread while the solver goes on;
-    the archive holds exactly what solve_pde returns in memory, every restart state included."""
-    from solvers.app import archive
-    from solvers.app.runner import run_config
-    threads, run = [], archive._WriteBehind._run
-    monkeypatch.setattr(archive._WriteBehind, "_run",
-                        lambda self, job: (threads.append(threading.current_thread().name), run(self, job))[1])
-    text = PDE_CFG.format(t_final=1.0, save_every=0.05, max_degree=512).replace('name = "t"', 'name = "t"\nflush_interval = 0')
-    out = tmp_path / "behind.h5"
-    res = run_config(parse_config(text), out, log=lambda s: None, progress=False)
-    model = Model(2, 1.0, "ascent", perceptron=Perceptron.random(2, 2, "relu", 1.0, seed=111))
-    ref = solve_pde(model, 1.0, 64, save_every=0.05, max_degree=512, tail_max=1e-2)
-    pde = load(out).pde
-    assert res.status == "finished" and len(ref.t) == 21
-    assert len(threads) == 21 and all(n.startswith("attnpde-archive") for n in threads)   # one batch each
-    assert np.array_equal(pde.t, ref.t) and np.array_equal(pde.coeffs, ref.coeffs)
-    assert np.array_equal(pde.density, ref.density) and np.array_equal(pde.steps["dt"], ref.steps["dt"])
-    with h5py.File(out) as f:
-        state = json.loads(f["pde/restart"].attrs["state"])
-        assert state["snapshots"] == 21 and state["t"] == ref.t[-1]
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("batches, direct_chunks", [
-    ("one", [(0, 32), (32, 64), (64, 96)]), ("of 50", [(0, 32), (14, 46)]), ("of 1", [])])
-def test_chunks_compressed_off_the_thread_are_hdf5_chunks_of_the_rows(tmp_path, monkeypatch, batches, direct_chunks):
-    """The density's chunks compressed in the writer's worker as the snapshots arrive are chunks of the
-    dataset's own filter pipeline (shuffle, then gzip): HDF5 records every filter as applied, and undoing
-    them by hand (zlib, then the byte planes back to float64) gives exactly the run's rows; the archive
-    holds the run (101 snapshots, 32 per chunk). One batch at the end (a flush interval longer than the
-    run): rows 0-95 go as three whole chunks. Batches of 50 written behind the run: rows 0-31 of the
-    first, and rows 64-95 (14-45 of the second batch, which starts at row 50 of the file). A batch per
-    snapshot: no chunk lies within one batch, every row goes through HDF5.
-
-    The stored bytes are not compared with those HDF5 would make: zlib builds (HDF5's, Python's) may
-    encode the same data differently, and any valid encoding is read back the same."""
-    import zlib
-
-    from solvers.app import archive
-    from solvers.app.runner import run_config
-    direct, write = [], archive._Deflated.write
-    monkeypatch.setattr(archive._Deflated, "write",
-                        lambda self, ds, n, rows: (lambda done: (direct.extend(done), done)[1])(write(self, ds, n, rows)))
-    flush_interval = {"one": 1e6, "of 50": 1e6, "of 1": 0.0}[batches]
-    if batches == "of 50":
-        monkeypatch.setattr(archive.ArchiveWriter, "_due", lambda self: len(self._pending["pde"]) >= 50)
-    text = PDE_CFG.format(t_final=2.0, save_every=0.02, max_degree=512).replace(
-        'name = "t"', f'name = "t"\nflush_interval = {flush_interval}')
-    out = tmp_path / "d.h5"
-    run_config(parse_config(text), out, log=lambda s: None, progress=False)
-    model = Model(2, 1.0, "ascent", perceptron=Perceptron.random(2, 2, "relu", 1.0, seed=111))
-    ref = solve_pde(model, 2.0, 64, save_every=0.02, max_degree=512, tail_max=1e-2)
-    assert np.array_equal(load(out).pde.density, ref.density)
-    with h5py.File(out) as f:
-        ds = f["pde/density"]
-        rows, cols = ds.chunks
-        assert ds.compression == "gzip" and ds.shuffle and ds.shape == (101, 1024) and cols == 1024 and rows == 32
-        for start in range(0, ds.shape[0], rows):
-            mask, chunk = ds.id.read_direct_chunk((start, 0))
-            assert mask == 0, start                       # both filters applied to this chunk
-            planes = np.frombuffer(zlib.decompress(chunk), np.uint8).reshape(8, rows * cols)
-            values = np.ascontiguousarray(planes.T).view(np.float64).reshape(rows, cols)
-            n = min(rows, ds.shape[0] - start)               # an edge chunk holds rows past the end too
-            assert np.array_equal(values[:n], ref.density[start: start + n]), start
-    assert direct == direct_chunks
-
-
-def test_an_error_in_a_background_write_is_raised(tmp_path):
-    """A batch written behind the run that fails (here: a full disk) raises at the next use of the file,
-    on the run's thread; the file is still closed, readable."""
-    from solvers.app.archive import ArchiveWriter
-
-    def full(*a, **k):
-        raise OSError(28, "No space left on device")
-    w = ArchiveWriter(tmp_path / "e.h5", "create", flush_interval=0.0)
-    w.pde_begin(np.zeros((8, 2)), {}, "uniform")
-    w._write_pde = full
-    w.pde_snapshot({"t": 0.0})                         # due at once: handed to the background thread
-    with pytest.raises(OSError, match="No space left"):
-        w.f.attrs["status"] = "failed"
-    w.close()
-    with h5py.File(tmp_path / "e.h5") as f:
-        assert f.attrs["status"] == "running" and "pde" in f
 
 
 @pytest.mark.slow
@@ -789,6 +702,11 @@ def test_a_resumed_archive_from_before_the_step_stiffness_keeps_its_series_align
         r = g["restart"]
         state = json.loads(r.attrs["state"])
         state.pop("stiffness")
+        # nor the checksums, which came later still (a state edited under them is refused as damaged)
+        for k in ("checksums", "text_crc32"):
+            del f.attrs[k]
+        state.pop("digest")
+        state.pop("crc")
         r.attrs["state"] = json.dumps(state)
         rows = g["t"].shape[0]
     assert rows >= 2

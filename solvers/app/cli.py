@@ -1,7 +1,7 @@
 """The ``attnpde`` command line.
 
     attnpde run CONFIG [--out PATH] [--resume] [--force] [--quiet]
-    attnpde info ARCHIVE
+    attnpde info ARCHIVE [--layout]
     attnpde plot ARCHIVE [--out DIR]
     attnpde sweep CONFIG --beta LIST [--workers N | --scheduler ADDRESS] [--out DIR] [--resume] [--force]
     attnpde validate CONFIG --n LIST [--seeds M] [--workers N | --scheduler ADDRESS] [--at T] [--out PATH] [--force]
@@ -89,9 +89,10 @@ def _unwritable(out: Path, what: str, *, directory: bool = False) -> str | None:
     return None
 
 
-def _archive_path_problem(out: Path, config_path: str, given: bool) -> str | None:
+def _archive_path_problem(out: Path, config_path: str, given: bool, resume: bool = False) -> str | None:
     """Why ``out`` cannot receive the archive of the configuration at ``config_path`` (None if it can).
-    Checked before the run: --force must never replace the configuration or meet a directory."""
+    Checked before the run: --force must never replace the configuration or meet a directory. A resume
+    creates nothing: whether the archive can be written, its lock says (a read-only archive, in one line)."""
     what = "--out" if given else "the archive path (default)"
     if out.is_dir():
         return f"{what} {out}: is a directory; give a file path (e.g. {out / (Path(config_path).stem + '.h5')})"
@@ -103,11 +104,11 @@ def _archive_path_problem(out: Path, config_path: str, given: bool) -> str | Non
         other = _default_out(config_path)
         other = other if other != out else out.with_name(out.stem + "_run.h5")
         return f"{what} {out}: is the configuration itself; give the archive another path (e.g. {other})"
-    return _unwritable(out, what)
+    return None if resume else _unwritable(out, what)
 
 
 def cmd_run(args) -> int:
-    from .archive import ArchiveError
+    from .archive import ArchiveError, ArchiveFull
     from .config import ConfigError, load_config
     from .runner import RunFailed, RunRefused, run_config
 
@@ -118,7 +119,7 @@ def cmd_run(args) -> int:
     out = Path(args.out) if args.out else _default_out(args.config)
     if args.resume and args.force:
         return _err("--resume and --force exclude each other")
-    problem = _archive_path_problem(out, args.config, bool(args.out))
+    problem = _archive_path_problem(out, args.config, bool(args.out), resume=args.resume and out.exists())
     if problem:
         return _err(problem)
     command = _command("run")
@@ -127,8 +128,9 @@ def cmd_run(args) -> int:
                              progress=None if not args.quiet else False)
     except (RunRefused, ArchiveError) as e:
         return _err(str(e))
-    except RunFailed as e:
-        say(f"attnpde: error: {e}")
+    except (RunFailed, ArchiveFull) as e:
+        # a stage's failure, or no room for the archive: the archive keeps what it held (status failed)
+        say(f"attnpde: error: {e.strerror if isinstance(e, ArchiveFull) else e}")
         return EXIT_FAILED
     except OSError as e:
         # creating the archive (the checks above cannot foresee every file system); a stage's own
@@ -163,15 +165,19 @@ def _not_a_regular_file(path: str) -> str | None:
 
 def cmd_info(args) -> int:
     from .archive import ArchiveError
-    from .info import describe
+    from .info import describe, describe_layout
 
     problem = _not_a_regular_file(args.archive)
     if problem:
         return _err(problem)
     try:
-        print(describe(args.archive))
+        text = describe_layout(args.archive) if args.layout else describe(args.archive)
     except ArchiveError as e:
         return _err(str(e))
+    except Exception as e:                      # noqa: BLE001 — content the checks let through, read wrong
+        return _err(f"{args.archive}: damaged archive: cannot describe it ({type(e).__name__}: "
+                    f"{' '.join(str(e).split())})")
+    print(text)
     return EXIT_OK
 
 
@@ -196,6 +202,9 @@ def cmd_plot(args) -> int:
     except OSError as e:
         # writing the figures (the check above cannot foresee every file system)
         return _err(f"cannot write the figures ({e.strerror or e})")
+    except Exception as e:                      # noqa: BLE001 — content the checks let through, drawn wrong
+        return _err(f"{args.archive}: damaged archive: cannot plot it ({type(e).__name__}: "
+                    f"{' '.join(str(e).split())})")
     for f in files:
         print(f)
     return EXIT_OK
@@ -375,6 +384,9 @@ def build_parser() -> argparse.ArgumentParser:
     i = sub.add_parser("info", help="what a run was, how it ended, its key numbers")
     i.add_argument("archive", help="an archive of `attnpde run`, `sweep` (a member) or `validate` (.h5, or "
                                    ".h5.part while unfinished)")
+    i.add_argument("--layout", action="store_true",
+                   help="the archive's layout instead: every group, dataset (shape, type, dimensions, what it "
+                        "holds) and attribute")
     i.set_defaults(func=cmd_info)
     p = sub.add_parser("plot", help="PNG figures of a run")
     p.add_argument("archive", help="an archive of `attnpde run`, `sweep` (a member) or `validate`")
@@ -491,7 +503,7 @@ def _main(argv: list[str] | None) -> int:
         return args.func(args)
     except (KeyboardInterrupt, ImportError) as e:
         if isinstance(e, ImportError) and not _SIGNALS:
-            raise
+            return _internal_error(e)
         say("attnpde: interrupted" + (" (SIGTERM)" if _SIGNALS[:1] == [signal.SIGTERM] else ""))
         return _interrupted_exit()
     except BrokenPipeError:
@@ -500,12 +512,27 @@ def _main(argv: list[str] | None) -> int:
         silence(sys.stdout)
         return EXIT_BROKEN_PIPE
     except OSError as e:
-        if e.filename is not None:          # a file of the command's, not its output: not ours to take
-            raise
+        if e.filename is not None:          # a file of the command's, not its output
+            say(f"attnpde: error: {e.filename}: {e.strerror or e}")
+            return EXIT_FAILED
         # the output cannot be written (``attnpde info A > /dev/full``): say so, as a shell tool does
         silence(sys.stdout)
         say(f"attnpde: error: cannot write the output: {e}")
         return EXIT_FAILED
+    except Exception as e:                  # noqa: BLE001 — a bug: one line all the same (no traceback)
+        return _internal_error(e)
+
+
+def _internal_error(e: BaseException) -> int:
+    """An error no check foresaw (a bug): one line, exit 1; the traceback with ATTNPDE_TRACEBACK=1."""
+    import os
+    import traceback
+
+    if os.environ.get("ATTNPDE_TRACEBACK"):
+        traceback.print_exc()
+    say(f"attnpde: error: unexpected {type(e).__name__}: {' '.join(str(e).split())} (a bug: please report it with "
+        "the command; ATTNPDE_TRACEBACK=1 shows where)")
+    return EXIT_FAILED
 
 
 if __name__ == "__main__":

@@ -276,6 +276,8 @@ def describe(path: str | Path) -> str:
         else:
             out.append(f"  not finished ({why}): `{_resume_command(a.get('command', ''), run.path)}` continues it from "
                        + _resume_points(run))
+    if run.warnings:
+        out.append(f"  warning: {', '.join(run.warnings)} changed since attnpde wrote it (edited by hand, or damaged)")
     if a.get("libraries"):
         out.append(f"  libraries: {a['libraries']}")
     if a.get("libraries_resumed"):
@@ -306,4 +308,73 @@ def describe(path: str | Path) -> str:
         out.append(f"validation: particles -> PDE for N = {', '.join(str(int(n)) for n in val.n)} "
                    f"({len(val.seeds)} seed(s) each)")
         out += ["  " + line for line in val.table.splitlines()]
+    return "\n".join(out)
+
+
+def describe_layout(path: str | Path) -> str:
+    """The text of `attnpde info --layout`: every group with its attributes, every dataset with its shape,
+    type, named dimensions and what it holds (its long_name), the placeholder dimensions (no data) with
+    what they count, and how the ragged node measure splits. The structure only: no value is checked."""
+    import h5py
+
+    from .archive import ArchiveDamaged, open_archive
+    from .archive_reader import attr_text, is_dimension
+    from .archive_schema import RAGGED
+
+    path = Path(path)
+    lines, placeholders = [], {}
+
+    def short(v) -> str:
+        v = v.item() if isinstance(v, np.generic) else v
+        if isinstance(v, (bytes, np.bytes_)):
+            v = v.decode(errors="replace").rstrip()
+        if isinstance(v, str):
+            return repr(v) if len(v) <= 40 and "\n" not in v else f"(text, {len(v)} characters)"
+        if isinstance(v, np.ndarray):
+            return f"(array {v.shape})"
+        return f"{v:g}" if isinstance(v, float) else str(v)
+
+    hidden = {"DIMENSION_LIST", "REFERENCE_LIST", "CLASS", "NAME", "long_name", "units", "standard_name",
+              "sample_dimension", "coordinates", "description", "comment", "crc32", "text_crc32"}
+
+    def visit(name: str, obj) -> None:
+        where = "/" + name
+        if isinstance(obj, h5py.Group):
+            attrs = [f"{k} = {short(v)}" for k, v in obj.attrs.items() if k not in hidden]
+            lines.append((where, "group" + (f"; attrs: {', '.join(attrs)}" if attrs else "")))
+            return
+        if is_dimension(obj):
+            placeholders.setdefault(name.rsplit("/", 1)[-1], []).append(where.rsplit("/", 1)[0] or "/")
+            return
+        scale = h5py.h5ds.is_scale(obj.id)
+        dims = [name.rsplit("/", 1)[-1]] if scale else [
+            next((s.name.rsplit("/", 1)[-1] for s in obj.dims[i].values()), "?") for i in range(obj.ndim)]
+        role = "coordinate: " if scale else ""
+        what = attr_text(obj.attrs.get("long_name", ""))
+        units = attr_text(obj.attrs.get("units", ""))
+        lines.append((where, f"{str(obj.shape):14s} {str(obj.dtype):10s} [{', '.join(dims)}] {role}{what}"
+                     + (f" ({units})" if units and units != "1" else "")))
+
+    with open_archive(path) as f:
+        try:
+            head = (f"archive {path}  ({attr_text(f.attrs.get('format'))} v{f.attrs.get('format_version')}, "
+                    f"checksums: {attr_text(f.attrs.get('checksums', 'none (written before them)'))})")
+            attrs = [f"{k} = {short(v)}" for k, v in f.attrs.items() if k not in hidden]
+            lines.append(("/", f"attrs: {', '.join(attrs)}"))
+            f.visititems(visit)
+        except Exception as e:                    # noqa: BLE001 — a structure HDF5 cannot walk
+            raise ArchiveDamaged(f"{path}: damaged archive: its structure cannot be read "
+                                 f"({' '.join(str(e).split())})") from None
+    from .archive_schema import DIMENSION_NOTES
+    width = max(len(w) for w, _ in lines) + 1
+    out = [head, "", *(f"{w:{width}s} {text}" for w, text in lines)]
+    if placeholders:
+        out += ["", "dimensions without coordinates (empty placeholder datasets: no data; the length is that of the "
+                    "variables using them):"]
+        out += [f"  {k:20s} {DIMENSION_NOTES.get(k, k)}  (in {', '.join(sorted(set(v)))})"
+                for k, v in sorted(placeholders.items())]
+    if any(w == "/pde/lagrangian/x" for w, _ in lines):
+        out += ["", f"/pde/lagrangian: {RAGGED}"]
+    out += ["", "restart/ (a or b): the state a resume continues from; restart@state (JSON) names the slot, the "
+                "rows it covers with their CRC-32, and its digest"]
     return "\n".join(out)

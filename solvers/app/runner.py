@@ -10,6 +10,7 @@ continues a killed or interrupted run from the latest state its archive holds fo
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import signal
 import sys
@@ -21,7 +22,9 @@ from typing import Callable
 
 import numpy as np
 
-from .archive import ArchiveError, ArchiveWriter, libraries, made_by, open_archive, software_version
+from .archive import (ArchiveDamaged, ArchiveFull, ArchiveWriter, Lock, libraries, made_by,
+                      open_archive, read_restart, read_state, software_version, verify)
+from .archive_schema import to_json
 from .config import ConfigError, RunConfig, parse_config
 from .executor import FORWARDED_SIGNAL as _FORWARDED_SIGNAL
 from .streams import say
@@ -196,38 +199,145 @@ def resume_differences(archived: dict, given: dict) -> tuple[list[str], list[str
 
 def check_resumable(path: Path, config: RunConfig, command: str = "") -> list[str]:
     """Refuse (RunRefused/ArchiveError) unless ``path`` is an unfinished run of the same configuration,
-    written by the same kind of command as ``command`` (:func:`~solvers.app.archive.made_by`): a study of
-    ``attnpde validate`` does not resume (resumed as a run, it became a plain run archive without its
-    study), and a sweep's member resumes with its sweep. Returns the differences a resume may make
-    (:data:`RESUME_MAY_CHANGE`), for the caller to say."""
+    written by the same kind of command as ``command`` (:func:`~solvers.app.archive.made_by`), that proves
+    it can be continued: whole (``archive.verify``), with a restart state for every unfinished stage that
+    holds rows, that state consistent with its rows and the configuration (:func:`_restart_problems`; the
+    solvers check its settings again as they start), and the options as this version resolves them equal
+    to those the run resolved (a default changed between versions would make the resumed run another run). A study of
+    ``attnpde validate`` does not resume, and a sweep's member resumes with its sweep. Returns the
+    differences a resume may make (:data:`RESUME_MAY_CHANGE`), for the caller to say."""
+    path = Path(path)
+    restarts, options = {}, {}
     with open_archive(path) as f:
         status = str(f.attrs.get("status", ""))
         text = str(f.attrs.get("config", ""))
         origin = made_by(str(f.attrs.get("command", "")))
+        made = str(f.attrs.get("software_version", "?"))
+        if origin == "validate":
+            raise RunRefused(f"{path}: written by `attnpde validate`, which does not resume; the same validate "
+                             "command again starts the study over (with --force where its archive exists)")
+        if origin == "sweep" and made_by(command) != "sweep":
+            raise RunRefused(f"{path}: a member of `attnpde sweep`; resume it with the sweep's own command and "
+                             "--resume (its configuration, --beta list and --out folder)")
+        if status == "finished":
+            raise RunRefused(f"{path}: the run is already finished; nothing to resume "
+                             "(use --force to start it again from scratch)")
+        try:
+            archived = parse_config(text, str(path))
+        except ConfigError as e:
+            raise ArchiveDamaged(f"{path}: damaged archive: its configuration does not parse ({e})") from None
         pde = f.get("pde")
-        resumes_pde = pde is not None and "restart" in pde and not bool(pde.attrs.get("complete", False))
-        grids = pde["grids"][()] if resumes_pde and "grids" in pde else None
-    if origin == "validate":
-        raise RunRefused(f"{path}: written by `attnpde validate`, which does not resume; the same validate "
-                         "command again starts the study over (with --force where its archive exists)")
-    if origin == "sweep" and made_by(command) != "sweep":
-        raise RunRefused(f"{path}: a member of `attnpde sweep`; resume it with the sweep's own command and "
-                         "--resume (its configuration, --beta list and --out folder)")
-    if status == "finished":
-        raise RunRefused(f"{path}: the run is already finished; nothing to resume "
-                         "(use --force to start it again from scratch)")
-    try:
-        archived = parse_config(text, str(path))
-    except ConfigError as e:
-        raise ArchiveError(f"{path}: damaged archive: its configuration does not parse ({e})") from None
-    diff, allowed = resume_differences(archived.raw, config.raw)
-    if diff:
-        more = f"; and {len(diff) - 8} more" if len(diff) > 8 else ""
-        raise RunRefused(f"{path}: was made with a different configuration ({len(diff)} difference(s); a key "
-                         "given in one and left to its default in the other counts): " + "; ".join(diff[:8]) + more)
-    if resumes_pde:
-        _check_grids(path, config, grids)
+        if pde is not None and not bool(pde.attrs.get("complete", False)) and "restart" in pde:
+            try:
+                grids = pde["grids"][()] if "grids" in pde else None
+            except (OSError, RuntimeError) as e:
+                raise ArchiveDamaged(f"{path}: damaged archive: /pde/grids cannot be read ({e})") from None
+            _check_grids(path, config, grids)
+        verify(f, path)                  # (a root annotation changed by hand does not stop a resume)
+        diff, allowed = resume_differences(archived.raw, config.raw)
+        if diff:
+            more = f"; and {len(diff) - 8} more" if len(diff) > 8 else ""
+            raise RunRefused(f"{path}: was made with a different configuration ({len(diff)} difference(s); a key "
+                             "given in one and left to its default in the other counts): " + "; ".join(diff[:8])
+                             + more)
+        for stage in ("pde", "particles"):
+            g = f.get(stage)
+            if getattr(config, stage) is None or g is None or bool(g.attrs.get("complete", False)):
+                continue
+            rows = g["t"].shape[0] if "t" in g else 0
+            if "restart" not in g or "state" not in g["restart"].attrs:
+                if rows:
+                    raise ArchiveDamaged(f"{path}: damaged archive: /{stage} holds {rows} snapshot rows but no "
+                                         "restart state to continue from; start the run again with --force")
+                continue
+            problems = _restart_problems(g, stage, config)
+            if problems:
+                raise ArchiveDamaged(f"{path}: damaged archive: the restart state of /{stage} does not fit the "
+                                     "rest: " + "; ".join(problems))
+            restarts[stage] = True
+            options[stage] = json.loads(str(g.attrs.get("options", "{}")))
+    for stage in restarts:
+        # the options as this version resolves them (of a fresh run: they do not depend on the state)
+        prepared = _prepare_pde(config) if stage == "pde" else _prepare_particles(config)
+        now = prepared.resolved_options() if stage == "pde" else particle_settings(config, prepared)
+        changed = _option_differences(options[stage], now)
+        if changed:
+            raise RunRefused(f"{path}: attnpde {made} started this run with other defaults than this version's "
+                             f"({software_version()}): " + "; ".join(f"{stage}.{c}" for c in changed)
+                             + f"; the resumed run would not be the same run: resume it with attnpde {made}, or "
+                             "start it again with --force")
     return allowed
+
+
+def _restart_problems(g, stage: str, config: RunConfig) -> list[str]:
+    """What is wrong with the committed restart state of ``g`` (stage ``stage``) for a resume of ``config``:
+    its arrays present and finite, its time that of its last snapshot or after it (a checkpoint, an
+    interruption) and within the run, its shapes those of the stage."""
+    out = []
+    state, restart = read_state(g["restart"]), read_restart(g)
+    t, last = restart.get("t"), restart.get("last_snapshot_t", restart.get("t"))
+    if not all(isinstance(v, (int, float)) and math.isfinite(v) for v in (t, last)):
+        return [f"its time ({t!r}, last snapshot {last!r}) is not a finite number"]
+    n = int(state.get("snapshots", 0))
+    if not 1 <= n <= g["t"].shape[0]:
+        out.append(f"it continues after {n} snapshots, /{stage}/t holds {g['t'].shape[0]}")
+    else:
+        tn = float(g["t"][n - 1])
+        if tn != last:
+            out.append(f"its last snapshot is at t = {last!r}, /{stage}/t[{n - 1}] = {tn!r}")
+    t_final = float(getattr(config, stage)["t_final"])
+    if not last <= t <= t_final:
+        out.append(f"its time t = {t!r} is not between its last snapshot ({last!r}) and t_final ({t_final!r})")
+    for k, v in restart.items():
+        if isinstance(v, np.ndarray) and v.dtype.kind in "fc" and not np.all(np.isfinite(v)):
+            out.append(f"its array {k} holds values that are not finite")
+    d = config.model.d
+    if stage == "pde":
+        from ..pde import space_for
+        space = space_for(d)[1]
+        lagrangian = restart.get("phase") == "lagrangian"
+        # the spectral state (past the handoff: the handoff's, which the continuation's error estimate reruns)
+        key, degree = (("handoff_coeffs", (restart.get("handoff") or {}).get("degree")) if lagrangian
+                       else ("coeffs", restart.get("degree")))
+        c = restart.get(key)
+        if c is None or c.ndim != 1 or degree is None or c.size != space.ncoef(int(degree)):
+            out.append(f"its {key} ({None if c is None else c.shape}) do not match its degree {degree}")
+        if lagrangian and not _nodes_ok(restart, d):
+            out.append("its node measure is not (n, d) positions with n weights and counts")
+    else:
+        x, w = restart.get("x"), restart.get("w")
+        n_w = g["w"].shape[0] if "w" in g else None
+        if x is None or w is None or x.shape != (n_w, d) or w.shape != (n_w,):
+            out.append(f"its particles ({None if x is None else x.shape}) are not the stage's {n_w} in R^{d}")
+    return out
+
+
+def _nodes_ok(restart: dict, d: int) -> bool:
+    x, w, count = restart.get("x"), restart.get("w"), restart.get("count")
+    return (x is not None and w is not None and count is not None and x.ndim == 2 and x.shape[1] == d
+            and w.shape == (x.shape[0],) and count.shape == (x.shape[0],))
+
+
+def _option_differences(archived: dict, now: dict) -> list[str]:
+    """The options whose value this version resolves differently from the archive's record ("nodes: 4096 in
+    the archive, 8192 now"). A value the archive left to a default (None: written before options were
+    resolved) is not compared."""
+    now = json.loads(to_json(now))
+    return [f"{k}: {archived[k]!r} in the archive, {v!r} now" for k, v in now.items()
+            if archived.get(k) is not None and archived[k] != v]
+
+
+def particle_settings(config: RunConfig, prepared) -> dict:
+    """The particle stage's settings as the run resolves them (``simulate_particles`` arguments, every
+    default filled in: the count, the seed, the step, the snapshot interval, the stopping rule, the options;
+    ``sum_method`` the interaction sums "auto" picked), recorded in /particles@options."""
+    from dataclasses import asdict
+
+    kw = config.particle_kwargs()
+    return {"n": int(prepared.N), "init": kw.get("init", "random"), "seed": prepared.seed,
+            "integrator": prepared.integrator, "dt": prepared.dt0, "t_final": kw.get("t_final"),
+            "save_every": prepared.save_every, "stop": None if prepared.rule is None else asdict(prepared.rule),
+            **prepared.opts.to_dict(), "sum_method": prepared.sum_method}
 
 
 def _check_grids(path: Path, config: RunConfig, grids) -> None:
@@ -254,7 +364,9 @@ def _check_grids(path: Path, config: RunConfig, grids) -> None:
 
 def new_archive(config: RunConfig, out: Path, *, force: bool, command: str, hint: str = "") -> ArchiveWriter:
     """A new archive for ``config`` at ``out`` (refused if it exists, unless ``force``), with the [run]
-    table's compression and flush interval. ``hint`` is added to the refusal's advice."""
+    table's compression and flush interval. ``hint`` is added to the refusal's advice. The archive's lock
+    is taken before the file is touched: an archive another process holds is refused (ArchiveInUse) and
+    left as it was, even with ``force``."""
     if out.exists() and not force:
         raise RunRefused(f"{out} exists; use --force to overwrite it{hint}")
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -280,11 +392,17 @@ def run_config(config: RunConfig, out: str | Path, *, resume: bool = False, forc
     if resume:
         if not out.exists():
             raise RunRefused(f"{out}: no archive to resume (run without --resume to start)")
-        changes = check_resumable(out, config, command)
+        # the lock first: nothing changes the archive between its checks and the run
+        lock = Lock(out, exclusive=True)
+        try:
+            changes = check_resumable(out, config, command)
+            writer = ArchiveWriter(out, "resume", command=command, lock=lock,
+                                   flush_interval=config.raw.get("run", {}).get("flush_interval", 1.0))
+        except BaseException:
+            lock.release()
+            raise
         for change in changes:
             log(f"[resume] {change} (how often the archive is written: the resume uses the configuration's)")
-        writer = ArchiveWriter(out, "resume", command=command,
-                               flush_interval=config.raw.get("run", {}).get("flush_interval", 1.0))
         _note_libraries(writer, log)
         if changes:
             # every resume's changes kept (the archive's config stays the start's, which each compares with)
@@ -293,6 +411,9 @@ def run_config(config: RunConfig, out: str | Path, *, resume: bool = False, forc
             writer.annotate(resumed_with=f"{earlier} | {here}" if earlier else here)
     else:
         writer = new_archive(config, out, force=force, command=command, hint=" or --resume to continue it")
+    if not writer.lock.locked and not writer.lock.shared_with_self:
+        log(f"[archive] {out}: this file system takes no file locks (NFS without a lock manager?): nothing stops "
+            "another process from writing or replacing the archive while this run writes it")
     outcome = RunOutcome(path=out, status="running")
     try:
         if config.pde is not None and not _complete(writer, "pde", outcome, log):
@@ -310,13 +431,22 @@ def run_config(config: RunConfig, out: str | Path, *, resume: bool = False, forc
         return outcome
     except KeyboardInterrupt:
         return _interrupted(writer, outcome)
+    except ArchiveFull as e:
+        # out of space: an ordinary failure; the archive is as its last commit left it
+        e = e.strerror or str(e)
+        writer.annotate(failure=f"out of space: {e}")
+        status = "failed" if writer.set_status("failed") else f"still {writer.status_written!r}: no room to change it"
+        kept = "; ".join(f"{s} to t = {t:.6g}" for s in ("pde", "particles")
+                         if (t := writer.committed_t(s)) is not None) or "no snapshot"
+        raise RunFailed(f"{e}; the archive keeps {kept} (status {status}); make room, then continue with --resume") \
+            from None
     except (ValueError, MemoryError, OSError, RuntimeError) as e:
         # what the checks before the archive could not foresee: the archive says so, and keeps what it holds
         reason = f"{type(e).__name__}: {e}"
         writer.annotate(failure=reason)
-        writer.set_status("failed")
-        raise RunFailed(f"{out}: the run failed ({reason}); the archive keeps what was written, status 'failed'") \
-            from e
+        written = writer.set_status("failed")
+        raise RunFailed(f"{out}: the run failed ({reason}); the archive keeps what was written, status "
+                        + ("'failed'" if written else f"{writer.status_written!r} (no room to change it)")) from e
     finally:
         writer.close()
 
@@ -403,7 +533,7 @@ def _resume_point(restart: dict) -> str:
 
 
 def _run_pde(config: RunConfig, writer: ArchiveWriter, resume: bool, progress, log, prepared=None):
-    from ..pde import PDEOptions, prepare_pde, space_for
+    from ..pde import prepare_pde
 
     args, kw = _pde_arguments(config)
     degree, t_final, save_every, initial = args["degree"], args["t_final"], args["save_every"], args["initial"]
@@ -413,11 +543,9 @@ def _run_pde(config: RunConfig, writer: ArchiveWriter, resume: bool, progress, l
     if restart is None:
         if resume:
             log("[pde] the archive holds no snapshot of this stage: it starts from t = 0")
-        space = space_for(config.model.d)[1]
-        opts = PDEOptions.from_kwargs(kw)
-        grid = space.output_grid(opts.output_points or space.default_output_points)
-        writer.pde_begin(grid, opts.to_dict(), "uniform" if initial == "uniform" else
-                         f"[initial] {_initial_text(config.initial)}")
+        with deferred_interrupt():
+            writer.pde_begin(prepared.grid, prepared.resolved_options(), "uniform" if initial == "uniform" else
+                             f"[initial] {_initial_text(config.initial)}")
         log(f"[pde] S^{config.model.d - 1}, degree {degree}, t_final {t_final}, "
             + (f"save_every {save_every}" if save_every else "snapshots at t = 0 and t_final (no save_every)")
             + f"; the state is kept every {_checkpoint_interval(config):g} s (checkpoint_interval)"
@@ -457,10 +585,11 @@ def _run_comparison(writer: ArchiveWriter, config: RunConfig):
     """Compare the archived PDE and particle runs (``solvers.compare`` with the [compare] table) and write
     /comparison."""
     from ..comparison import compare
-    from .archive import load, write_comparison
+    from .archive import write_comparison
+    from .archive_reader import read_archive
 
     writer.write_pending()
-    run = load(writer.path)
+    run = read_archive(writer.f, writer.path)          # through the writer's own file (its lock)
     cmp = compare(run.pde, run.particles, with_concentration=True, **(config.compare or {}))
     write_comparison(writer, cmp, config.model.d)
     return cmp
@@ -476,9 +605,7 @@ def _prepare_particles(config: RunConfig):
 
 
 def _run_particles(config: RunConfig, writer: ArchiveWriter, resume: bool, progress, log, prepared=None):
-    from dataclasses import asdict
-
-    from ..particles import ParticleOptions, StopRule, prepare_particles
+    from ..particles import prepare_particles
 
     kw = config.particle_kwargs()
     t_final = kw["t_final"]
@@ -492,9 +619,8 @@ def _run_particles(config: RunConfig, writer: ArchiveWriter, resume: bool, progr
         if resume:
             log("[particles] the archive holds no snapshot of this stage: it starts from t = 0")
         log(f"[particles] N = {kw['n']} on S^{config.model.d - 1}, t_final {t_final}")
-    solver_keys = {"n", "init", "seed", "integrator", "dt", "t_final", "save_every", "stop", "density"}
-    options = ParticleOptions.from_kwargs({k: v for k, v in kw.items() if k not in solver_keys}).to_dict()
-    rule = StopRule.from_arg(kw.get("stop"))
+    if restart is not None or prepared is None:
+        prepared = prepare_particles(config.model, restart=restart, **kw)
     bar = progress_for("particles", t_final, float(restart["t"]) if restart else 0.0, progress, log)
     state = {"begun": restart is not None}
 
@@ -503,10 +629,7 @@ def _run_particles(config: RunConfig, writer: ArchiveWriter, resume: bool, progr
         with deferred_interrupt_if(not state["begun"] or writer.write_due()):
             if not state["begun"]:
                 r = snap["restart"]
-                settings = {k: v for k, v in kw.items() if k in solver_keys - {"density"}}
-                settings.update(n=len(r["w"]), dt=r["settings"]["dt"], save_every=r["settings"]["save_every"],
-                                stop=None if rule is None else asdict(rule), **options)
-                writer.particles_begin(r["w"], settings, str(r["initial"]))
+                writer.particles_begin(r["w"], particle_settings(config, prepared), str(r["initial"]))
                 state["begun"] = True
             writer.particles_snapshot(snap)
 
@@ -514,8 +637,6 @@ def _run_particles(config: RunConfig, writer: ArchiveWriter, resume: bool, progr
         with deferred_interrupt():
             writer.particles_checkpoint(cp)
 
-    if restart is not None or prepared is None:
-        prepared = prepare_particles(config.model, restart=restart, **kw)
     result = prepared.run(progress=bar, callback=snapshot, checkpoint=checkpoint,
                           checkpoint_every=_checkpoint_interval(config))
     with deferred_interrupt():

@@ -74,11 +74,13 @@ def partial_path(path: Path) -> Path:
 def _resumable(part: Path, cfg: RunConfig, log: Callable[[str], None]) -> bool:
     """Whether the unfinished member archive ``part`` can be continued; if not (damaged by a kill in the
     middle of a write, or from another configuration) it is only a temporary file, and is started again."""
-    from .archive import SWEEP_COMMAND, ArchiveError
+    from .archive import SWEEP_COMMAND, ArchiveError, ArchiveInUse
     from .runner import RunRefused, check_resumable
 
     try:
         check_resumable(part, cfg, SWEEP_COMMAND)
+    except ArchiveInUse:
+        raise                           # another process's: neither continued nor started again here
     except (RunRefused, ArchiveError, OSError) as e:
         log(f"{part}: cannot be continued ({e}); starting the member again")
         return False
@@ -114,7 +116,7 @@ def _finished(part: Path, cfg: RunConfig) -> bool:
 
 def _member(text: str, source: str, out: str, resume: bool) -> dict:
     """Run one member into ``out`` through its ``.part`` file (module docstring); returns its summary row."""
-    from .archive import SWEEP_COMMAND
+    from .archive import SWEEP_COMMAND, replace_into
     from .runner import run_config
 
     cfg = parse_config(text, source)
@@ -127,7 +129,7 @@ def _member(text: str, source: str, out: str, resume: bool) -> dict:
         os.replace(path, part)
     if resume and part.exists() and _finished(part, cfg):
         # finished, but stopped before its rename (a Ctrl-C while the archive closed): complete, kept as it is
-        os.replace(part, path)
+        replace_into(part, path)
         log(f"{part}: finished before the sweep stopped; kept as {path.name}")
         return _row(cfg.model.beta, path, "finished")
     resume_this = resume and part.exists() and _resumable(part, cfg, log)
@@ -137,7 +139,8 @@ def _member(text: str, source: str, out: str, resume: bool) -> dict:
                          command=f"{SWEEP_COMMAND} (member beta = {cfg.model.beta:g})")
     if outcome.status != "finished":
         return {"beta": cfg.model.beta, "archive": str(part), "status": outcome.status}
-    os.replace(part, path)
+    # not over an archive another process holds (ArchiveInUse: the finished .part stays, --resume renames it)
+    replace_into(part, path)
     return _row(cfg.model.beta, path, outcome.status)
 
 

@@ -24,7 +24,6 @@ at the rate of the quadrature instead.
 from __future__ import annotations
 
 import math
-import os
 import time
 from pathlib import Path
 from typing import Callable
@@ -84,7 +83,7 @@ def validate(config: RunConfig, ns: list[int], seeds: int, out: str | Path, *, w
     that cannot be reached (all before the PDE runs and the archive is created: see
     :func:`check_fit_time` and :func:`check_particle_counts`).
     """
-    from .archive import VALIDATE_COMMAND, write_validation
+    from .archive import VALIDATE_COMMAND, replace_into, write_validation
     from .executor import open_pool
     from .runner import RunRefused, _prepare_pde, _run_pde, deferred_interrupt, new_archive
     from .streams import say
@@ -152,7 +151,7 @@ def validate(config: RunConfig, ns: list[int], seeds: int, out: str | Path, *, w
         write_validation(writer, res, results, copts, pde)
         writer.set_status("finished")
         writer.close()
-        os.replace(part, out)
+        replace_into(part, out)
         res.path = out
         return res
     except KeyboardInterrupt:
