@@ -4,8 +4,15 @@ import os
 # it once (pytest run directly, without scripts/test, which exports it)
 os.environ.setdefault("OMP_NUM_THREADS", "2")
 
+import signal  # noqa: E402
+
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
+
+# A shell starts background jobs with SIGINT ignored, and Python and the commands the tests start keep that;
+# the tests of Ctrl-C need the ordinary disposition whichever way the suite was started.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_addoption(parser):
