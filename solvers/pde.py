@@ -361,7 +361,10 @@ class PDEResult:
             radius = float(self.lagrangian["handoff"]["atom_radius"])
             atoms = lagrangian.node_atoms(nodes, radius)
             check = self.lagrangian.get("check")
-            if i == len(self.t) - 1 and check is not None and float(check["t"]) == float(self.t[i]):
+            # the rerun ends at the same time, or, for a certified run, at its own certified end: end against end
+            same_end = check is not None and (float(check["t"]) == float(self.t[i]) or (
+                self.terminal is not None and check.get("terminal") is not None))
+            if i == len(self.t) - 1 and same_end:
                 fine = lagrangian.Nodes(np.asarray(check["x"]), np.asarray(check["w"]), np.asarray(check["count"]))
                 n2 = int(check["initial_nodes"])
                 ratio = n2 / float(self.lagrangian["handoff"]["nodes"])

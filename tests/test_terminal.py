@@ -40,6 +40,10 @@ def test_an_antipodal_pair_is_a_plateau_and_one_atom_the_certified_end():
     # every node ended in the atom, and the rerun at twice the nodes certified the same end
     assert int(T.counts[0]) == 256 and T.check_nodes == 512 and T.mass_errors[0] <= 2 / 256 + 1e-15
     assert "terminal state: certified" in r.summary() and "plateau 1" in r.summary()
+    # the node groups at the end are the certified atoms, with the rerun's error bars (its own end against ours)
+    A = r.atoms()
+    assert len(A) == 1 and A.masses[0] == pytest.approx(1.0, abs=1e-12) and A.diffuse == pytest.approx(0.0, abs=1e-12)
+    assert A.check_nodes == 512 and A.mass_errors is not None and A.mass_errors[0] <= 2 / 256 + 1e-15
 
 
 def test_a_run_without_end_resumed_from_a_snapshot_is_the_uninterrupted_run():
