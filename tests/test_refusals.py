@@ -431,6 +431,10 @@ REFUSALS = [
     ("toml-not-valid", "config", SMALL + "x = [1,\n", r"^not valid TOML: .*\(at end of document\)$"),
     ("unknown-key-with-control-characters", "config", SMALL + '"a\\nb" = 1\n',
      r'^pde\."a\\nb": unknown key; allowed in \[pde\]: '),
+    # the reason of beta's largest value (the Bessel functions' range) is not given for a negative one
+    ("negative-beta-without-the-largest-ones-reason", "config",
+     '[model]\nd = 2\nbeta = -1.0\nflow = "ascent"\n[pde]\ndegree = 16\nt_final = 1.0\n',
+     r"^model\.beta: must be a number >= 0 and <= 1e\+09, got -1\.0$"),
     ("long-value-shortened", "config", BASE + "[pde]\ndegree = [" + "1, " * 100000 + "1]\nt_final = 1.0\n",
      r"^pde\.degree: must be an integer >= 4 and <= 1048576 \(2\^20.*\), got \[1, 1, 1, 1, 1, 1, 1, 1, \.\.\.\] \(list\)$"),
     # the comparison's radii are angles between unit vectors: refused up front, not after both solvers ran

@@ -354,7 +354,7 @@ def cmd_branch(args) -> int:
 
 
 _SCHEDULER_HELP = ("a running Dask scheduler (tcp://HOST:PORT, or the file of `dask scheduler --scheduler-file`): "
-                   "the tasks run on its workers instead of local processes (README: Running on a Dask cluster)")
+                   "the tasks run on its workers instead of local processes (docs/cluster.md)")
 
 
 class _Version(argparse.Action):
@@ -413,7 +413,7 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--force", action="store_true", help="overwrite an existing archive")
     v.set_defaults(func=cmd_validate)
     b = sub.add_parser("branch", help="a branch of stationary states with noise (continuation in nu); its diagram")
-    b.add_argument("config", help="TOML configuration with [model] and [branch] (README: noise, docs/noise.md)")
+    b.add_argument("config", help="TOML configuration with [model] and [branch] (docs/noise.md)")
     b.add_argument("--out", help="archive path (default: the configuration's path with .h5); the diagram is "
                    "written beside it as <stem>_branch.png")
     b.add_argument("--resume", action="store_true", help="continue an interrupted or killed branch from its last point")

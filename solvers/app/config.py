@@ -110,12 +110,15 @@ class Num:
         if not math.isfinite(v):
             raise ConfigError(path, f"must be a finite number{self._range()}"
                                     f"{' or inf' if self.inf else ''}, got {v!r}")
-        if (self.min is not None and v < self.min) or (self.gt is not None and v <= self.gt) or \
-                (self.max is not None and v > self.max):
+        if (self.min is not None and v < self.min) or (self.gt is not None and v <= self.gt):
+            # a bounds' reason explains the largest value when there is one: not said of one below the least
+            raise ConfigError(path, f"must be a number{self._range(why=self.max is None)}, got {v!r}")
+        if self.max is not None and v > self.max:
             raise ConfigError(path, f"must be a number{self._range()}, got {v!r}")
         return v
 
-    def _range(self) -> str:
+    def _range(self, why: bool = True) -> str:
+        """The bounds, and with ``why`` their reason."""
         parts = []
         if self.min is not None:
             parts.append(f">= {self.min:g}")
@@ -123,7 +126,7 @@ class Num:
             parts.append(f"> {self.gt:g}")
         if self.max is not None:
             parts.append(f"<= {self.max:g}")
-        return ((" " + " and ".join(parts)) if parts else "") + (f" ({self.why})" if self.why else "")
+        return ((" " + " and ".join(parts)) if parts else "") + (f" ({self.why})" if why and self.why else "")
 
 
 @dataclass(frozen=True)
@@ -137,13 +140,16 @@ class Int:
             raise ConfigError(path, f"must be an integer{self._range()}, got {_show(v)} ({type(v).__name__})")
         if not INT64_MIN <= v <= INT64_MAX:
             raise ConfigError(path, f"must be an integer{self._range()}, got one beyond TOML's 64 bits")
-        if (self.min is not None and v < self.min) or (self.max is not None and v > self.max):
+        if self.min is not None and v < self.min:
+            raise ConfigError(path, f"must be an integer{self._range(why=self.max is None)}, got {v!r}")
+        if self.max is not None and v > self.max:
             raise ConfigError(path, f"must be an integer{self._range()}, got {v!r}")
         return v
 
-    def _range(self) -> str:
+    def _range(self, why: bool = True) -> str:
+        """The bounds, and with ``why`` their reason."""
         parts = ([f">= {self.min}"] if self.min is not None else []) + ([f"<= {self.max}"] if self.max is not None else [])
-        return ((" " + " and ".join(parts)) if parts else "") + (f" ({self.why})" if self.why else "")
+        return ((" " + " and ".join(parts)) if parts else "") + (f" ({self.why})" if why and self.why else "")
 
 
 @dataclass(frozen=True)

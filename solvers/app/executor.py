@@ -6,7 +6,7 @@ the study scripts (``scripts/paper_protocol.py``, ``scripts/atoms_study.py``) ha
 
 - :class:`LocalPool` (the default, no ``--scheduler``): a ``ProcessPoolExecutor`` of ``workers``
   processes on this machine. It starts in milliseconds (a ``distributed.LocalCluster`` takes about a
-  second, measured: README "Running on a Dask cluster"), which matters for the small sweeps of the
+  second, measured: docs/cluster.md), which matters for the small sweeps of the
   test suite, and it needs no Dask.
 - :class:`DaskPool` (``--scheduler ADDRESS``): a ``dask.distributed`` client of a running scheduler
   (``dask scheduler`` / ``dask worker`` on any number of machines, or dask-jobqueue on SLURM/PBS). A task

@@ -811,10 +811,15 @@ def _energy_figure(run, out: Path) -> Path:
 
 def _plain_log_labels(ax) -> None:
     """Tick labels of a log y axis as plain numbers ("2", "5") where it spans under two decades, where
-    matplotlib would label the minor ticks as 2x10^0, 5x10^0."""
+    matplotlib would label the minor ticks as 2x10^0, 5x10^0; a linear axis where it spans under a factor 3."""
     from matplotlib.ticker import FuncFormatter
     lo, hi = ax.get_ylim()
-    if lo > 0 and hi / lo < 100:
+    if lo > 0 and hi / lo < 3:
+        # within a factor of 3 a log axis may hold no tick at all (1.3 to 1.5): a linear one reads better
+        ax.set_yscale("linear")
+        ax.relim()
+        ax.autoscale_view()
+    elif lo > 0 and hi / lo < 100:
         ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
         # of the minor ticks only 2 and 5 (x 10^k) are labelled: all eight crowd the axis
         ax.yaxis.set_minor_formatter(FuncFormatter(
