@@ -1298,10 +1298,15 @@ class Branch:
         if self.threshold is not None:
             lines.append(f"  threshold nu = {self.threshold:.12g}; kind: {self.kind}"
                          + (f" (normal form {self.normal_form:+.6g})" if self.normal_form is not None else ""))
+        # amplitude: |c_mode| on a branch from uniform, else the L^2 distance to the uniform state
+        amp = f"|c_{self.mode}|" if self.mode else "||rho - 1||"
+        scale = max(1.0, float(np.max(np.abs(self.amplitude)))) if len(self.amplitude) else 1.0
         for f_ in self.folds:
-            lines.append(f"  fold at nu = {f_['nu']:.10g}, amplitude {f_['amplitude']:.6g}")
+            # a turning point in nu at the uniform state is where the branch crosses it: the pitchfork
+            at_uniform = " (at the uniform state: the pitchfork)" if abs(f_["amplitude"]) <= 1e-3 * scale else ""
+            lines.append(f"  fold at nu = {f_['nu']:.10g}, {amp} = {f_['amplitude']:.6g}{at_uniform}")
         for b in self.bifurcations:
-            lines.append(f"  {b['kind']} ({b['block']}) at nu = {b['nu']:.10g}, amplitude {b['amplitude']:.6g}")
+            lines.append(f"  {b['kind']} ({b['block']}) at nu = {b['nu']:.10g}, {amp} = {b['amplitude']:.6g}")
         if self.free_energy_uniform is not None:
             lines.append("  transition: " + ("none on the computed branch" if self.transition is None else
                                              f"nu = {self.transition:.10g}"))
