@@ -147,7 +147,7 @@ def certify(model: Model, groups: Groups, radius: float, t: float, stays_put, en
     d = groups.centres.shape[1]
     k = len(groups)
     if k * (d - 1) > POLISH_DIMENSIONS:
-        return None, f"{k} groups: too many to polish"
+        return None, f"{k} node groups, single nodes included: more than {POLISH_DIMENSIONS // (d - 1)} to polish"
     if np.any(groups.resultant < 0.5):
         return None, "a group spread around a great circle"
     # dust (below the nodes' resolution) is known only to about a node spacing, ten grouping radii by default:
