@@ -279,7 +279,7 @@ def crc(values, start: int = 0) -> int:
     import zlib
 
     import numpy as np
-    return zlib.crc32(np.ascontiguousarray(values).tobytes(), start)
+    return zlib.crc32(np.ascontiguousarray(values).reshape(-1).view(np.uint8), start)      # (no copy)
 
 
 def digest(state: dict) -> int:

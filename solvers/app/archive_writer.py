@@ -496,7 +496,8 @@ class ArchiveWriter:
         slot = "b" if previous.get("slot") == "a" else "a"
         sg = r.require_group(slot)
         arrays = {k: np.asarray(v) for k, v in restart.items() if isinstance(v, np.ndarray) and v.ndim >= 1}
-        self._datasets.clear()                # (datasets are deleted below: no stale Dataset objects)
+        # datasets of the restart group are deleted below: no stale Dataset objects of it (the series' stay)
+        self._datasets = {k: v for k, v in self._datasets.items() if not k.startswith(r.name + "/")}
         for k in [k for k in sg if k not in arrays and not is_dimension(sg[k])]:     # of an earlier phase
             delete(sg, k)
         # and the placeholder dimensions no array of this state uses: what a slot holds never depends on the
