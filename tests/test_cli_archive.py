@@ -139,8 +139,16 @@ def test_round_trip_run_archive_load(tmp_path):
     with h5py.File(cfg.with_suffix(".h5")) as f:
         assert f.attrs["format"] == "attnpde-run" and "beta = 1.0" in f.attrs["config"]
         assert f["pde/energy"].dims[0][0] == f["pde/t"]          # time axis attached as a dimension scale
+        assert f["pde/density"].compression is None and f["pde/coeffs"].compression is None   # the default
+    # compression = "density": the density gzipped, one snapshot per chunk, the same values
+    dense = tmp_path / "gz" / "c.toml"
+    dense.parent.mkdir()
+    dense.write_text(cfg.read_text().replace("[run]\n", '[run]\ncompression = "density"\n', 1))
+    assert cli("run", dense, "--quiet").returncode == 0
+    with h5py.File(dense.with_suffix(".h5")) as f:
         assert f["pde/density"].compression == "gzip" and f["pde/coeffs"].compression is None
         assert f["pde/density"].chunks[1:] == f["pde/density"].shape[1:]     # whole snapshots per chunk
+        assert np.array_equal(f["pde/density"][()], ref.density)
     info = cli("info", cfg.with_suffix(".h5"))
     assert info.returncode == 0 and "ended: resolution" in info.stdout or "ended: t_final" in info.stdout
     assert "atoms:" in info.stdout

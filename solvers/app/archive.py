@@ -37,8 +37,8 @@ the layout of a given archive)::
 
 Every axis of every dataset has a named dimension (netCDF-4's dimension scales), so xarray and netCDF
 tools read each group; a dimension without coordinates is an empty placeholder dataset whose attributes
-say what it counts. Compression (gzip 1 with byte shuffling) applies to ``compression="density"`` (default:
-the output-grid density), ``"all"`` (also coefficients and particle positions) or ``"none"``.
+say what it counts. Compression (gzip 1 with byte shuffling) applies to ``compression="none"`` (the default:
+nothing), ``"density"`` (the output-grid density) or ``"all"`` (also coefficients and particle positions).
 
 How a run is written (:mod:`.archive_writer`): snapshots are buffered and written in batches, each a transaction
 whose commit record is the restart state (``restart@state``: the slot ``restart/a`` or ``restart/b``

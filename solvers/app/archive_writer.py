@@ -207,7 +207,7 @@ class ArchiveWriter:
     mode : "create" (a new file; the caller decides about overwriting) or "resume" (an existing archive)
     config_text, name, command, model : written at creation
     flush_interval : seconds between batches of snapshots (0: every snapshot)
-    compression : "density", "all" or "none"
+    compression : "none" (nothing compressed), "density" or "all"
     lock : the archive's lock, when the caller took it already (``archive_files.Lock``, exclusive)
 
     ``f`` is the open ``h5py.File``. A write that fails abandons the file as its last commit left it and
@@ -215,7 +215,7 @@ class ArchiveWriter:
     """
 
     def __init__(self, path: str | Path, mode: str, *, config_text: str = "", name: str = "", command: str = "",
-                 model: Model | None = None, flush_interval: float = 1.0, compression: str = "density",
+                 model: Model | None = None, flush_interval: float = 1.0, compression: str = "none",
                  lock: Lock | None = None) -> None:
         if compression not in COMPRESSIONS:
             raise ValueError(f"compression must be one of {COMPRESSIONS}, got {compression!r}")

@@ -2,7 +2,7 @@
 
 A configuration has these tables (either solver may be absent, not both)::
 
-    [run]                   name, description; archive: compression ("density" | "all" | "none"),
+    [run]                   name, description; archive: compression ("none" (default) | "density" | "all"),
                             flush_interval (seconds between archive writes, 0 = every snapshot),
                             checkpoint_interval (seconds between restart states kept between snapshots)
     [model]                 d, beta, flow, attention, strength, noise

@@ -372,7 +372,7 @@ def new_archive(config: RunConfig, out: Path, *, force: bool, command: str, hint
     out.parent.mkdir(parents=True, exist_ok=True)
     run = config.raw.get("run", {})
     return ArchiveWriter(out, "create", config_text=config.text, name=config.name, command=command,
-                         model=config.model, compression=run.get("compression", "density"),
+                         model=config.model, compression=run.get("compression", "none"),
                          flush_interval=run.get("flush_interval", 1.0))
 
 
