@@ -243,3 +243,17 @@ def test_info_says_why_its_clusters_are_not_the_comparisons_particle_atoms():
     (line,) = _clusters_and_comparison(r, np.array([0.551, 0.449]), _comparison([0.551, 0.449], t=40.0))
     assert "finds the same 2 particle atom(s)" in line and "at t = 40, the last time both solvers saved" in line
     assert "the particles' end, t = 42" in line
+
+
+def test_the_sweeps_count_axis_has_integer_ticks_when_every_count_is_the_same(tmp_path, monkeypatch):
+    """Counts are integers: a sweep whose members all count 2 clusters gets ticks 0, 1, 2, 3, not 1.9 ... 2.1."""
+    import matplotlib.pyplot as plt
+    from solvers.app import sweep
+
+    seen = {}
+    monkeypatch.setattr(plt.Figure, "savefig", lambda fig, path, **k: seen.update(ticks=fig.axes[0].get_yticks()))
+    config = parse_config('[model]\nd = 2\nbeta = 1.0\nflow = "ascent"\n[pde]\ndegree = 16\nt_final = 1.0\n')
+    rows = [{"beta": b, "clusters": 2, "pde_atoms": 2} for b in (1.0, 4.0, 9.0)]
+    sweep._plot(rows, tmp_path / "c.png", config)
+    ticks = seen["ticks"]
+    assert len(ticks) >= 2 and np.all(ticks == np.round(ticks)) and ticks.min() >= 0, ticks

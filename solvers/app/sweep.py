@@ -271,7 +271,10 @@ def _plot(rows: list[dict], path: Path, config: RunConfig) -> None:
         ax.plot(sb, [r.get("pde_atoms", np.nan) for r in rows], "s--", label="PDE atoms (mass >= 0.01)")
     ax.set_xlabel("sqrt(beta)")
     ax.set_ylabel("count")
-    ax.yaxis.set_major_locator(MaxNLocator(integer=True))    # counts: no ticks between integers
+    counts = [r[k] for r in rows for k in ("clusters", "pde_atoms") if isinstance(r.get(k), (int, np.integer))]
+    # counts: integer ticks from 0 (within a unit's range the locator falls back to ticks like 1.9, 2.1)
+    ax.set_ylim(0, max(counts, default=1) + 1)
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_title(f"{config.name}: S^{config.model.d - 1}, {config.model.flow}", fontsize=10)
     if ax.get_legend_handles_labels()[0]:          # no member finished (an interrupted sweep): no curves
         ax.legend(fontsize=8)
