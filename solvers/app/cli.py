@@ -107,21 +107,46 @@ def _archive_path_problem(out: Path, config_path: str, given: bool, resume: bool
     return None if resume else _unwritable(out, what)
 
 
+def _config_and_archive(args, load, config_error, resume_checks: bool):
+    """The configuration at ``args.config`` (read by ``load``) and the archive path, or the exit status of a
+    refusal: a configuration error, --resume with --force, an archive path that cannot receive it.
+    ``resume_checks``: a resume of an existing archive leaves its writability to the archive's lock."""
+    try:
+        config = load(args.config)
+    except config_error as e:
+        return _config_error(args.config, e)
+    out = Path(args.out) if args.out else _default_out(args.config)
+    if args.resume and args.force:
+        return _err("--resume and --force exclude each other")
+    problem = _archive_path_problem(out, args.config, bool(args.out),
+                                    resume=resume_checks and args.resume and out.exists())
+    if problem:
+        return _err(problem)
+    return config, out
+
+
+def _report(command: str, args, out: Path, outcome) -> int:
+    """The end of ``attnpde run`` / ``branch``: the archive and its status, then how to continue an
+    interrupted one, else its summary."""
+    print(f"archive: {outcome.path} ({outcome.status})")
+    if outcome.status == "interrupted":
+        print(f"interrupted: continue with  attnpde {command} {shlex.quote(args.config)} --out "
+              f"{shlex.quote(str(out))} --resume")
+        return _interrupted_exit()
+    from .info import describe
+    print(describe(outcome.path))
+    return EXIT_OK
+
+
 def cmd_run(args) -> int:
     from .archive import ArchiveError, ArchiveFull
     from .config import ConfigError, load_config
     from .runner import RunFailed, RunRefused, run_config
 
-    try:
-        config = load_config(args.config)
-    except ConfigError as e:
-        return _config_error(args.config, e)
-    out = Path(args.out) if args.out else _default_out(args.config)
-    if args.resume and args.force:
-        return _err("--resume and --force exclude each other")
-    problem = _archive_path_problem(out, args.config, bool(args.out), resume=args.resume and out.exists())
-    if problem:
-        return _err(problem)
+    got = _config_and_archive(args, load_config, ConfigError, resume_checks=True)
+    if isinstance(got, int):
+        return got
+    config, out = got
     command = _command("run")
     try:
         outcome = run_config(config, out, resume=args.resume, force=args.force, command=command,
@@ -136,13 +161,7 @@ def cmd_run(args) -> int:
         # creating the archive (the checks above cannot foresee every file system); a stage's own
         # errors come as RunFailed
         return _err(f"{out}: cannot create the archive ({e.strerror or e})")
-    print(f"archive: {outcome.path} ({outcome.status})")
-    if outcome.status == "interrupted":
-        print(f"interrupted: continue with  attnpde run {shlex.quote(args.config)} --out {shlex.quote(str(out))} --resume")
-        return _interrupted_exit()
-    from .info import describe
-    print(describe(outcome.path))
-    return EXIT_OK
+    return _report("run", args, out, outcome)
 
 
 def _not_a_regular_file(path: str) -> str | None:
@@ -231,8 +250,7 @@ def _workers(args) -> tuple[int, str | None]:
     return workers, None
 
 
-#: memory of a local worker process before its runs (Python, numpy, scipy and the solvers imported: 98 MiB of
-#: resident memory measured after a small particle run)
+#: memory of a local worker process before its runs (Python, numpy, scipy and the solvers imported), rounded up
 WORKER_BYTES = 100.0 * 2 ** 20
 
 
@@ -325,32 +343,20 @@ def cmd_branch(args) -> int:
     from .config import ConfigError
     from .runner import RunRefused
 
-    try:
-        config = load_branch_config(args.config)
-    except ConfigError as e:
-        return _config_error(args.config, e)
-    out = Path(args.out) if args.out else _default_out(args.config)
-    if args.resume and args.force:
-        return _err("--resume and --force exclude each other")
-    problem = _archive_path_problem(out, args.config, bool(args.out))
-    if problem:
-        return _err(problem)
+    got = _config_and_archive(args, load_branch_config, ConfigError, resume_checks=False)
+    if isinstance(got, int):
+        return got
+    config, out = got
     try:
         outcome = run_branch(config, out, resume=args.resume, force=args.force, command=_command("branch"))
     except (RunRefused, ArchiveError) as e:
         return _err(str(e))
     except OSError as e:
         return _err(f"{out}: cannot write the archive ({e.strerror or e})")
-    print(f"archive: {outcome.path} ({outcome.status})")
-    if outcome.status == "interrupted":
-        print(f"interrupted: continue with  attnpde branch {shlex.quote(args.config)} --out {shlex.quote(str(out))} "
-              "--resume")
-        return _interrupted_exit()
-    from .info import describe
-    print(describe(outcome.path))
-    if outcome.figure is not None:
+    status = _report("branch", args, out, outcome)
+    if status == EXIT_OK and outcome.figure is not None:
         print(f"figure: {outcome.figure}")
-    return EXIT_OK
+    return status
 
 
 _SCHEDULER_HELP = ("a running Dask scheduler (tcp://HOST:PORT, or the file of `dask scheduler --scheduler-file`): "
