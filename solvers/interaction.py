@@ -93,7 +93,7 @@ NUFFT_CHUNK = 2 ** 17
 #: on the threads (a run resumed with other threads continues bit for bit)
 NUFFT_COST_THREADS = 2
 #: the S^2 NUFFT sums are offered up to this degree (beta up to about 400; beyond it only the direct sums): ducc0
-#: goes higher, but their accuracy and cost model were measured up to beta = 100 (L = 90) only
+#: goes higher, but their accuracy and cost model are tested up to beta = 100 (L = 90) only
 SPHERE_MAX_DEGREE = 200
 #: fewest evaluation points whose two S^2 syntheses (Psi and G) run on two threads when they are one chunk
 #: (below, the hand-over costs about what it saves)

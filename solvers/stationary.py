@@ -121,9 +121,8 @@ _SQRT_4PI = math.sqrt(4.0 * math.pi)
 
 
 def _one_blas_thread(function):
-    """Run ``function`` with one OpenBLAS thread: its matrices are small (tens to hundreds of unknowns), and on
-    a shared machine a second BLAS thread waiting for a busy core made a 46 x 384 product take 30 ms instead
-    of 0.09 ms (``solvers._blas``)."""
+    """Run ``function`` with one OpenBLAS thread: its matrices are small (tens to hundreds of unknowns), and a
+    second BLAS thread waiting for a busy core costs a product hundreds of times its work (``solvers._blas``)."""
     import functools
 
     @functools.wraps(function)

@@ -109,10 +109,9 @@ def parse_branch_config(text: str, source: str = "<string>") -> BranchConfig:
 
 def _check_branch_memory(config: BranchConfig) -> None:
     """ConfigError (naming branch.degree, or the perceptron's units) when the problem of the branch's degree
-    cannot fit in memory; estimated before prepare_branch builds it. Peaks measured with tracemalloc
-    (prepare_branch, beta = 3 and 1000): S^1 8 M (La + 1) x 4 bytes for the M-point grid's tables of the La
-    kernel degrees, and the dense Jacobian of 2 La unknowns; S^2 'zonal' 8 (L + 1)^2 nlat (201.7 MiB at L =
-    256, 12.4 GiB at 1024); S^2 'general' ~370 (L + 1)^2 (24 MiB at 256)."""
+    cannot fit in memory; estimated before prepare_branch builds it, from its peaks: S^1 8 M (La + 1) x 4
+    bytes for the M-point grid's tables of the La kernel degrees, and the dense Jacobian of 2 La unknowns;
+    S^2 'zonal' 8 (L + 1)^2 nlat bytes; S^2 'general' ~370 (L + 1)^2."""
     from spectral import fourier, sphere
     from spectral.multipliers import kernel_bandwidth
     from ..stationary import KERNEL_TOL, _is_zonal_potential

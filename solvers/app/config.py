@@ -402,8 +402,8 @@ def _perceptron(spec: dict, d: int) -> Perceptron:
 
 def _perceptron_table_bytes(units: int, d: int) -> float:
     """Bytes of a random perceptron's tables while it is made: directions drawn and normalised, weights,
-    biases, the product W and their temporaries (peak measured with tracemalloc, d = 2, 3, 8: 4 d + 7.4
-    doubles per unit in the gradient form, 5 d + 5.4 in the general one)."""
+    biases, the product W and their temporaries: at their peak 4 d + 7.4 doubles per unit in the gradient
+    form, 5 d + 5.4 in the general one, bounded by 5 d + 8."""
     return 8.0 * float(units) * (5.0 * d + 8.0)
 
 

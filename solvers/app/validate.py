@@ -215,7 +215,7 @@ def check_fit_time(config: RunConfig, at: float | None) -> None:
 
 
 #: bytes held per particle run of a study besides its arrays: its task (a future and its arguments) and the
-#: dict of its result (measured: 2.7 KiB with three snapshot times, most of it the arrays' headers)
+#: dict of its result, most of it the arrays' headers; a bound with room
 TASK_BYTES = 4096.0
 
 
