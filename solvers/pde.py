@@ -33,7 +33,7 @@ from .model import Model, density_values
 from .eulerian import EulerianPhase, grid_rows
 from .restart import GoodState, LagrangianState, pde_state_from_dict
 from .stepping import Progress
-from .terminal import TerminalState
+from .terminal import Stage, TerminalState
 
 __all__ = ["solve_pde", "prepare_pde", "PDERun", "PDEResult", "PDEOptions", "STOP_REASONS", "space_for",
            "snapshot_time"]
@@ -286,6 +286,14 @@ class PDEResult:
     lagrangian: dict | None = field(default=None, repr=False)
     terminal: TerminalState | None = None
     plateaus: list = field(default_factory=list)
+    slow_stages: list = field(default_factory=list)
+
+    @property
+    def stages(self) -> list:
+        """The slow stages (``slow_stages``) and the plateaus (``plateaus``) as :class:`~solvers.terminal.Stage`
+        records, in the order the flow met them (solvers.terminal)."""
+        out = list(self.slow_stages) + [Stage.of_plateau(p) for p in self.plateaus]
+        return sorted(out, key=lambda s: (s.t_entered, s.kind))
 
     @property
     def space(self):
@@ -363,7 +371,7 @@ class PDEResult:
             check = self.lagrangian.get("check")
             # the rerun ends at the same time, or, for a certified run, at its own certified end: end against end
             same_end = check is not None and (float(check["t"]) == float(self.t[i]) or (
-                self.terminal is not None and check.get("terminal") is not None))
+                self.terminal is not None and check.get("stop_reason") == "stationary"))
             if i == len(self.t) - 1 and same_end:
                 fine = lagrangian.Nodes(np.asarray(check["x"]), np.asarray(check["w"]), np.asarray(check["count"]))
                 n2 = int(check["initial_nodes"])
@@ -410,6 +418,8 @@ class PDEResult:
             lines.append(f"  plateau {k + 1}: entered t={pl.t_entered:.6g}, certified t={pl.t_certified:.6g}, "
                          f"{len(pl.masses)} atom(s), energy {pl.energy:.10g}, growth {pl.growth:.3e} ({pl.part}), "
                          f"left by a kick of {pl.kick:.1e} rad")
+        for st in self.slow_stages:
+            lines.append(f"  {st.summary()}")
         if self.terminal is not None:
             lines += ["  " + line for line in self.terminal.summary_lines()]
         elif self.lagrangian is not None:
@@ -1008,15 +1018,15 @@ class PDERun:
                    # the solution reached its end and only the error-estimate rerun was cut: its atoms hold,
                    # without error bars
                    "check_interrupted": bool(self.checking)}
-        terminal = plateaus = None
+        terminal = plateaus = slow = None
         if self.lag is not None:
-            terminal, plateaus = self.lag.terminal, list(self.lag.plateaus)
+            terminal, plateaus, slow = self.lag.terminal, list(self.lag.plateaus), list(self.lag.stages)
             if terminal is not None and self.check is not None and self.check.get("terminal") is not None:
                 terminal = self._terminal_errors(terminal, TerminalState.from_dict(self.check["terminal"]),
                                                  int(self.check["initial_nodes"]))
         nsteps, nrejected, _ = self._spectral()
         return PDEResult(
-            terminal=terminal, plateaus=plateaus or [],
+            terminal=terminal, plateaus=plateaus or [], slow_stages=slow or [],
             model=self.model, t=a["t"], coeffs=a["coeffs"], degree=a["degree"], grid=self.grid,
             density=a["density"], energy=a["energy"], mass=a["mass"], min_density=a["min_density"],
             tail=a["tail"], dissipation=a["dissipation"], steps=steps, refinements=list(self.refinements),
