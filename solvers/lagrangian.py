@@ -75,7 +75,7 @@ from .interaction import InteractionSums
 from .model import Model
 from .particles import measure_energy, measure_velocity
 from .restart import LagrangianState
-from .stepping import ROS34PW2, TABLEAUS, Integration, Rosenbrock, StepController
+from .stepping import RODASP, ROS34PW2, TABLEAUS, Integration, Rosenbrock, StepController
 
 __all__ = ["Nodes", "handoff_nodes", "node_atoms", "estimate_atoms", "NodeAtoms", "LagrangianPhase"]
 
@@ -374,6 +374,11 @@ MAX_PLATEAUS = 64
 #: the step error (radians) of the atom system (LagrangianPhase.atoms_mode): a few atoms cost little, and the
 #: times of their late merges are integrals of their whole slow approach
 ATOM_TOLERANCE = 1e-9
+#: and its steps follow every growing mode: h x (growth rate) at most this
+UNSTABLE_STEP = 0.5
+#: an atom carried across a ReLU unit's switching line from within this (of <a, x> + b) is placed this far on
+#: the active side (LagrangianPhase._off_kinks): 1e-12 rad, far below every error bar
+KINK = 1e-12
 
 
 def diffuse_rate_of(log: list) -> tuple[float, float] | None:
@@ -446,6 +451,7 @@ class LagrangianPhase(Integration):
         self.stages: list = []            # the slow stages (solvers.terminal.Stage), the last one maybe open
         self.atoms_mode = False           # every node an atom: the atom system (_to_atoms)
         self.forced = False               # a forced attempt failed, and nothing has changed since
+        self.kink_crossings = 0           # atoms placed off a ReLU switching line (_off_kinks)
         self._t_step = self.t             # the time of the step being taken
         if state is not None:
             self.implicit = state.implicit
@@ -453,15 +459,16 @@ class LagrangianPhase(Integration):
             self.samples, self.plateaus = list(state.samples), list(state.plateaus)
             self.diffuse_log, self.terminal, self.ended = list(state.diffuse_log), state.terminal, state.ended
             self.stages, self.atoms_mode, self.forced = list(state.stages), state.atoms_mode, state.forced
+            self.kink_crossings = state.kink_crossings
         if self.nodes is not None:
             self._choose_method()
         if state is not None:
             self.controller.facold = state.node_facold
 
     def _choose_method(self) -> None:
-        """DP54, or ROS34PW2 once the explicit steps are stiff (``implicit``); a change of method starts its
-        controller afresh."""
-        tab = ROS34PW2 if self.implicit else TABLEAUS["DP54"]
+        """DP54, or ROS34PW2 once the explicit steps are stiff (``implicit``), or RODASP for the atom system; a
+        change of method starts its controller afresh."""
+        tab = RODASP if self.atoms_mode else ROS34PW2 if self.implicit else TABLEAUS["DP54"]
         if tab is not self.tableau:
             self.tableau = tab
             self.controller = StepController(tab.error_order)
@@ -542,8 +549,16 @@ class LagrangianPhase(Integration):
             return float(np.sqrt(np.einsum("nd,nd->n", err, err).max())) / ATOM_TOLERANCE
         return float(np.sqrt(np.einsum("nd,nd->n", err, err).max())) / (self.atol + self.rtol)
 
-    def filter_error(self) -> bool:
-        return self.atoms_mode
+    def step_bound(self) -> float:
+        """The atom system's steps resolve every growing mode: h Re(lambda) <= ``UNSTABLE_STEP`` for the
+        eigenvalues of its Jacobian (bounded by Gershgorin's discs). An implicit step much longer than 1 / lambda
+        damps a growing mode instead of following it: an atom that has just crossed a ReLU unit's switching line
+        into the unit's push would be put back, step after step."""
+        if not self.atoms_mode:
+            return math.inf
+        J, _ = reduced_jacobian(self.model, self.nodes.x, self.nodes.w)
+        growth = float(np.max(np.diag(J) + np.abs(J).sum(axis=1) - np.abs(np.diag(J))))
+        return UNSTABLE_STEP / growth if growth > 0 else math.inf
 
     def min_step(self) -> float:
         """The atom system is autonomous and its late events are fast (two atoms that took 1e13 to approach
@@ -568,14 +583,17 @@ class LagrangianPhase(Integration):
             return solve_local
         J, E = reduced_jacobian(self.model, x, self.nodes.w)
         if self.atoms_mode:
-            # few dimensions, and always implicit: no stiffness estimate, and an inverse instead of a solver's
-            # per-call overhead
+            # RODASP needs the exact Jacobian of F(u) = v(u / |u|): its tangent part E J E^T and, since <x, v> = 0
+            # on the sphere, the normal part -x_i <v_i, .> of each atom's own block (F ignores the normal
+            # direction of its argument). Few dimensions: an inverse instead of a solver's per-call overhead
             Minv = np.linalg.inv(np.eye(J.shape[0]) - g * J)
+            v = self.model.velocity_at_atoms(x, self.nodes.w)
 
             def solve_small(b: np.ndarray) -> np.ndarray:
                 beta = np.einsum("nd,ndk->nk", b, E)
-                alpha = (Minv @ beta.ravel()).reshape(beta.shape)
-                return b + np.einsum("ndk,nk->nd", E, alpha - beta)
+                alpha = np.einsum("ndk,nk->nd", E, (Minv @ beta.ravel()).reshape(beta.shape))
+                normal = np.einsum("nd,nd->n", b, x) - g * np.einsum("nd,nd->n", v, alpha)
+                return alpha + normal[:, None] * x
             return solve_small
         self._stiff_h = self._stiffness(J, h)
         lu = lu_factor(np.eye(J.shape[0]) - g * J, check_finite=False)
@@ -614,7 +632,8 @@ class LagrangianPhase(Integration):
             node_facold=self.controller.facold, implicit=self.implicit, t_begin=self.t_begin,
             next_attempt=self.next_attempt, quiet=self.quiet, samples=list(self.samples),
             plateaus=list(self.plateaus), diffuse_log=list(self.diffuse_log), terminal=self.terminal,
-            ended=self.ended, stages=list(self.stages), atoms_mode=self.atoms_mode, forced=self.forced)
+            ended=self.ended, stages=list(self.stages), atoms_mode=self.atoms_mode, forced=self.forced,
+            kink_crossings=self.kink_crossings)
 
     # --- the protocol of Integration ----------------------------------------------------------------
     def save_time(self) -> float:
@@ -784,7 +803,7 @@ class LagrangianPhase(Integration):
         """The time within the step from (``_t_step``, x_old) at which the first of ``pairs`` came within the
         grouping radius: the step taken again with shorter lengths, bisection and secant on its length."""
         link = 2.0 * math.sin(self.atom_radius / 2.0)
-        stepper = Rosenbrock(self.rhs, self.tableau, self.jacobian_factor, self.filter_error)
+        stepper = Rosenbrock(self.rhs, self.tableau, self.jacobian_factor)
         i, j = np.array(pairs).T
 
         def gap(s: float) -> float:
@@ -808,6 +827,31 @@ class LagrangianPhase(Integration):
             if abs(g) <= 1e-15:
                 break
         return self._t_step + hi
+
+    def _off_kinks(self, x: np.ndarray) -> np.ndarray:
+        """Atoms within ``KINK`` of a ReLU unit's switching line and carried into the unit's active side, placed
+        on that side at ``KINK`` (counted in ``kink_crossings``). Past the line the unit's push grows the
+        distance at its own rate from wherever the atom is; from within round-off of the line that growth moves
+        the atom by less than its coordinates resolve, and steps short enough to follow the growth would
+        leave it there for ever."""
+        p = self.model.perceptron
+        if p is None or p.activation != "relu":
+            return x
+        z = x @ p.a.T + p.b                                                 # (k, m)
+        near = np.abs(z) <= KINK
+        if not near.any():
+            return x
+        v = self.model.velocity_at_atoms(x, self.nodes.w)
+        push = near & ((v @ p.a.T) > 0.0)
+        if not push.any():
+            return x
+        x = x.copy()
+        for i, u in zip(*np.nonzero(push)):
+            t = p.a[u] - (p.a[u] @ x[i]) * x[i]                             # grad of <a_u, x> on the sphere
+            x[i] += (KINK - z[i, u]) * t / (t @ t)
+            x[i] /= np.linalg.norm(x[i])
+            self.kink_crossings += 1
+        return x
 
     def _merge_atoms(self, x: np.ndarray, pairs: list) -> Nodes:
         """The atoms with each linked set of ``pairs`` joined into one (normalised weighted mean, summed mass
@@ -874,7 +918,7 @@ class LagrangianPhase(Integration):
                 self._leave_stage(t_meet)
                 self.forced = False
             else:
-                self.nodes = Nodes(x, self.nodes.w, self.nodes.count)
+                self.nodes = Nodes(self._off_kinks(x), self.nodes.w, self.nodes.count)
             self.f, self.psi = None, None
         else:
             self.nodes, merged, self._merge_slack = _merge(Nodes(x, self.nodes.w, self.nodes.count), self.merge_tol,

@@ -1014,6 +1014,7 @@ class PDERun:
         if self.lag is not None:
             lag = {"handoff": dict(self.handoff), "merges": np.array(self.lag.merges, dtype=float).reshape(-1, 3),
                    "node_nsteps": self.lag.nsteps, "node_nrejected": self.lag.nrejected, "check": self.check,
+                   "kink_crossings": self.lag.kink_crossings,
                    "diffuse_rate": self.lag.diffuse_rate(),
                    # the solution reached its end and only the error-estimate rerun was cut: its atoms hold,
                    # without error bars

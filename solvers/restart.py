@@ -229,6 +229,8 @@ class LagrangianState(_SpectralPart):
         Every node is an atom: the flow is the atom system.
     forced : bool
         A forced certification attempt failed and nothing has changed since.
+    kink_crossings : int
+        Atoms placed off a ReLU switching line (``solvers.lagrangian.KINK``).
     """
 
     handoff: dict
@@ -255,6 +257,7 @@ class LagrangianState(_SpectralPart):
     stages: list = field(default_factory=list)
     atoms_mode: bool = False
     forced: bool = False
+    kink_crossings: int = 0
 
     def to_dict(self) -> dict:
         return {**self._spectral_dict(), "phase": "lagrangian", "degree": self.degree, "coeffs": self.coeffs,
@@ -269,6 +272,7 @@ class LagrangianState(_SpectralPart):
                 "terminal": None if self.terminal is None else self.terminal.to_dict(),
                 "ended": None if self.ended is None else list(self.ended),
                 "stages": [st.to_dict() for st in self.stages], "atoms_mode": self.atoms_mode, "forced": self.forced,
+                "kink_crossings": self.kink_crossings,
                 "version": self.version}
 
     @classmethod
@@ -291,7 +295,7 @@ class LagrangianState(_SpectralPart):
             terminal=None if d.get("terminal") is None else TerminalState.from_dict(d["terminal"]),
             ended=None if d.get("ended") is None else tuple(d["ended"]),
             stages=[Stage.from_dict(st) for st in d.get("stages", [])], atoms_mode=bool(d.get("atoms_mode", False)),
-            forced=bool(d.get("forced", False)))
+            forced=bool(d.get("forced", False)), kink_crossings=int(d.get("kink_crossings", 0)))
 
 
 def pde_state_from_dict(d: dict) -> EulerianState | LagrangianState:
