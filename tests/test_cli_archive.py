@@ -540,23 +540,18 @@ def test_sweep_writes_one_archive_per_beta(tmp_path):
     assert bad.returncode == 2 and "'x' is not a number" in bad.stderr
 
 
-def test_the_sweep_figure_has_integer_count_ticks(tmp_path, monkeypatch):
+def test_the_sweep_figure_has_integer_count_ticks(tmp_path):
     """`attnpde sweep` draws counts against sqrt(beta) with integer ticks only."""
     import matplotlib
     matplotlib.use("Agg")
-    from matplotlib.figure import Figure
     from matplotlib.ticker import MaxNLocator
 
-    from solvers import Model
-    from solvers.app import sweep
+    from solvers.app import figure_check, sweep
 
-    seen = []
-    monkeypatch.setattr(Figure, "savefig", lambda fig, *a, **k: seen.append(fig))
-    config = type("C", (), {"name": "t", "model": Model(2, 1.0, "ascent")})()
-    sweep._plot([{"beta": 1.0, "clusters": 2, "pde_atoms": 2}, {"beta": 4.0, "clusters": 3, "pde_atoms": 3}],
-                tmp_path / "f.png", config)
-    (fig,) = seen
-    loc = fig.axes[0].yaxis.get_major_locator()
+    with figure_check.captured() as figs:
+        sweep.plot_sweep(tmp_path, [{"beta": 1.0, "clusters": 2, "pde_atoms": 2},
+                                    {"beta": 4.0, "clusters": 3, "pde_atoms": 3}], "t")
+    loc = figs[sweep.FIGURE].axes[0].yaxis.get_major_locator()
     assert isinstance(loc, MaxNLocator) and all(float(v).is_integer() for v in loc.tick_values(1.7, 3.2))
 
 
@@ -850,29 +845,31 @@ def test_comparison_figure_leaves_out_undefined_and_zero_distances(tmp_path, mon
                      moment_gap=np.array([1e-2, 4e-3, 2e-3]), energy_gap=np.array([0.0, 1e-3, 2e-3]),
                      cdf_drift=np.array([0.0, np.nan, np.nan]), matched_atoms=[], unmatched_pde=[],
                      unmatched_particles=[], kernel="exp", moments_degree=8)
-    figs = []
-    monkeypatch.setattr(plots, "_save", lambda fig, path: figs.append(fig) or path)
-    plots.plot_comparison(cmp, tmp_path / "c.png")
-    ax = figs[0].axes[0]
+    from solvers.app import figure_check
+    with figure_check.captured() as got:
+        plots.plot_comparison(cmp, tmp_path / "c.png")
+    ax = got["c.png"].axes[0]
     labels = [line.get_label() for line in ax.get_lines()]
     assert labels == ["W1", "MMD", "moment gap", "energy gap"]
     ys = np.concatenate([line.get_ydata() for line in ax.get_lines()])
     assert np.nanmin(ys) == 8e-4                          # the smallest distance, no floor value
-    assert any("CDF drift: undefined past the PDE's handoff" in txt.get_text() for txt in ax.texts)
+    # said in the legend, beside the distances drawn
+    assert any("CDF drift: undefined past the PDE's handoff" in txt.get_text() for txt in ax.get_legend().get_texts())
 
 
 def test_sphere_maps_say_when_the_particles_are_drawn_at_another_time(tmp_path, monkeypatch):
     """The S^2 maps draw the particles' nearest snapshot beside each PDE snapshot: where its time differs
     (other save_every), the panel's title gives it; the figure's legend names only the layers drawn."""
-    from solvers.app import plots
+    from solvers.app import figure_check, plots_sphere
     from solvers.app.runner import run_config
 
     text = ('[model]\nd = 3\nbeta = 1.0\nflow = "ascent"\n[pde]\ndegree = 16\nt_final = 1.0\nsave_every = 0.5\n'
             "[particles]\nn = 50\nt_final = 1.0\nsave_every = 0.3\n")
     run_config(parse_config(text), tmp_path / "a.h5", log=lambda s: None, progress=False)
     figs = []
-    monkeypatch.setattr(plots, "_save", lambda fig, path, **kw: figs.append(fig) or path)
-    plots._sphere_figures(load(tmp_path / "a.h5"), tmp_path)
+    with figure_check.captured() as got:
+        plots_sphere.sphere_figures(load(tmp_path / "a.h5"), tmp_path)
+    figs.append(got["maps.png"])
     titles = [ax.get_title() for ax in figs[0].axes if ax.get_title()]
     # PDE snapshots 0, 0.5, 1; particle snapshots 0, 0.3, 0.6, 0.9, 1: at 0.5 the nearest is 0.6
     assert titles == ["t = 0", "t = 0.5, particles at t = 0.6", "t = 1"], titles
@@ -880,14 +877,17 @@ def test_sphere_maps_say_when_the_particles_are_drawn_at_another_time(tmp_path, 
     # the PDE's atoms are named only where there are some (one second of beta = 1 forms none)
     formed = len(load(tmp_path / "a.h5").atoms["pde"][1])
     pde_atoms = ["PDE atoms (basins of the density): mass right"] if formed else []
-    assert legend == ["particles"] + pde_atoms + ["particle atoms (as the comparison): mass left"], legend
+    # the particles' clusters at their end (t = 1), every one, by the rule they were counted with
+    assert legend == ["particles"] + pde_atoms + ["particle clusters at t = 1 (single linkage): mass left"], legend
     assert "Mollweide maps: PDE density" in figs[0]._suptitle.get_text()
     # the particles alone: no PDE layer named
     text = '[model]\nd = 3\nbeta = 1.0\nflow = "ascent"\n[particles]\nn = 50\nt_final = 1.0\nsave_every = 0.5\n'
     run_config(parse_config(text), tmp_path / "b.h5", log=lambda s: None, progress=False)
-    plots._sphere_figures(load(tmp_path / "b.h5"), tmp_path)
+    with figure_check.captured() as got:
+        plots_sphere.sphere_figures(load(tmp_path / "b.h5"), tmp_path)
+    figs.append(got["maps.png"])
     legend = [t.get_text() for t in figs[1].legends[0].get_texts()]
-    assert legend == ["particles", "particle atoms (as the comparison): mass left"], legend
+    assert legend == ["particles", "particle clusters at t = 1 (single linkage): mass left"], legend
     assert figs[1]._suptitle.get_text().endswith("\nMollweide maps: particles")
     import matplotlib.pyplot as plt
     for fig in figs:                     # _save would have closed them: no Mollweide axes left current

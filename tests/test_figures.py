@@ -180,6 +180,31 @@ def test_figure_kind_follows_the_rules(kind, drawn):
     assert not broken, "\n".join(f"{where}: " + "\n    ".join(v) for where, v in broken.items())
 
 
+def test_the_sweep_shows_what_varies_and_its_table_is_filled(archives, drawn):
+    """A PDE-only sweep: the table has the PDE's columns filled (atoms, largest mass, end) and no particle
+    columns of dashes; the figure draws the counts, every atom's mass and the time of each end against
+    sqrt(beta), from the members' archives."""
+    import json
+
+    from solvers.app import sweep
+    rows = json.loads((archives / "sweep" / "summary.json").read_text())
+    text = sweep.table(rows).splitlines()
+    assert "PDE atoms" in text[0] and "max mass" in text[0] and "clusters" not in text[0]
+    for r, line in zip(rows, text[1:]):
+        assert " - " not in line and f"{r['pde_max_mass']:.3f}" in line and f"at t = {r['pde_t']:.4g}" in line
+        assert r["pde_masses"] and sum(r["pde_masses"]) <= 1.0 + 1e-9     # the atoms found: at most all the mass
+    fig, _ = drawn[("sweep", sweep.FIGURE)]
+    count, masses, ends = fig.axes[:3]
+    assert [a.get_ylabel() for a in (count, masses, ends)] == ["count", "atom / cluster mass", "time t of the end"]
+    sb = np.sqrt([r["beta"] for r in rows])
+    (n,) = [ln for ln in count.get_lines() if ln.get_label().startswith("PDE atoms")]
+    assert np.allclose(n.get_xdata(), sb) and list(n.get_ydata()) == [r["pde_atoms"] for r in rows]
+    (m,) = masses.get_lines()
+    assert sorted(m.get_ydata()) == sorted(x for r in rows for x in r["pde_masses"])
+    t = np.concatenate([ln.get_ydata() for ln in ends.get_lines()])
+    assert sorted(t) == sorted(r["pde_t"] for r in rows)
+
+
 # --- the rules fail where they must -----------------------------------------------------------------------------
 def _figure():
     fig, ax = plt.subplots(figsize=(5, 4))

@@ -40,6 +40,7 @@ from ..stationary import REPRESENTATIONS, Branch, prepare_branch
 from .archive import ArchiveError, ArchiveWriter, open_archive, read_model
 from .config import (DEGREE_MAX, DEGREE_WHY, MODEL, RUN, ConfigError, Int, Num, Table, Array, Choice, _perceptron,
                      _refuse_too_big, parse_toml, read_config_text)
+from .plots_branch import branch_title, plot_branch
 from .runner import RunRefused, deferred_interrupt
 from .streams import say
 
@@ -380,7 +381,7 @@ def run_branch(config: BranchConfig, out: str | Path, *, resume: bool = False, f
         return BranchOutcome(out, "interrupted", None)
     finally:
         writer.close()
-    png = plot_branch(branch, out.with_name(out.stem + "_branch.png"), _title(config.model, config.name)) \
+    png = plot_branch(branch, out.with_name(out.stem + "_branch.png"), branch_title(config.model, config.name)) \
         if figure else None
     return BranchOutcome(out, "finished", branch, png)
 
@@ -465,120 +466,3 @@ def describe_branch(path: str | Path) -> list[str]:
     for side, (reason, msg) in sorted(b.stop.items()):
         lines.append(f"  side {side:+d} ended: {reason} — {msg}")
     return lines
-
-
-# --- the diagram -----------------------------------------------------------------------------------------
-def _title(model: Model, name: str = "") -> str:
-    p = model.perceptron
-    perc = "no perceptron" if p is None else f"{p.activation} perceptron ({p.units} units)"
-    return (f"{name + ': ' if name else ''}S^{model.d - 1}, USA, beta={model.beta:g}, gamma={model.strength:g}, "
-            f"{model.flow}, {perc}")
-
-
-def _segments(x: np.ndarray, y: np.ndarray, stable: np.ndarray, side: np.ndarray):
-    """Runs of consecutive points of one side and one stability: (x, y, stable)."""
-    start = 0
-    for i in range(1, len(x) + 1):
-        if i == len(x) or stable[i] != stable[start] or side[i] != side[start] and side[i] != 0 and side[start] != 0:
-            # the boundary point is shared, so that the curve has no gap
-            yield x[start:i + 1], y[start:i + 1], bool(stable[start])
-            start = i
-
-
-def _zoom(ax, branch: Branch, segments) -> None:
-    """An inset on the window between the threshold and the folds (a subcritical branch's bistability, often
-    a few percent of the range wide), with the transition."""
-    import matplotlib.ticker
-
-    nus = [branch.threshold] + [e["nu"] for e in branch.folds] + ([branch.transition] if branch.transition else [])
-    a, b = min(nus), max(nus)
-    lo, hi = branch.noise_range
-    if b - a > 0.2 * (hi - lo):
-        return
-    pad = 0.6 * (b - a) + 1e-12
-    x0, x1 = a - pad, b + pad
-    inset = ax.inset_axes([0.05, 0.08, 0.38, 0.42])
-    keep = branch.side >= 0 if branch.kind in ("supercritical", "subcritical") else np.ones(len(branch.noise), bool)
-    near = keep & (branch.noise >= x0) & (branch.noise <= x1)
-    for xs, ys, s in segments(branch.noise[keep], branch.amplitude[keep], branch.stable[keep], branch.side[keep]):
-        inset.plot(xs, ys, "-" if s else "--", color="C0", lw=1.4 if s else 1.0)
-    inset.plot([branch.threshold, x1], [0, 0], "-", color="k", lw=1.0)
-    inset.plot([x0, branch.threshold], [0, 0], "--", color="k", lw=0.9)
-    inset.plot([branch.threshold], [0], "o", color="k", ms=4)
-    for e in branch.folds:
-        inset.plot([e["nu"]], [e["amplitude"]], "x", color="C3", ms=7, mew=1.8)
-    if branch.transition is not None:
-        inset.axvline(branch.transition, color="C1", ls="-.", lw=1.0)
-    top = float(np.max(branch.amplitude[near])) if near.any() else 1.0
-    inset.set_xlim(x0, x1)
-    inset.set_ylim(-0.05 * top, 1.1 * top)
-    inset.tick_params(labelsize=6)
-    inset.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(3))
-    inset.set_title("threshold, transition, fold", fontsize=7)
-    inset.grid(alpha=0.3)
-
-
-def plot_branch(branch: Branch, path: str | Path, title: str = "", *, axes=None) -> Path | None:
-    """The bifurcation diagram: amplitude against nu (stable solid, unstable dashed; the uniform state at
-    amplitude 0, stable where nu > the threshold), the threshold, folds (x), bifurcations (diamonds) and the
-    transition (dash-dot line) marked; below, F - F_u against nu (F itself with a perceptron). With ``axes``
-    (two matplotlib axes) draws into them and returns None."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    own = axes is None
-    if own:
-        fig, axes = plt.subplots(2, 1, figsize=(7.5, 7.0), sharex=True, gridspec_kw={"height_ratios": [3, 2]})
-    ax, axf = axes
-    # a pitchfork's two sides are mirror images (p -> -p) of one amplitude: one is drawn
-    keep = branch.side >= 0 if branch.kind in ("supercritical", "subcritical") else np.ones(len(branch.noise), bool)
-    nu, amp, st, side = branch.noise[keep], branch.amplitude[keep], branch.stable[keep], branch.side[keep]
-    fu = branch.free_energy_uniform
-    dF = branch.free_energy[keep] - (fu if fu is not None else 0.0)
-    color = "C0"
-    for xs, ys, s in _segments(nu, amp, st, side):
-        ax.plot(xs, ys, "-" if s else "--", color=color, lw=1.6 if s else 1.2)
-    for xs, ys, s in _segments(nu, dF, st, side):
-        axf.plot(xs, ys, "-" if s else "--", color=color, lw=1.6 if s else 1.2)
-    lo, hi = branch.noise_range
-    if branch.threshold is not None and branch.kind != "imperfect":
-        nc = branch.threshold
-        for a in (ax, axf):
-            a.plot([nc, hi], [0, 0], "-", color="k", lw=1.2)
-            a.plot([lo, nc], [0, 0], "--", color="k", lw=1.0)
-        ax.plot([nc], [0], "o", color="k", ms=5, label=f"threshold nu = {nc:.6g}")
-    for e in branch.folds:
-        ax.plot([e["nu"]], [e["amplitude"]], "x", color="C3", ms=9, mew=2)
-    if branch.folds:
-        at = ", ".join(f"{e['nu']:.6g}" for e in branch.folds[:3])
-        ax.plot([], [], "x", color="C3", ms=9, mew=2, label="fold" + ("s" if len(branch.folds) > 1 else "") + f" nu = {at}")
-    for e in branch.bifurcations:
-        ax.plot([e["nu"]], [e["amplitude"]], "D", color="C2", ms=6)
-    if branch.bifurcations:
-        ax.plot([], [], "D", color="C2", ms=6, label="bifurcation")
-    if branch.transition is not None:
-        for a in (ax, axf):
-            a.axvline(branch.transition, color="C1", ls="-.", lw=1.2)
-        ax.plot([], [], "-.", color="C1", label=f"transition nu = {branch.transition:.6g}")
-    ax.plot([], [], "-", color="0.3", label="stable")
-    ax.plot([], [], "--", color="0.3", label="unstable")
-    if branch.folds and branch.threshold is not None and branch.kind != "imperfect":
-        _zoom(ax, branch, _segments)
-    what = "|c_k|" if branch.model.d == 2 else "sqrt(sum_m |c_lm|^2)"
-    ax.set_ylabel(f"amplitude of mode {branch.mode}: {what}" if branch.mode else "distance to uniform (L2)")
-    axf.set_ylabel("F - F_uniform" if fu is not None else "free energy F")
-    axf.set_xlabel("noise nu")
-    ax.legend(fontsize=8, loc="upper right" if branch.folds else "best")
-    kind = f"{branch.kind} " if branch.kind else ""
-    ax.set_title(f"{title}\n{kind}branch of mode {branch.mode}" if title else f"{kind}branch of mode {branch.mode}",
-                 fontsize=9)
-    for a in (ax, axf):
-        a.grid(alpha=0.3)
-    if not own:
-        return None
-    fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return path

@@ -166,10 +166,11 @@ def _densify(xy: np.ndarray, joined: bool) -> np.ndarray:
     return np.concatenate(pts)
 
 
-def _data_points(ax, data_only: bool = False):
-    """(label, display points) of what the axes plots: lines (densified), scatter offsets, line collections
-    (stems, error bars), step patches; ``data_only``: in data coordinates only (not reference lines drawn in
-    axes coordinates across the panel), vertices only."""
+def _data_points(ax, data_only: bool = False, joined: bool | None = None):
+    """(label, display points) of what the axes plots: lines (densified: ``joined``, by default unless
+    ``data_only``), scatter offsets, line collections (stems, error bars), step patches; ``data_only``: in
+    data coordinates only (not reference lines drawn in axes coordinates across the panel)."""
+    joined = not data_only if joined is None else joined
     from matplotlib.collections import LineCollection, PathCollection
     from matplotlib.patches import StepPatch
 
@@ -177,12 +178,12 @@ def _data_points(ax, data_only: bool = False):
     for line in ax.get_lines():
         if not line.get_visible() or (data_only and line.get_transform() != ax.transData):
             continue
-        joined = line.get_linestyle() not in ("None", "none", "", " ") and not data_only
         try:
-            xy = line.get_transform().transform(line.get_xydata())
+            # the drawn path (with its steps, for a drawstyle "steps-*")
+            xy = line.get_transform().transform(line.get_path().vertices)
         except ValueError:
             continue
-        pts = _densify(xy, joined)
+        pts = _densify(xy, joined and line.get_linestyle() not in ("None", "none", "", " "))
         if line.get_clip_on():
             pts = pts[_within(pts, box)]
         yield line.get_label(), pts
@@ -199,7 +200,7 @@ def _data_points(ax, data_only: bool = False):
             if data_only and coll.get_transform() != ax.transData:
                 continue
             tr = coll.get_transform()
-            segs = [_densify(tr.transform(np.asarray(s, dtype=float)), not data_only) for s in coll.get_segments()
+            segs = [_densify(tr.transform(np.asarray(s, dtype=float)), joined) for s in coll.get_segments()
                     if len(s)]
             pts = np.concatenate(segs) if segs else np.zeros((0, 2))
         else:
@@ -211,7 +212,7 @@ def _data_points(ax, data_only: bool = False):
         if isinstance(patch, StepPatch) and patch.get_visible():
             # the drawn outline: the steps' tops and the vertical edges between them
             xy = patch.get_transform().transform(patch.get_path().vertices)
-            pts = _densify(xy, not data_only)
+            pts = _densify(xy, joined)
             yield patch.get_label(), pts[_within(pts, box)]
 
 
@@ -261,7 +262,8 @@ def ticks(fig, renderer) -> list[str]:
                 continue
             drawn = _drawn_ticks(axis)
             on = [lab for t in drawn for lab in (t.label1, t.label2) if lab.get_visible()]
-            if not on:
+            majors = set(id(t) for t in axis.get_major_ticks())
+            if not any(lab.get_visible() for t in drawn if id(t) in majors for lab in (t.label1, t.label2)):
                 continue                       # labels switched off: a panel sharing its neighbour's axis
             labelled = {lab.get_text().strip() for lab in on if lab.get_text().strip()}
             if len(labelled) < 3:
