@@ -1,6 +1,7 @@
 """Configurations, the attnpde command and HDF5 archives: bad input, round trips, kill -9, Ctrl-C, resume."""
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -904,3 +905,46 @@ def test_info_says_where_the_energy_is_no_lyapunov_function():
     assert "SA" in _energy_note(Model(2, 1.0, "descent", attention="normalized"))
     assert "general-form" in _energy_note(Model(2, 1.0, "descent", perceptron=general))
     assert "entropy" in _energy_note(Model(2, 1.0, "descent", noise=0.1))
+
+
+def test_info_of_a_certified_end_says_where_all_the_mass_is():
+    """The issue's sphere end (beta = 9): 3 certified atoms, one of 0.0005 below DUST. info counts them as it
+    lists them (2 atoms + 1 dust atom = 3), and the masses it prints (atoms, dust, diffuse) add to 1."""
+    from types import SimpleNamespace
+
+    from solvers.app.info import _terminal_lines
+    from solvers.lagrangian import DUST
+    masses = np.array([0.5616, 0.4379, 0.0005])
+    T = SimpleNamespace(t=22060.0, verdict="stable", growth=-6.7e-4, max_speed=7.7e-15, neutral=0, dust_unstable=0,
+                        positions=np.eye(3), masses=masses, mass_errors=np.array([1.2e-3, 1.0e-3, 2.0e-4]),
+                        counts=np.array([4815, 3374, 3]))
+    lines = _terminal_lines(T, {"kind": "node groups", "radius": 0.0039, "check_nodes": 16928})
+    assert "3 atoms: total mass 0.9995 in 2 atom(s) + 0.0005 in 1 dust atom(s)" in lines[1]
+    assert lines[1].endswith("; diffuse 0.0000")
+    listed = [ln for ln in lines if "atom mass" in ln]
+    assert len(listed) == 3 and listed[2].lstrip().startswith("dust atom mass 0.0005 ± 2.0e-04")
+    parts = re.findall(r"(\d\.\d{4}) in|diffuse (\d\.\d{4})", lines[1])
+    assert sum(float(a or b) for a, b in parts) == pytest.approx(1.0, abs=1e-4)
+    assert masses[2] < DUST <= masses[1]
+    # without dust: one total, no dust named
+    T.masses, T.mass_errors, T.counts = masses[:2] / masses[:2].sum(), None, T.counts[:2]
+    lines = _terminal_lines(T, {})
+    assert lines[1] == "  total mass 1.0000 in 2 atom(s); diffuse 0.0000" and "dust" not in " ".join(lines)
+
+
+def test_a_run_started_with_ctrl_c_ignored_says_so_once_and_names_kill(tmp_path, capsys):
+    """A shell's `&` starts a command with SIGINT ignored: Ctrl-C cannot reach it. `attnpde run` says so once
+    and names what stops it cleanly; started normally it says nothing of the kind."""
+    import signal
+
+    from solvers.app.cli import main
+    cfg = write(tmp_path, '[model]\nd = 2\nbeta = 1.0\nflow = "ascent"\n[pde]\ndegree = 16\nt_final = 0.01\n')
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        assert main(["run", str(cfg), "--out", str(tmp_path / "a.h5"), "--quiet"]) == 0
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    err = capsys.readouterr().err
+    assert err.count("Ctrl-C (SIGINT) ignored") == 1 and f"`kill {os.getpid()}` (SIGTERM) stops it cleanly" in err
+    assert main(["run", str(cfg), "--out", str(tmp_path / "b.h5"), "--quiet"]) == 0
+    assert "ignored" not in capsys.readouterr().err

@@ -6,7 +6,8 @@ is the branch's parameter) and a [branch] table::
     [branch]
     mode = 1                    # the Fourier mode k (S^1) or harmonic degree l (S^2) leaving the uniform state
     noise_range = [0.03, 0.08]  # the nu followed (default: 0.25 and 1.5 times the mode's threshold)
-    degree = 64                 # resolution of the states (default 64 on S^1, 32 on S^2)
+    degree = 64                 # resolution of the states to start from (default 64 on S^1, 32 on S^2)
+    max_degree = 256            # raised up to this where a state sharpens (default 256 on S^1, 128 on S^2)
     representation = "auto"     # "even" / "full" (S^1), "zonal" / "general" (S^2)
     # step control (solvers.stationary.ContinuationOptions): first_step, max_step, min_step,
     # max_points (per side), max_angle, tol, max_corrections, tail_max
@@ -19,7 +20,8 @@ The archive is an attnpde archive (root attributes, /model) with a /branch group
 the located events ``fold_*`` (fold) and ``bifurcation_*`` (bifurcation); attributes ``mode``, ``degree``,
 ``representation``, ``threshold``, ``kind``, ``normal_form``, ``normal_form_fit`` (JSON), ``transition``
 (NaN: none), ``free_energy_uniform``, ``noise_range``, ``options`` (JSON), ``ended`` (JSON: why each side
-ended), ``points`` (the rows complete), ``complete``. Each point is written (and the file flushed) as it is
+ended), ``degree_raised`` (JSON: each raise of the degree, after which the group holds the branch followed
+again at the new degree), ``points`` (the rows complete), ``complete``. Each point is written (and the file flushed) as it is
 computed; ``--resume`` continues the unfinished side from the last point written, with the same numbers as an
 uninterrupted run. The diagram (:func:`plot_branch`) is written next to the archive.
 """
@@ -36,7 +38,7 @@ import numpy as np
 
 from ..interrupts import graceful_stop
 from ..model import Model
-from ..stationary import REPRESENTATIONS, Branch, prepare_branch
+from ..stationary import REPRESENTATIONS, Branch, BranchSetup, branch_degrees, prepare_branch, refinement_lines
 from .archive import ArchiveError, ArchiveWriter, open_archive, read_model
 from .config import (DEGREE_MAX, DEGREE_WHY, MODEL, RUN, ConfigError, Int, Num, Table, Array, Choice, _perceptron,
                      _refuse_too_big, parse_toml, read_config_text)
@@ -45,7 +47,7 @@ from .runner import RunRefused, deferred_interrupt
 from .streams import say
 
 __all__ = ["BranchConfig", "parse_branch_config", "load_branch_config", "run_branch", "load_branch",
-           "describe_branch", "plot_branch", "is_branch_archive", "BRANCH_COMMAND"]
+           "describe_branch", "branch_noise", "plot_branch", "is_branch_archive", "BRANCH_COMMAND"]
 
 #: how the ``command`` attribute of a branch archive begins
 BRANCH_COMMAND = "attnpde branch"
@@ -53,6 +55,7 @@ BRANCH_COMMAND = "attnpde branch"
 POS = Num(gt=0)
 BRANCH = Table({
     "mode": Int(min=1), "noise_range": Array(1), "degree": Int(min=4, max=DEGREE_MAX, why=DEGREE_WHY),
+    "max_degree": Int(min=4, max=DEGREE_MAX, why=DEGREE_WHY),
     "representation": Choice(REPRESENTATIONS), "first_step": POS, "max_step": POS, "min_step": POS,
     "max_points": Int(min=2), "max_angle": POS, "tol": POS, "max_corrections": Int(min=2), "tail_max": POS,
 })
@@ -85,6 +88,14 @@ def parse_branch_config(text: str, source: str = "<string>") -> BranchConfig:
     :func:`~solvers.stationary.prepare_branch` would (the threshold inside noise_range, the degree holding
     the mode, ...), without following anything."""
     raw = parse_toml(text)
+    run_tables = [k for k in ("pde", "particles", "initial", "compare") if isinstance(raw, dict) and k in raw]
+    if run_tables:
+        # a configuration of the other command: said, rather than "unknown key"
+        key = run_tables[0]
+        raise ConfigError(key, f"is a table of an `attnpde run` configuration (also `sweep`, `validate`): "
+                               + ("run it with `attnpde run CONFIG`; " if "branch" not in raw else "remove it; ")
+                               + "an `attnpde branch` configuration has [run], [model] and [branch] (docs/noise.md, "
+                               "docs/configuration.md)")
     cfg = SCHEMA.check("", raw)
     m = cfg["model"]
     d = m["d"]
@@ -109,8 +120,9 @@ def parse_branch_config(text: str, source: str = "<string>") -> BranchConfig:
 
 
 def _check_branch_memory(config: BranchConfig) -> None:
-    """ConfigError (naming branch.degree, or the perceptron's units) when the problem of the branch's degree
-    cannot fit in memory; estimated before prepare_branch builds it, from its peaks: S^1 8 M (La + 1) x 4
+    """ConfigError (naming branch.degree or branch.max_degree, or the perceptron's units) when the problem of
+    the branch at the largest degree it may be raised to cannot fit in memory; estimated before
+    prepare_branch builds it, from its peaks: S^1 8 M (La + 1) x 4
     bytes for the M-point grid's tables of the La kernel degrees, and the dense Jacobian of 2 La unknowns;
     S^2 'zonal' 8 (L + 1)^2 nlat bytes; S^2 'general' ~370 (L + 1)^2."""
     from spectral import fourier, sphere
@@ -119,7 +131,9 @@ def _check_branch_memory(config: BranchConfig) -> None:
 
     model, b = config.model, config.branch
     d = model.d
-    L = b.get("degree", 64 if d == 2 else 32)
+    start, L = branch_degrees(d, b.get("degree"), b.get("max_degree"))
+    key = "branch.max_degree" if "max_degree" in b else "branch.degree"
+    L = max(start, L)                         # the most the branch may need: its degree raised to the cap
     if d == 2:
         M = fourier.dealiased_size(L)
         La = min(L - 1, kernel_bandwidth(model.beta, 2, KERNEL_TOL))
@@ -134,7 +148,8 @@ def _check_branch_memory(config: BranchConfig) -> None:
             need, points, what = 8.0 * (L + 1) ** 2 * nlat, nlat, f"the zonal tables at degree {L} ({nlat} latitudes)"
         else:
             need, points, what = 370.0 * (L + 1) ** 2, nlat * nphi, f"the harmonics at degree {L}"
-    _refuse_too_big("branch.degree", {what: need}, "lower degree")
+    _refuse_too_big(key, {what: need}, "lower max_degree" if key == "branch.max_degree" else
+                    f"set a lower max_degree (the degree the branch is raised to, default {L})")
     p = model.perceptron
     if p is not None:
         from ..perceptron import ACTIVATION_ARRAYS
@@ -242,6 +257,19 @@ def _new_group(f: h5py.File, d: int, degree: int, n: int) -> h5py.Group:
     return g
 
 
+def _open_group(f: h5py.File, d: int, setup: BranchSetup, degree: int, unknowns: int, threshold: float,
+                raised: list) -> h5py.Group:
+    """The empty /branch group of a branch at ``degree`` (``unknowns`` per point, the mode's ``threshold`` at
+    that degree) with the attributes of ``setup``, and the raises of the degree before it (``degree_raised``,
+    JSON)."""
+    g = _new_group(f, d, degree, unknowns)
+    g.attrs.update({"mode": setup.mode, "degree": degree, "representation": setup.representation,
+                    "threshold": threshold, "noise_range": np.array(setup.noise_range),
+                    "options": json.dumps(setup.options.to_dict()), "ended": "{}", "nu_ref": threshold,
+                    "degree_raised": json.dumps(raised)})
+    return g
+
+
 def _append(g: h5py.Group, rec: dict) -> None:
     """One point as a row of every per-point dataset, then the count of complete rows (a kill mid-row leaves
     ``points`` at the rows before it)."""
@@ -302,7 +330,9 @@ class BranchOutcome:
     figure: Path | None = None
 
 
-def _check_resumable(path: Path, config: BranchConfig) -> list[dict] | None:
+def _check_resumable(path: Path, config: BranchConfig) -> tuple[list[dict], dict, int, list]:
+    """(the points written, the sides ended, the archive's degree, the raises of the degree before it) of the
+    unfinished branch archive ``path`` of ``config``; RunRefused (or ArchiveError) when it cannot be resumed."""
     if not path.exists():
         raise RunRefused(f"{path}: no archive to resume (run without --resume to start)")
     with open_archive(path) as f:
@@ -315,6 +345,7 @@ def _check_resumable(path: Path, config: BranchConfig) -> list[dict] | None:
                              "(use --force to compute it again)")
         g = f["branch"]
         points, ended = _read_points(g), json.loads(g.attrs.get("ended", "{}"))
+        degree, raised = int(g.attrs["degree"]), json.loads(g.attrs.get("degree_raised", "[]"))
     try:
         archived = parse_toml(text)
     except ConfigError:
@@ -322,7 +353,7 @@ def _check_resumable(path: Path, config: BranchConfig) -> list[dict] | None:
     strip = lambda raw: {k: v for k, v in raw.items() if k != "run"}  # noqa: E731
     if strip(archived) != strip(config.raw):
         raise RunRefused(f"{path}: was made with a different [model] or [branch] table; use --force to start over")
-    return points, ended
+    return points, ended, degree, raised
 
 
 def run_branch(config: BranchConfig, out: str | Path, *, resume: bool = False, force: bool = False,
@@ -332,14 +363,16 @@ def run_branch(config: BranchConfig, out: str | Path, *, resume: bool = False, f
     before anything is written when the archive exists without ``force`` / ``resume``, or differs."""
     out = Path(out)
     log = log or say
-    setup = prepare_branch(config.model, **config.arguments())
     restart = None
     if resume:
-        points, ended = _check_resumable(out, config)
-        restart = {"points": points, "ended": {int(k): tuple(v) for k, v in ended.items()}}
+        points, ended, degree, raised = _check_resumable(out, config)
+        # the points written are of the archive's degree, raised on the way or not
+        setup = prepare_branch(config.model, **{**config.arguments(), "degree": degree})
+        restart = {"points": points, "ended": {int(k): tuple(v) for k, v in ended.items()}, "raised": raised}
         writer = ArchiveWriter(out, "resume", command=command)
-        log(f"[branch] resuming from {len(points)} points")
+        log(f"[branch] resuming from {len(points)} points" + (f" at degree {degree}" if raised else ""))
     else:
+        setup = prepare_branch(config.model, **config.arguments())
         if out.exists() and not force:
             raise RunRefused(f"{out} exists; use --force to overwrite it or --resume to continue it")
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -348,19 +381,24 @@ def run_branch(config: BranchConfig, out: str | Path, *, resume: bool = False, f
     try:
         f = writer.f
         if "branch" not in f:
-            p = setup._problem
-            g = _new_group(f, config.model.d, setup.degree, p.n)
-            g.attrs.update({"mode": setup.mode, "degree": setup.degree, "representation": setup.representation,
-                            "threshold": setup.threshold, "noise_range": np.array(setup.noise_range),
-                            "options": json.dumps(setup.options.to_dict()), "ended": "{}",
-                            "nu_ref": setup.threshold})
+            _open_group(f, config.model.d, setup, setup.degree, setup.unknowns, setup.threshold, [])
             f.flush()
-        g = f["branch"]
-        ended = json.loads(g.attrs.get("ended", "{}"))
+        state = {"g": f["branch"]}
+        ended = json.loads(state["g"].attrs.get("ended", "{}"))
 
         def write(rec: dict) -> None:
             with deferred_interrupt():
-                if "event" in rec:
+                g = state["g"]
+                if rec.get("event") == "degree":
+                    # the branch starts again at the new degree: the points of the old one are dropped
+                    raised = json.loads(g.attrs.get("degree_raised", "[]")) + [
+                        {k: rec[k] for k in ("from", "to", "nu", "tail", "tail_max")}]
+                    del f["branch"]
+                    state["g"] = _open_group(f, config.model.d, setup, rec["to"], rec["unknowns"], rec["threshold"],
+                                             raised)
+                    ended.clear()
+                    log(f"[branch] {refinement_lines(raised[-1:])[0]}")
+                elif "event" in rec:
                     ended[str(rec["side"])] = [rec["reason"], rec["message"]]
                     g.attrs["ended"] = json.dumps(ended)
                     log(f"[branch] side {rec['side']:+d} ended: {rec['reason']} — {rec['message']}")
@@ -374,7 +412,7 @@ def run_branch(config: BranchConfig, out: str | Path, *, resume: bool = False, f
             writer.set_status("interrupted")
             return BranchOutcome(out, "interrupted", branch)
         with deferred_interrupt():
-            _write_events(g, branch)
+            _write_events(state["g"], branch)
             writer.set_status("finished")
     except KeyboardInterrupt:
         writer.set_status("interrupted")
@@ -434,7 +472,18 @@ def load_branch(path: str | Path) -> Branch:
                   folds=events["fold"], bifurcations=events["bifurcation"], transition=nanless(a.get("transition")),
                   free_energy_uniform=nanless(a.get("free_energy_uniform")),
                   noise_range=tuple(float(v) for v in a["noise_range"]), nu_ref=float(a["nu_ref"]),
-                  options=json.loads(a.get("options", "{}")), stop=ended, wall_time=float(a.get("wall_time", 0.0)))
+                  options=json.loads(a.get("options", "{}")), stop=ended, wall_time=float(a.get("wall_time", 0.0)),
+                  refinements=json.loads(a.get("degree_raised", "[]")))
+
+
+def branch_noise(path: str | Path) -> str | None:
+    """What `attnpde info` says of the noise of a branch archive's model (its parameter: the range followed),
+    None for another archive."""
+    if not is_branch_archive(path):
+        return None
+    with open_archive(path) as f:
+        lo, hi = (float(v) for v in f["branch"].attrs["noise_range"])
+    return f"noise: the branch's parameter, nu in [{lo:.6g}, {hi:.6g}]"
 
 
 def describe_branch(path: str | Path) -> list[str]:
@@ -447,6 +496,7 @@ def describe_branch(path: str | Path) -> list[str]:
     lines = [f"branch: mode {b.mode} ({b.representation}, degree {b.degree}), {len(b.noise)} points, nu in "
              f"[{np.min(b.noise):.6g}, {np.max(b.noise):.6g}] of noise_range [{b.noise_range[0]:.6g}, "
              f"{b.noise_range[1]:.6g}]" if len(b.noise) else f"branch: mode {b.mode}: no point written"]
+    lines += [f"  {line}" for line in refinement_lines(b.refinements, b.options.get("max_degree"))]
     if b.threshold is not None:
         lines.append(f"  threshold nu = {b.threshold:.12g}" + (f"; kind: {b.kind}" if b.kind else "")
                      + (f" (normal form {b.normal_form:+.6g})" if b.normal_form is not None else ""))
