@@ -70,7 +70,8 @@ def _stop_after(n):
     yield Request()
 
 
-@pytest.mark.parametrize("d, degree, n", [(2, 32, 12), (2, 32, 30), (3, 16, 8), (3, 8, 4), (3, 8, 45)])
+@pytest.mark.parametrize("d, degree, n", [(2, 32, 12), (2, 32, 30), (3, 16, 8), (3, 8, 45),
+                                          pytest.param(3, 8, 4, marks=pytest.mark.slow)])
 def test_an_interrupted_branch_resumes_to_the_uninterrupted_numbers(tmp_path, monkeypatch, d, degree, n):
     hi = 0.07 if d == 2 else 0.045
     cfg = load_branch_config(_write(tmp_path, d=d, lo=0.03, hi=hi, degree=degree))

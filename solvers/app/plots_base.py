@@ -101,7 +101,7 @@ def _number(v: float, _=None) -> str:
     if v == 0:
         return "0"
     a = abs(v)
-    if 1e-3 <= a < 1e5:
+    if 1e-3 <= a < 1e4:
         return f"{v:g}"
     k = int(math.floor(math.log10(a) + 1e-9))
     m = v / 10.0 ** k
@@ -111,8 +111,9 @@ def _number(v: float, _=None) -> str:
     return f"{v:.1e}"
 
 
-def apply_time_axis(ax, ta: TimeAxis, axis: str = "x", label: bool = True) -> None:
-    """Give ``ax`` the run's time axis (module docstring) on its x (or y) axis."""
+def apply_time_axis(ax, ta: TimeAxis, axis: str = "x", label: bool = True, shade: bool = True) -> None:
+    """Give ``ax`` the run's time axis (module docstring) on its x (or y) axis; ``shade``: shade the linear
+    strip of a log axis (not under an image, whose empty cells would show it)."""
     from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
     which = ax.xaxis if axis == "x" else ax.yaxis
     if ta.scale == "symlog":
@@ -127,9 +128,10 @@ def apply_time_axis(ax, ta: TimeAxis, axis: str = "x", label: bool = True) -> No
         which.set_minor_locator(FixedLocator(minor))
         which.set_major_formatter(FuncFormatter(_number))
         which.set_minor_formatter(NullFormatter())
-        # the strip from t = 0 to the first snapshot, where the axis is linear: shaded, t = 0 shown apart
-        span = ax.axvspan if axis == "x" else ax.axhspan
-        span(0.0, ta.first, color="0.9", lw=0, zorder=0)
+        if shade:
+            # the strip from t = 0 to the first snapshot, where the axis is linear: shaded, t = 0 shown apart
+            span = ax.axvspan if axis == "x" else ax.axhspan
+            span(0.0, ta.first, color="0.9", lw=0, zorder=0)
     (ax.set_xlim if axis == "x" else ax.set_ylim)(0.0, ta.hi)
     if label:
         text = "time t" + (f" (log scale from t = {_number(ta.first)}; t = 0 apart)" if ta.scale == "symlog" else "")

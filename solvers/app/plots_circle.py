@@ -129,7 +129,7 @@ def spacetime_figure(run, out: Path) -> Path:
             t_plot = np.insert(tt[keep], np.nonzero(jumps)[0] + 1, np.nan)
             ax.plot(a_plot, t_plot, color="cyan", lw=0.4, alpha=0.6)
     _angle_axis(ax)
-    apply_time_axis(ax, ta, axis="y")
+    apply_time_axis(ax, ta, axis="y", shade=False)
     pa = pde_atoms(run)
     if pa is not None:
         for pos in pa[0]:
@@ -166,7 +166,17 @@ def final_figure(run, out: Path) -> Path:
     legends right of the panels."""
     pyplot = plt()
     pde, part = run.pde, run.particles
-    fig, (ax, axm) = pyplot.subplots(2, 1, figsize=(11.0, 7.4), sharex=True, gridspec_kw={"height_ratios": [3, 2]})
+    pa = pde_atoms(run)
+    pa = pa if pa is not None and len(pa[1]) else None
+    pp = particle_atoms(run, -1) if part is not None else None
+    pp = pp if pp is not None and len(pp[1]) else None
+    if pa is None and pp is None:
+        # no atom to show: no atom panel, said in the title
+        fig, ax = pyplot.subplots(figsize=(11.0, 4.8))
+        axm = None
+    else:
+        fig, (ax, axm) = pyplot.subplots(2, 1, figsize=(11.0, 7.4), sharex=True,
+                                         gridspec_kw={"height_ratios": [3, 2]})
     bins = _circle_bins(PROFILE_BINS)
     times = []
     if pde is not None:
@@ -194,8 +204,7 @@ def final_figure(run, out: Path) -> Path:
     ax.set_ylabel(f"density (uniform = 1)\n{360 // PROFILE_BINS}° bins")
     legend_right(ax)
     labels, top = [], 0.0
-    pa = pde_atoms(run)
-    if pa is not None and len(pa[1]):
+    if pa is not None:
         pos, mass, errs, what = pa
         ang = angle(pos)
         axm.stem(ang, mass, linefmt="C0-", markerfmt="C0o", basefmt=" ", label=what.replace(": ", ":\n", 1))
@@ -205,25 +214,23 @@ def final_figure(run, out: Path) -> Path:
             labels.append(_stem_label(axm, ang[k], mass[k], mass_text(mass[k], None if errs is None else errs[k]),
                                       "C0"))
         top = max(top, float(np.max(mass)))
-    if part is not None:
-        ppos, pmass, radius = particle_atoms(run, -1)
-        if len(pmass):
-            ang = angle(ppos)
-            axm.stem(ang, pmass, linefmt="C1--", markerfmt="C1^", basefmt=" ",
-                     label=f"particles: density peaks,\nmass within {radius:.3g} rad\n(as the comparison)")
-            labels += [_stem_label(axm, a, m, mass_text(m), "C1") for a, m in zip(ang, pmass)]
-            top = max(top, float(np.max(pmass)))
-    if labels:
+    if pp is not None:
+        ppos, pmass, radius = pp
+        ang = angle(ppos)
+        axm.stem(ang, pmass, linefmt="C1--", markerfmt="C1^", basefmt=" ",
+                 label=f"particles: density peaks,\nmass within {radius:.3g} rad\n(as the comparison)")
+        labels += [_stem_label(axm, a, m, mass_text(m), "C1") for a, m in zip(ang, pmass)]
+        top = max(top, float(np.max(pmass)))
+    if axm is not None:
         # room above the stems for their labels, stacked where atoms are close
         axm.set_ylim(0, 1.45 * top)
         legend_right(axm)
+        axm.set_ylabel("atom mass")
+        _angle_axis(axm)
+        ax.tick_params(labelbottom=False)
+        ax.set_xlabel("")
     else:
-        axm.set_ylim(0, 1)
-        axm.text(0.5, 0.5, "no atoms", transform=axm.transAxes, ha="center", fontsize=LABEL_SIZE, color="0.4")
-    axm.set_ylabel("atom mass")
-    _angle_axis(axm)
-    ax.tick_params(labelbottom=False)
-    ax.set_xlabel("")
+        _angle_axis(ax)
     if len(times) == 2 and times[0][1] != times[1][1]:
         # not the same time: say so (the comparison is made at common times, this is each solver's end)
         head = (f"final states at each solver's own end: PDE at t = {times[0][1]:.4g} ({_end(pde)}), particles at "
@@ -232,6 +239,8 @@ def final_figure(run, out: Path) -> Path:
         head = f"final state of the PDE and the particles at t = {times[0][1]:.4g}"
     else:
         head = f"final state of the {times[0][0]} at t = {times[0][1]:.4g} ({_end(pde if pde is not None else part)})"
+    if axm is None:
+        head += "\nno atoms (mass >= 0.01) yet"
     ax.set_title(head, fontsize=LABEL_SIZE)
     fig.suptitle(title(run), fontsize=LABEL_SIZE)
     return save(fig, out / "final.png", labels)
