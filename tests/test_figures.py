@@ -136,6 +136,7 @@ def drawn(archives):
     and the sweep's."""
     from solvers.app.plots import plot_archive
 
+    from solvers.app.plots import plot_validation
     out = {}
     for name in ("circle", "sphere", "long", "validation", "branch"):
         path = archives / f"{name}.h5"
@@ -143,7 +144,11 @@ def drawn(archives):
         times = [r.t for r in (run.pde, run.particles) if r is not None and len(r.t)]
         span = rules.span_of(*times) if times else None
         with rules.captured() as got:
-            plot_archive(path, archives / f"{name}_plots")
+            if name == "validation":
+                # its own figure only (as `attnpde validate` draws it): its PDE's are the circle run's kinds
+                plot_validation(run.validation, archives / "validation.png", "validation")
+            else:
+                plot_archive(path, archives / f"{name}_plots")
         for fname, fig in got.items():
             out[(name, fname)] = (fig, span)
     from solvers.app.sweep import sweep

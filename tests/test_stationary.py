@@ -177,7 +177,9 @@ def test_subcritical_branch_has_a_fold_and_an_earlier_transition(d, degree):
     nu_t in (nu_1, nu_f): the transition comes before the threshold as nu decreases."""
     beta = 3.0
     m = Model(d, beta, "ascent")
-    b = branch_from_uniform(m, 1, degree, noise_range=(0.5 * lam(d, beta, 1) / beta, 0.07), max_points=150)
+    # at its own degree (max_degree = degree): the PDE's eigenvalues at the fold below are dense in it
+    b = branch_from_uniform(m, 1, degree, noise_range=(0.5 * lam(d, beta, 1) / beta, 0.07), max_points=150,
+                            max_degree=degree)
     assert b.kind == "subcritical" and b.normal_form > 0
     assert len(b.folds) == 1
     nu_c, nu_f, nu_t = b.threshold, b.folds[0]["nu"], b.transition
@@ -368,7 +370,8 @@ def test_index_from_S_is_the_count_of_positive_pde_eigenvalues():
     """Sylvester: the unstable directions counted on S are the positive eigenvalues of the linearised PDE, on
     both parts of a subcritical branch and for a mode-2 state (S^2 zonal, the orders m >= 1 counted twice)."""
     for d, degree, mode in ((2, 48, 1), (3, 24, 1), (3, 24, 2)):
-        b = branch_from_uniform(Model(d, 3.0, "ascent"), mode, degree, max_points=30)
+        # at its own degree (max_degree = degree): the PDE's dense eigenvalues grow fast with it
+        b = branch_from_uniform(Model(d, 3.0, "ascent"), mode, degree, max_points=30, max_degree=degree)
         for i in np.linspace(0, len(b.noise) - 1, 5).astype(int):
             st = b.state(int(i), eigenvalues=60)
             if st.tail > 1e-10 or np.min(np.abs(st.eigenvalues)) < 1e-9:
