@@ -228,7 +228,6 @@ def test_a_branch_raises_its_degree_where_its_states_sharpen_and_says_so():
         branch_from_uniform(m, 1, 16, max_degree=8, **kw)
 
 
-@pytest.mark.slow
 def test_the_sphere_branch_from_defaults_reaches_its_fold_and_transition():
     """The issue's case: on S^2 at beta = 3 the default degree 32 no longer resolves the branch just before its
     fold; raised to 64 it reaches the fold and the transition of docs/noise.md (L = 64)."""
