@@ -506,6 +506,8 @@ def _main(argv: list[str] | None) -> int:
     try:
         _ARGV[:] = sys.argv[1:] if argv is None else list(argv)
         args = build_parser().parse_args(_attach_list_values(_ARGV))
+        if args.command in _RUNNING and signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+            _warn_sigint_ignored()
         return args.func(args)
     except (KeyboardInterrupt, ImportError) as e:
         if isinstance(e, ImportError) and not _SIGNALS:
@@ -527,6 +529,18 @@ def _main(argv: list[str] | None) -> int:
         return EXIT_FAILED
     except Exception as e:                  # noqa: BLE001 — a bug: one line all the same (no traceback)
         return _internal_error(e)
+
+
+#: the commands that run for a while, which a Ctrl-C should be able to stop
+_RUNNING = ("run", "sweep", "validate", "branch")
+
+
+def _warn_sigint_ignored() -> None:
+    """Started with SIGINT ignored (a non-interactive shell's ``&`` does that, and the process inherits it):
+    a Ctrl-C cannot reach the command. Said once, with what does stop it cleanly."""
+    import os
+    say(f"attnpde: note: started with Ctrl-C (SIGINT) ignored, as a shell's `&` starts a command: Ctrl-C will not "
+        f"stop it. `kill {os.getpid()}` (SIGTERM) stops it cleanly, as a Ctrl-C would (--resume continues it)")
 
 
 def _internal_error(e: BaseException) -> int:
