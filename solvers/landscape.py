@@ -23,7 +23,9 @@ max V - V(x^) <= U - V(x^) for any proven upper bound U on max V. Two routes giv
 Without a perceptron every Dirac is a maximiser: E* = gamma g(1) / 2 (gamma / (2 beta)).
 
 Descent (Prop. 3.7 (ii)). The kernel is positive definite (its Funk-Hecke multipliers lambda_l are > 0),
-so E is strictly convex on P(S^{d-1}) and has one minimiser. With the first variation
+so E is strictly convex on P(S^{d-1}) and has one minimiser (at beta = 0, g = t - 1 is only positive
+semi-definite on signed measures of mass 0: E is convex, the minimiser need not be unique, and what follows
+holds as it stands). With the first variation
 
     Phi_mu(x) = gamma ∫ g(<x, y>) dmu(y) + V(x),
 
@@ -32,23 +34,37 @@ every nu, so
 
     E[mu] - E* <= ∫ Phi_mu dmu - min_x Phi_mu(x) =: gap(mu),
 
-and, at nu = the minimiser, (gamma / 2) ||mu - mu*||_g^2 <= gap(mu) as well: a small gap also bounds the
-distance from the minimiser in the kernel's norm. The minimum of Phi over the whole sphere is proven by
-the branch and bound of :mod:`solvers.landscape_bound`, with the curvature bound along unit-speed great
-circles x(s)
+and, at nu = mu* (the minimiser), (gamma / 2) ||mu - mu*||_g^2 = E* - E[mu] - ∫ Phi_mu d(mu* - mu) <= gap(mu):
+a small gap also bounds the distance from the minimiser in the kernel's norm. The minimum of Phi over the
+whole sphere is proven by the branch and bound of :mod:`solvers.landscape_bound` from Phi and grad Phi at
+the cells' centres and a curvature bound along unit-speed great circles x(s): with t = <x(s), y>, t'' = -t,
+t'^2 <= 1 - t^2 and beta >= 0,
 
-    d^2/ds^2 g(<x(s), y>) = exp(beta (t - 1)) (beta t'^2 - t) >= -t exp(beta (t - 1)) >= -1,
+    d^2/ds^2 g(t) = exp(beta (t - 1)) (beta t'^2 - t) >= -t exp(beta (t - 1)) >= -1
 
-(t = <x(s), y>, t'' = -t, beta >= 0; g = t - 1 at beta = 0 gives -t >= -1 too), so Phi'' >= -gamma +
-(the lower curvature bound of V), independent of beta; its round-off is bounded explicitly
-(:func:`solvers.landscape_descent.error_bound`). mu is found as atoms (:mod:`solvers.landscape_descent`):
-exchange on a grid, then Newton's method for positions and masses (Phi constant on the support, zero
-gradient), then the certificate; a certificate that finds Phi below the level somewhere adds those points
-and goes round again. The minimiser is atomic where the main paper's Theorems 3.1-3.3 say stationary
-measures are (generically; on S^1 always with ReLU); the gap says how well atoms represent it in any case.
-Without a perceptron the minimiser is the uniform measure sigma (Prop. 3.7 (ii): the only rotation-invariant
-probability measure), E* = gamma lambda_0 / (2 beta), and Phi_sigma = gamma lambda_0 / beta is constant by
-Funk-Hecke: the gap is 0, and the result is a continuous part.
+(g = t - 1 at beta = 0 gives -t >= -1 too), so Phi'' >= -gamma + (the lower curvature bound of V,
+``Perceptron.curvature_bounds``), independent of beta. Near the minima a second-order bound takes over:
+the Hessian at the centre and a bound on the third derivative (:func:`kernel_third_bound`,
+``Perceptron.third_derivative_bound``), used only in cells that cross no ReLU kink (where V'' jumps). The
+round-off of every evaluation is bounded explicitly (:func:`_round_off`) and subtracted.
+
+mu is found as atoms (:mod:`solvers.landscape_descent`): an exchange method on a grid (the quadratic
+program of the masses on the grid's points, growing its support where Phi is lowest), then Newton's method
+on the energy of positions and masses together (:func:`solvers.landscape_descent.slide`; atoms that meet
+merge, atoms whose mass vanishes leave), then Newton's method on the optimality conditions (Phi constant on
+the support, zero gradient), then the certificate; a certificate that finds Phi below the level somewhere
+adds those points and goes round again. The minimiser is atomic where the main paper's Theorems 3.1-3.3 say
+stationary measures are (on S^1 with ReLU always; generically otherwise), but not always: on S^2 a ReLU
+unit with c_k < 0 whose active cap meets no other unit makes V = c_k <a_k, x>^2 / 2 there, invariant under
+the rotations about a_k, and when more mass than |c_k| / gamma gathers there a Dirac at a_k is unstable
+(its own kernel's curvature -gamma m beats V'' = |c_k|): the minimiser is then a ring around a_k
+(``Perceptron.random(3, 3, "relu", 1.0, seed=111)`` at beta >= 35). A polygon of a few atoms on the ring
+comes within 1e-12 of its energy (n equally spaced atoms differ from the ring only in the angular Fourier
+modes of order n and its multiples, and the kernel's decay faster than exponentially), and the gap
+certifies exactly that. Without a perceptron the minimiser is the
+uniform measure sigma (Prop. 3.7 (ii): the only rotation-invariant probability measure), E* = gamma
+lambda_0 / (2 beta), and Phi_sigma = gamma lambda_0 / beta is constant by Funk-Hecke: the gap is 0, and the
+result is a continuous part.
 
 Refused: normalised attention (SA has no energy in this metric), general-form perceptrons (no potential),
 noise (the flow then descends E + nu ∫ rho log rho, another functional), and in descent a linear activation

@@ -45,7 +45,7 @@ def qp_data(model: Model, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def simplex_qp(A: np.ndarray, v: np.ndarray, w0: np.ndarray | None = None, tol: float = 1e-15,
-               max_iter: int = 10_000) -> np.ndarray:
+               max_iter: int | None = None) -> np.ndarray:
     """argmin w^T A w / 2 + v^T w over the simplex (A positive definite on sum w = 0), by a primal active-set
     method from the feasible ``w0`` (default: the best vertex). Optimal when, with lambda the common value of
     (A w + v)_i on the support, every other (A w + v)_j >= lambda - tol (times the data's scale)."""
@@ -58,11 +58,13 @@ def simplex_qp(A: np.ndarray, v: np.ndarray, w0: np.ndarray | None = None, tol: 
         w /= w.sum()
     free = w > 0
     scale = max(float(np.max(np.abs(A))) if n else 0.0, float(np.max(np.abs(v))) if n else 0.0, 1e-300)
-    for _ in range(max_iter):
+    for _ in range(20 * n + 200 if max_iter is None else max_iter):
         idx = np.nonzero(free)[0]
         m = len(idx)
         K = np.zeros((m + 1, m + 1))
-        K[:m, :m] = A[np.ix_(idx, idx)]
+        # a ridge of 1e-13 of the data's scale: at beta -> 0 the kernel is t - 1 beyond round-off, A only
+        # positive semi-definite on sum w = 0, and the subproblems singular
+        K[:m, :m] = A[np.ix_(idx, idx)] + 1e-13 * scale * np.eye(m)
         K[:m, m] = K[m, :m] = 1.0
         rhs = np.concatenate([-v[idx], [1.0]])
         try:
@@ -96,17 +98,20 @@ def simplex_qp(A: np.ndarray, v: np.ndarray, w0: np.ndarray | None = None, tol: 
 
 
 def exchange(model: Model, pool: np.ndarray, x: np.ndarray, w: np.ndarray, *, tol: float, radius: float,
-             per_round: int = 16, max_rounds: int = 2000) -> tuple[np.ndarray, np.ndarray, int]:
+             per_round: int = 16, max_rounds: int = 500) -> tuple[np.ndarray, np.ndarray, int]:
     """Grow the support from ``pool`` (grid points): while some pool point has Phi below lambda - tol, add
     the lowest ones (at most ``per_round``, ``radius`` apart) and re-solve :func:`simplex_qp` on the support
     and the added points; drop points of zero mass. Returns (x, w, rounds)."""
+    energy = math.inf
     for rounds in range(max_rounds):
         phi_pool, _ = model.first_variation_direct(pool, x, w)
         phi_x, _ = model.first_variation_direct(x, x, w)
         lam = float(w @ phi_x)
         bad = np.nonzero(phi_pool < lam - tol)[0]
-        if len(bad) == 0:
+        now = _energy(model, x, w)
+        if len(bad) == 0 or now >= energy - tol:            # done, or no progress left in floating point
             return x, w, rounds
+        energy = now
         bad = bad[np.argsort(phi_pool[bad])]
         chosen = []
         for j in bad:
