@@ -79,9 +79,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ._blas import blas_threads
 from .atomic import field_jacobian, symmetry_algebra
 from .landscape_bound import certified_minimum, cube_sphere_points, newton_minimum
-from .landscape_descent import exchange, newton_atoms, qp_data, simplex_qp, slide
+from .landscape_descent import exchange, merge_atoms, newton_atoms, qp_data, simplex_qp, slide
 from .model import Model
 
 __all__ = ["Extremum", "ContinuousPart", "extremum", "ROUTES", "TARGET_GAP", "EndVsExtremum", "compare_end"]
@@ -93,6 +94,8 @@ TARGET_GAP = 1e-12
 CERT_TOL = 2e-14
 #: rounds of (exchange, Newton, certificate) at most
 MAX_ROUNDS = 12
+#: atoms closer than this (radians) are one atom (the kernel's width 1/sqrt(beta) is >= 3e-5 for beta <= 1e9)
+COINCIDE = 1e-6
 
 
 @dataclass(frozen=True)
@@ -408,8 +411,13 @@ def _settle(model: Model, x: np.ndarray, w: np.ndarray, scale: float):
         x, w, _ = slide(model, x, w, tol=1e-13 * scale)
         nt = newton_atoms(model, x, w, tol=1e-14 * scale)
         if nt.dropped is None:
-            if nt.converged:
-                x, w = nt.x, nt.w / nt.w.sum()
+            x, w = nt.x, nt.w / nt.w.sum()
+            if len(x) > 1:
+                # two atoms that met hold one atom's mass between them, in a direction Newton leaves alone
+                xm, wm = merge_atoms(x, w, COINCIDE)
+                if len(xm) < len(x):
+                    nt = newton_atoms(model, xm, wm, tol=1e-14 * scale)
+                    x, w = nt.x, nt.w / nt.w.sum()
             return x, w, nt
         keep = np.ones(len(x), bool)
         keep[nt.dropped] = False
@@ -500,6 +508,13 @@ def extremum(model: Model, *, route: str = "auto", spacing: float | None = None,
     """
     t0 = time.perf_counter()
     _check(model, route)
+    # small dense matrices only (Hessians of a few hundred unknowns): a second BLAS thread gains nothing and on
+    # a busy machine stalls each call
+    with blas_threads(1):
+        return _extremum(model, route, spacing, target, t0)
+
+
+def _extremum(model: Model, route: str, spacing: float | None, target: float, t0: float) -> Extremum:
     d = model.d
     kind = "minimum" if model.flow == "descent" else "maximum"
     top = _pair_top(model)

@@ -158,14 +158,15 @@ def _hessian(model: Model, x: np.ndarray, w: np.ndarray, E: np.ndarray, rg: np.n
 
 
 def slide(model: Model, x: np.ndarray, w: np.ndarray, *, tol: float, max_iter: int = 300,
-          merge: float = 1e-7, max_step: float = 0.1) -> tuple[np.ndarray, np.ndarray, int]:
+          merge: float = 1e-7, max_step: float = 0.1, stall: float = 1e-15) -> tuple[np.ndarray, np.ndarray, int]:
     """Minimise E over the atoms' positions and masses together (masses on the simplex), from (x, w).
 
     Newton's method on the Hessian of E restricted to sum w = 0 (:func:`_hessian`), its eigenvalues replaced
     by their absolute values with a floor of 1e-10 of the largest (so each step descends), with an Armijo
     line search on E, steps capped at ``max_step`` radians and at the first mass that reaches 0 (that atom
     is dropped), and atoms closer than ``merge`` radians merged. Stops when Phi(x_i) is within ``tol`` of its
-    mean and every |grad Phi(x_i)| w_i <= tol, or when E cannot decrease any more in floating point.
+    mean and every |grad Phi(x_i)| w_i <= tol, or when the decrease the step predicts is below ``stall``
+    times |E| + 1 (the energy's round-off), or when the line search finds no decrease.
     Returns (x, w, iterations)."""
     x = np.array(x, dtype=float)
     w = np.array(w, dtype=float)
@@ -202,6 +203,8 @@ def slide(model: Model, x: np.ndarray, w: np.ndarray, *, tol: float, max_iter: i
                 alpha, block = float(ratios[j]), j
         e0 = _energy(model, x, w)
         slope = float(g @ p)
+        if -slope <= stall * (abs(e0) + 1.0):
+            break                     # the decrease left is below the energy's round-off: Newton's polish takes over
         accepted = False
         for _ in range(40):
             xn = x + alpha * move
@@ -242,7 +245,8 @@ def _residual(model: Model, x: np.ndarray, w: np.ndarray, lam: float):
 def newton_atoms(model: Model, x: np.ndarray, w: np.ndarray, *, tol: float, max_iter: int = 40,
                  max_step: float = 0.05) -> NewtonAtoms:
     """Newton's method for the atoms' positions, masses and the level together (module docstring), with a
-    backtracking line search on the residual's norm and steps capped at ``max_step`` radians."""
+    backtracking line search on the residual's norm and steps capped at ``max_step`` radians. The iterate
+    returned is the last accepted one, whose residual is the smallest."""
     x = np.array(x, dtype=float)
     w = np.array(w, dtype=float)
     k, d = x.shape
@@ -270,10 +274,9 @@ def newton_atoms(model: Model, x: np.ndarray, w: np.ndarray, *, tol: float, max_
         J[k:k + k * n, k * n:k * n + k] = (gamma * K[:, :, None] * Ex).transpose(0, 2, 1).reshape(k * n, k)
         J[-1, k * n:k * n + k] = 1.0
         # rows in the order [Phi, grad, sum]: the residual is [Phi - lam, grad, sum - 1]
-        try:
-            delta = np.linalg.solve(J, -r)
-        except np.linalg.LinAlgError:
-            delta = scipy.linalg.lstsq(J, -r)[0]
+        # least squares, singular values below 1e-12 of the largest dropped: a ring of atoms around an axis of
+        # (local) symmetry turns with next to no change, and that direction is left alone
+        delta = scipy.linalg.lstsq(J, -r, cond=1e-12)[0]
         dxi = delta[:k * n].reshape(k, n)
         dw = delta[k * n:k * n + k]
         dlam = float(delta[-1])
