@@ -13,14 +13,20 @@ Phi(x_i) >= lambda elsewhere: the grid version of the certificate's condition. :
 by a primal active-set method; :func:`exchange` adds the grid points where Phi is lowest until no grid
 point is below lambda.
 
-Off the grid. The atoms (the support after merging grid neighbours) then solve, by Newton's method,
+Off the grid, two Newton methods. :func:`slide` minimises E over the atoms' positions and masses together
+(masses on the simplex), in the charts X_i = (x_i + E_i xi_i) / |.| (E_i an orthonormal basis of T_{x_i}),
+from the exact Hessian of E with its eigenvalues made positive and a line search on E: the globalisation,
+during which atoms that meet merge and atoms whose mass vanishes leave. :func:`newton_atoms` then solves the
+optimality conditions
 
     Phi(x_i) = lambda,   grad Phi(x_i) = 0 (on T_{x_i}),   sum_i w_i = 1,
 
-k d + 1 equations in the k (d - 1) tangent moves, the k masses and lambda. The position block of the
-Jacobian is the reduced Jacobian of :func:`solvers.atomic.reduced_jacobian` (grad Phi(x_i) = s v(x_i)); the
+k d + 1 equations in the k (d - 1) tangent moves, the k masses and lambda, to round-off. In both the position
+block is the reduced Jacobian of :func:`solvers.atomic.reduced_jacobian` (grad Phi(x_i) = s v(x_i)), and the
 others are dPhi(x_i)/dw_j = gamma (g(<x_i, x_j>) - g(1)), d grad Phi(x_i)/dw_j = gamma K_ij E_i^T x_j and
-dPhi(x_i)/dx_j = gamma w_j K_ij E_j^T x_i (j != i; j = i gives grad Phi(x_i)), K = exp(beta(<x_i, x_j> - 1)).
+dPhi(x_i)/dx_j = gamma w_j K_ij E_j^T x_i (j != i; j = i gives grad Phi(x_i)), K = exp(beta(<x_i, x_j> - 1));
+the Hessian of E has the rows of the positions multiplied by w_i (dE/dx_i = w_i grad Phi(x_i)) and, at
+(x_i, w_i), the extra term grad Phi(x_i).
 """
 from __future__ import annotations
 

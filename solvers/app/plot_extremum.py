@@ -85,7 +85,7 @@ def plot_extremum(ext: Extremum, path: str | Path, *, end=None, title: str = "")
         bx.set_xlabel("angle (rad)", fontsize=LABEL_SIZE)
         bx.set_ylabel("mass", fontsize=LABEL_SIZE)
         bx.set_xlim(-np.pi, np.pi)
-        bx.legend(fontsize=LABEL_SIZE - 1, loc="upper right")
+        bx.legend(fontsize=LABEL_SIZE - 1, loc="best")
         ax.set_title(_title(ext, title), fontsize=LABEL_SIZE)
     else:
         fig, ax = plt.subplots(figsize=(10, 5.5))
