@@ -94,6 +94,8 @@ TARGET_GAP = 1e-12
 CERT_TOL = 2e-14
 #: rounds of (exchange, Newton, certificate) at most
 MAX_ROUNDS = 12
+#: the first grid's points at most (the exchange's pool and the certificate's first cells)
+MAX_GRID = 60_000
 #: atoms closer than this (radians) are one atom (the kernel's width 1/sqrt(beta) is >= 3e-5 for beta <= 1e9)
 COINCIDE = 1e-6
 
@@ -244,7 +246,7 @@ def _potential_extreme(model: Model, sign: float, route: str, spacing: float | N
     if route == "grid" or (route == "auto" and not qp_ok):
         lo, hi = p.curvature_bounds()
         kappa = hi if sign > 0 else -lo                     # f = -sign V: f'' >= -kappa
-        spacing = spacing or 0.1
+        spacing = spacing or _coarsest(d, 0.1)
         none = model.replace(attention="none", flow="ascent")
 
         def hess(x):
@@ -322,11 +324,19 @@ def _uniform_part(d: int) -> ContinuousPart:
                           density=np.ones(len(weights)))
 
 
+def _coarsest(d: int, spacing: float) -> float:
+    """``spacing``, widened so that the first grid has at most ``MAX_GRID`` points (2 d n0^{d-1}): in d >= 4
+    the branch and bound starts coarser and refines where it must."""
+    n0 = math.ceil(2.0 / spacing)
+    cap = max(1, int((MAX_GRID / (2 * d)) ** (1.0 / (d - 1))))
+    return spacing if n0 <= cap else 2.0 / cap
+
+
 def _descent_spacing(model: Model) -> float:
     width = 1.0 / math.sqrt(max(model.beta, 1e-300))
     if model.d == 2:
         return min(0.05, 0.25 * width)
-    return min(0.1, 0.5 * width)
+    return _coarsest(model.d, min(0.1, 0.5 * width))
 
 
 def kernel_third_bound(model: Model) -> float:

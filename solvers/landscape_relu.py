@@ -51,8 +51,9 @@ __all__ = ["ReluMaximum", "relu_maximum", "MAX_UNITS"]
 #: the route's cost is 3^m small eigenproblems: refused above this many units
 MAX_UNITS = 12
 #: the sign conditions of R_I are checked within this times |x| (= 1)
-FEASIBILITY = 1e-10
-#: eigenvalues within this times the largest |eigenvalue| are one multiple eigenvalue
+FEASIBILITY = 1e-8
+#: eigenvalues within this times the largest |eigenvalue| are one multiple eigenvalue (further apart, eigh's
+#: eigenvectors are within eps / 1e-6 ~ 1e-10 of the exact ones, well inside FEASIBILITY)
 MULTIPLE_RTOL = 1e-6
 
 

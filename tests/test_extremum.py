@@ -122,6 +122,30 @@ def test_the_kernel_curvature_is_at_least_minus_one_and_its_third_derivative_bou
         assert worst3 <= m3 * (1 + 1e-3) + 1e-3
 
 
+@pytest.mark.parametrize("d,activation", [(2, "relu"), (3, "gelu")])
+def test_the_first_variation_is_the_derivative_of_the_energy(d, activation):
+    """E(nu) - E(mu) = ∫ Phi_mu d(nu - mu) + (gamma / 2) ∬ g d(nu - mu)^2 exactly (E quadratic), with E from
+    Model.energy_direct; grad Phi is s times the velocity and the derivative of Phi along great circles."""
+    rng = np.random.default_rng(3)
+    model = Model(d, 4.0, "descent", strength=1.3, perceptron=Perceptron.random(d, d, activation, 1.0, seed=2))
+    (x, w), (y, u) = _random_measures(rng, d, 2, 5)
+    phi, grad = model.first_variation_direct(np.concatenate([x, y]), x, w)
+    const = model.strength * float(model.energy_kernel(np.ones(1))[0]) * w.sum()
+    X, W = np.concatenate([y, x]), np.concatenate([u, -w])
+    quad = 0.5 * model.strength * W @ model.energy_kernel(X @ X.T, relative=True) @ W
+    lhs = model.energy_direct(y, u) - model.energy_direct(x, w)
+    rhs = u @ (phi[5:] + const) - w @ (phi[:5] + const) + quad
+    assert lhs == pytest.approx(rhs, rel=1e-12, abs=1e-14)
+    np.testing.assert_allclose(model.sign * grad[:5], model.velocity_direct(x, x, w), atol=1e-15)
+    t = rng.standard_normal((5, d))
+    t -= np.einsum("id,id->i", t, y)[:, None] * y
+    t /= np.linalg.norm(t, axis=1, keepdims=True)
+    h = 1e-6
+    fd = (model.first_variation_direct(np.cos(h) * y + np.sin(h) * t, x, w)[0]
+          - model.first_variation_direct(np.cos(h) * y - np.sin(h) * t, x, w)[0]) / (2 * h)
+    np.testing.assert_allclose(fd, np.einsum("id,id->i", grad[5:], t), atol=1e-8)
+
+
 # --- exact results ---------------------------------------------------------------------------------------
 @pytest.mark.parametrize("d", [2, 3])
 @pytest.mark.parametrize("beta", [0.0, 0.5, 9.0])
