@@ -120,9 +120,11 @@ class Extremum:
     kind : "minimum" (descent) or "maximum" (ascent).
     positions, masses : atoms (k, d) and masses (k,) (summing, with the continuous part, to 1).
     continuous : the continuous part, or None.
-    energy : E of the result (``Model.energy_direct`` for atoms; exact formula for the uniform measure).
-    gap : proven bound on |E(result) - E*|, E* the extremum over all probability measures.
-    method : the route ("uniform", "any Dirac", "grid", "relu-qp", "relu-qp+grid", "exchange+newton+grid").
+    energy : E of the result (``Model.energy_direct`` for atoms; gamma lambda_0 / (2 beta) for the uniform
+        measure), in floating point (relative round-off ~1e-15).
+    gap : proven bound on |E(result) - E*| for the exact energy of the result, E* the extremum over all
+        probability measures.
+    method : the route ("uniform", "any Dirac", "any measure", "grid", "relu-qp", "exchange+newton+grid").
     level : descent: Phi (the first variation, constant included) averaged over the result; ascent: the
         proven upper bound on max V.
     lower_phi : descent: the proven lower bound on min Phi over the sphere (constant included); ascent: nan.
@@ -158,7 +160,8 @@ class Extremum:
 
     @property
     def bounds(self) -> tuple[float, float]:
-        """The proven interval holding E*: [energy - gap, energy] (minimum), [energy, energy + gap] (maximum)."""
+        """The proven interval holding E*: [energy - gap, energy] (minimum), [energy, energy + gap] (maximum),
+        up to the round-off of ``energy``."""
         if self.kind == "minimum":
             return self.energy - self.gap, self.energy
         return self.energy, self.energy + self.gap
