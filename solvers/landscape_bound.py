@@ -22,6 +22,13 @@ smallest LB over the discarded cells (and over those left when the budget runs o
 min f over the sphere. Near an isolated minimum with Hessian H the cells kept at a level have radius r and
 lie within O(r sqrt(kappa / H)) of it, so the cost is O(log(r_0 / r_tol)) levels of a bounded number of
 cells, r_tol ~ sqrt(2 tol / (H + kappa)).
+
+The second-order bound. Where f is C^3 within the cell (for a ReLU potential: no kink crosses it) and its
+third derivative along unit-speed great circles is at most M, f(exp_c(delta)) >= f(c) + g . delta +
+delta^T H delta / 2 - M |delta|^3 / 6 with H the covariant Hessian at the centre; its minimum over |delta|
+<= r is bounded below in the eigenbasis of H, where the ball lies in a box and the minimum separates
+(:func:`_quadratic_floor`). The larger of the two bounds is the cell's; near a minimum this one decides
+cells of radius (tol / M)^{1/3}, and along a valley of minima (a ring) it keeps the count of cells down.
 """
 from __future__ import annotations
 
