@@ -211,6 +211,9 @@ def test_the_collinear_two_unit_maxima_of_section_3_3_i(d):
             assert np.linalg.norm(x - xstar) < 1e-8
         else:
             assert abs(x @ a) < 1e-8
+        if d <= 3 and xstar is not None:               # the branch and bound agrees with the closed form
+            g = extremum(model, route="grid")
+            assert g.gap <= 1e-12 and g.bounds[0] - 1e-15 <= 1 / (2 * beta) + vmax <= g.bounds[1] + 1e-15
 
 
 @pytest.mark.parametrize("d", [2, 3, 5])
