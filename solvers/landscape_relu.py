@@ -37,7 +37,6 @@ What the paper's cases give (its (i)-(iii) re-derived, the tests' closed forms):
 from __future__ import annotations
 
 import itertools
-import math
 from dataclasses import dataclass
 
 import numpy as np

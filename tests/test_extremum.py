@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from solvers import Model, Perceptron, atomic_state, compare_end, extremum, simulate_particles
-from solvers.landscape_bound import certified_minimum, cube_sphere_points
+from solvers.landscape_bound import certified_minimum
 from solvers.landscape_bound import _initial_cells, _radii, _to_points
 from spectral.multipliers import zonal_multipliers
 
