@@ -31,8 +31,8 @@ LOOP_ATTR static inline __attribute__((always_inline)) VD LOOP_NAME(select)(VU m
 
 /* exp(x) lane by lane, within 1 ulp in the normal range (below 2^-1022 the result is subnormal or 0; above
    709.78, inf): n = rint(x / ln 2) by the 1.5 * 2^52 shift, r = x - n ln 2 in two parts (Cody and Waite:
-   n ln2_hi is exact for |n| < 2^11), exp(r) by its Taylor polynomial of degree 13 in Horner's form
-   (|r| <= 0.347: the remainder is below 6e-18 relative), times 2^n1 2^n2 with n1 = rint(n / 2), n2 = n - n1,
+   n ln2_hi is exact for |n| < 2^11), exp(r) by its Taylor polynomial of degree 13, evaluated by Estrin's
+   scheme as written (|r| <= 0.347: the remainder is below 6e-18 relative), times 2^n1 2^n2 with n1 = rint(n / 2), n2 = n - n1,
    both normal powers of two made from their bits. x is first clamped to [-746, 710], where the result is
    0 and inf. */
 LOOP_ATTR static inline __attribute__((always_inline)) VD LOOP_NAME(vexp)(VD x)
@@ -43,20 +43,14 @@ LOOP_ATTR static inline __attribute__((always_inline)) VD LOOP_NAME(vexp)(VD x)
     const VD n = (x * SPLAT(0x1.71547652b82fep0) + shift) - shift;
     VD r = x - n * SPLAT(0x1.62e42fee00000p-1);
     r = r - n * SPLAT(0x1.a39ef35793c76p-33);
-    VD p = SPLAT(1.0 / 6227020800.0);
-    p = p * r + SPLAT(1.0 / 479001600.0);
-    p = p * r + SPLAT(1.0 / 39916800.0);
-    p = p * r + SPLAT(1.0 / 3628800.0);
-    p = p * r + SPLAT(1.0 / 362880.0);
-    p = p * r + SPLAT(1.0 / 40320.0);
-    p = p * r + SPLAT(1.0 / 5040.0);
-    p = p * r + SPLAT(1.0 / 720.0);
-    p = p * r + SPLAT(1.0 / 120.0);
-    p = p * r + SPLAT(1.0 / 24.0);
-    p = p * r + SPLAT(1.0 / 6.0);
-    p = p * r + SPLAT(0.5);
-    p = p * r + SPLAT(1.0);
-    p = p * r + SPLAT(1.0);
+    /* Estrin's scheme: the same polynomial in a few dependent steps (the loops' chains stay short) */
+    const VD r2 = r * r, r4 = r2 * r2, r8 = r4 * r4;
+    const VD q0 = (SPLAT(1.0) + r) + r2 * (SPLAT(0.5) + r * SPLAT(1.0 / 6.0));
+    const VD q1 = (SPLAT(1.0 / 24.0) + r * SPLAT(1.0 / 120.0)) + r2 * (SPLAT(1.0 / 720.0) + r * SPLAT(1.0 / 5040.0));
+    const VD q2 = (SPLAT(1.0 / 40320.0) + r * SPLAT(1.0 / 362880.0))
+                  + r2 * (SPLAT(1.0 / 3628800.0) + r * SPLAT(1.0 / 39916800.0));
+    const VD q3 = SPLAT(1.0 / 479001600.0) + r * SPLAT(1.0 / 6227020800.0);
+    const VD p = (q0 + r4 * q1) + r8 * (q2 + r4 * q3);
     const VD n1 = (n * SPLAT(0.5) + shift) - shift;
     const VD n2 = n - n1;
     /* the low 12 bits of n + 1.5 * 2^52 are n modulo 2^12: shifted into the exponent field, plus the bias */
@@ -107,7 +101,7 @@ LOOP_ATTR static inline __attribute__((always_inline)) void LOOP_NAME(store)(VD 
        t = x_i0 y_j0 + x_i1 y_j1 + ...  (in k order),   e = exp((t - 1) beta) * w_j,
        psi_i += e,   H_ik += e * y_jk,
    then G_i = H_i - <x_i, H_i> x_i (the dot product in k order, each component H_ik - dot * x_ik).
-   work: 2 d VD (for d > 3). */
+   work: 2 d VD (for d > 8). */
 LOOP_ATTR static inline __attribute__((always_inline)) void LOOP_NAME(direct_rows)(
     Py_ssize_t i0, Py_ssize_t M, Py_ssize_t N, const Py_ssize_t d, const double *x, const double *y,
     const double *w, double beta, double *psi, double *G, VD *xv, VD *H)
@@ -136,19 +130,31 @@ LOOP_ATTR static inline __attribute__((always_inline)) void LOOP_NAME(direct_row
         LOOP_NAME(store)(H[k] - dot * xv[k], G, M, d, i0, k);
 }
 
+/* the rows of one d known to the compiler (its registers hold x_i and H_i) */
+#define DIRECT_D(D) \
+    case D: \
+        for (Py_ssize_t i0 = 0; i0 < M; i0 += VW) \
+            LOOP_NAME(direct_rows)(i0, M, N, D, x, y, w, beta, psi, G, xv, H); \
+        break;
+
 LOOP_ATTR static void LOOP_NAME(direct)(Py_ssize_t M, Py_ssize_t N, Py_ssize_t d, const double *x, const double *y,
                                         const double *w, double beta, double *psi, double *G, double *work)
 {
-    VD xv[3], H[3];
-    for (Py_ssize_t i0 = 0; i0 < M; i0 += VW) {
-        if (d == 2)
-            LOOP_NAME(direct_rows)(i0, M, N, 2, x, y, w, beta, psi, G, xv, H);
-        else if (d == 3)
-            LOOP_NAME(direct_rows)(i0, M, N, 3, x, y, w, beta, psi, G, xv, H);
-        else
+    VD xv[8], H[8];
+    switch (d) {
+        DIRECT_D(2)
+        DIRECT_D(3)
+        DIRECT_D(4)
+        DIRECT_D(5)
+        DIRECT_D(6)
+        DIRECT_D(7)
+        DIRECT_D(8)
+    default:
+        for (Py_ssize_t i0 = 0; i0 < M; i0 += VW)
             LOOP_NAME(direct_rows)(i0, M, N, d, x, y, w, beta, psi, G, (VD *)work, (VD *)work + d);
     }
 }
+#undef DIRECT_D
 
 /* ---- S^1: the Bessel series ----------------------------------------------------------------------------
    Points as z = x_0 + i x_1; powers p_0 = 1, p_k = p_{k-1} z = (pr zr - pi zi, pr zi + pi zr).

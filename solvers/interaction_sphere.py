@@ -10,7 +10,6 @@ lambda_l = sqrt(pi/(2 beta)) ive(l + 1/2, beta), up to the degree L of :func:`sp
 """
 from __future__ import annotations
 
-import math
 
 import ducc0
 import numpy as np
