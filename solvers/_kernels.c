@@ -1,12 +1,14 @@
-/* Compiled loops of the time stepping and of the S^1 right-hand side (module solvers._kernels).
+/* Compiled loops of the time stepping, of the S^1 right-hand side and of the interaction sums (module
+solvers._kernels).
 
 Why compiled: a step of the S^1 PDE at K = 1024 modes is some 80 numpy calls on arrays of a few thousand
 doubles, each costing more in call overhead than in arithmetic; these loops do the same arithmetic in a
-handful of calls.
+handful of calls. The interaction sums (_sums_loops.h) are arithmetic on a few thousand points per call
+that numpy would do through arrays of points x modes (or points x points).
 
 Reproducibility: every result is a fixed sequence of IEEE double operations, the same on every machine.
 Each output entry is computed on its own (vectorising over entries changes no bits), sums over the rows
-of a stack run in row order, and the build disables the contraction of a * b + c into a fused
+of a stack run in row order, the sums over points keep 8 partial sums added in one order (_sums_loops.h), and the build disables the contraction of a * b + c into a fused
 multiply-add (-ffp-contract=off, setup.py), which some CPUs have and others lack. Arrays are passed
 as objects with the buffer protocol (numpy arrays), which must be C-contiguous, of float64 (complex128 seen
 as pairs of float64) and of the sizes stated; a mismatch raises ValueError.
@@ -705,7 +707,7 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_kernels",
-                                    "Compiled loops of attnpde's stepping (see solvers/_kernels.c).", -1,
+                                    "Compiled loops of attnpde's stepping and interaction sums (see solvers/_kernels.c).", -1,
                                     methods};
 
 PyMODINIT_FUNC PyInit__kernels(void)

@@ -468,9 +468,9 @@ class InteractionSums:
         pick = self._picks.get(key)
         if pick is None:
             costs = self.costs(n_src, n_eval)
+            if len(self._picks) >= 64:                 # a continuation's node count changes as nodes merge
+                self._picks.clear()
             pick = self._picks[key] = min(costs, key=costs.get)
-            if len(self._picks) > 64:                  # a continuation's node count changes as nodes merge
-                self._picks.pop(next(iter(self._picks)))
         return pick
 
     def fields(self, y: np.ndarray, w: np.ndarray, x: np.ndarray | None = None
