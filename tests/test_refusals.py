@@ -253,9 +253,10 @@ REFUSALS = [
       + '[particles]\nn = 10\nt_final = 0.1\nsum = "nufft"\n'),
      r"^attnpde: error: c\.toml: \[particles\]: nufft sums on S\^2 need degree L = \d+ at beta = 1e\+06, above the "
      r"supported 200; use method='direct'$"),
-    ("run-fast-sums-on-S2", "cli", (["run", "c.toml"], NUFFT_SPHERE.replace('"nufft"', '"fast"')),
-     r"^attnpde: error: c\.toml: \[particles\]: fast sums exist on S\^1 only \(d = 2\), not d = 3: on S\^2 use "
-     r"sum='nufft' or 'auto'$"),
+    ("run-fast-sums-on-S3", "cli",
+     (["run", "c.toml"], BASE.replace("d = 2", "d = 4") + '[particles]\nn = 10\nt_final = 0.1\nsum = "fast"\n'),
+     r"^attnpde: error: c\.toml: \[particles\]: fast sums exist on S\^1 and S\^2 only \(d = 2, 3\), not d = 4: "
+     r"use sum='direct' or 'auto'$"),
     ("sweep-member-invalid-for-its-beta", "cli", (["sweep", "c.toml", "--beta", "1,1e6"], NUFFT_SPHERE),
      r"^attnpde: error: c\.toml \(beta = 1e\+06\): \[particles\]: nufft sums on S\^2 need degree"),
     ("sweep-resume-finished-other-config", "cli",
