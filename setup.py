@@ -10,6 +10,6 @@ from setuptools import Extension, setup
 setup(ext_modules=[Extension(
     "solvers._kernels",
     sources=["solvers/_kernels.c"],
-    depends=["solvers/_kernels_loops.h"],
+    depends=["solvers/_kernels_loops.h", "solvers/_sums_loops.h"],
     extra_compile_args=["-O3", "-ffp-contract=off", "-fno-fast-math"],
 )])

@@ -4,9 +4,9 @@ reference.
 
 Cases (all in the same run, USA ascent with a ReLU perceptron of d units, i.i.d. uniform particles):
   S^1, beta = 25, N in {1e3, 1e4, 2e4, 1e5, 1e6}; S^1, beta = 100, N in {1e5, 1e6};
-  S^2, beta = 4, N in {1e3, 1e4, 1e5, 1e6}. On S^1 both series methods are timed: the Bessel series by
-  power tables ("fast") and the same series through ducc0's 1-D NUFFT ("nufft"); on S^2 the addition
-  theorem through ducc0's spherical harmonic transforms ("nufft", the only series method there);
+  S^2, beta = 4, N in {1e3, 1e4, 1e5, 1e6}. Both series methods are timed: the compiled series ("fast": the
+  Bessel series on S^1, the harmonics by Legendre recurrences on S^2) and the same series through ducc0's
+  NUFFT ("nufft": 1-D on S^1, the spherical harmonic transforms at arbitrary points on S^2);
   ``method="auto"``'s choice is reported with them.
 
 "One velocity evaluation" is what the particle solver does per stage: Psi and G at the N particles
@@ -168,13 +168,13 @@ def velocity_rows(plan=PLAN, naive_max_bytes: float = 8 * GIB, max_seconds: floa
     per_pair = {}          # measured direct / naive seconds per pair, to estimate skipped sizes
     for d, beta, sizes in plan:
         model = _model(d, beta)
-        sums = {m: InteractionSums(d, beta, m) for m in (("fast", "nufft", "direct") if d == 2 else ("nufft", "direct"))}
+        sums = {m: InteractionSums(d, beta, m) for m in ("fast", "nufft", "direct")}
         for N in sizes:
             x = _points(N, d, seed=N)
             w = np.full(N, 1.0 / N)
             reps = 3 if N >= 10 ** 5 else 5
             row = {"d": d, "beta": beta, "N": N}
-            row["fast"] = _best(_velocity_fn(model, sums, "fast", x, w), reps) if "fast" in sums else None
+            row["fast"] = _best(_velocity_fn(model, sums, "fast", x, w), reps)
             # the NUFFT's first evaluation of a point count is not one of the timed ones (warm-up), and the
             # best is of 5
             nufft = _velocity_fn(model, sums, "nufft", x, w)
@@ -259,8 +259,8 @@ def benchmark_records(quick: bool = False, naive_max_bytes: float = 8 * GIB, max
 def _fmt(row) -> str:
     def cell(v):
         return f"{v:10.4g} s" if isinstance(v, float) else f"{str(v):>12}"
-    # the series sums: fast on S^1, nufft on S^2 (which has no fast sums)
-    name, best = ("fast", row["fast"]) if row["fast"] is not None else ("nufft", row["nufft"])
+    # the compiled series
+    name, best = "fast", row["fast"]
     sp = ""
     if isinstance(row["naive"], float):
         sp = f"  {name}/naive speed-up {row['naive'] / best:8.1f}x"

@@ -4,19 +4,21 @@
 ``InteractionSums(d, beta, method).fields(y, w)`` (d = 2 by default, ``--d 3`` for S^2; uniformly random
 points; the evaluation points are the sources, as in the particle solver and the continuation) is timed
 for every method at every (beta, N) of the grid, one thread, best of ``--repeats`` loops of >=
-``--min-time`` seconds each. Printed: the times, the method the cost model picks (``method_for``) and the
+``--min-time`` seconds each (CPU time of the thread). Printed: the times, the method the cost model picks (``method_for``) and the
 fastest measured, and how much slower the pick is than the fastest. With
 ``--fit`` the linear models of the code are fitted to the times (relative least squares), S^1:
 
+    direct a_direct + b_direct (d + 6) n_src n_eval
     fast   a_fast + (b_fast (K + 1) + c_fast) (n_src + n_eval)
     nufft  a_nufft + b_nufft (n_src + n_eval)
-    direct b_direct (d + 6) n_src n_eval
 
-and S^2 (the sums at their sources, n points: one adjoint and two syntheses per chunk of
-``sphere_nufft_chunk(L)`` points):
+and S^2 (the sums at their sources, n points; nlm = (L + 1)(L + 2) / 2; the NUFFT makes one adjoint and two
+syntheses per chunk of ``sphere_nufft_chunk(L)`` points; the series' coefficients are timed alone too, to
+part their cost per source from that per evaluation point):
 
+    direct as on S^1
+    fast   a_fast + nlm (b_src n_src + b_eval n_eval)
     nufft  b_nufft 3 n + chunks (a_nufft + c_nufft L^2)
-    direct b_direct (d + 6) n^2
 
 The code's constants are these divided by b_direct / 1e-9 (the unit of ``_C_DIRECT``).
 
@@ -35,23 +37,25 @@ import numpy as np  # noqa: E402
 
 from solvers.interaction import InteractionSums, sphere_nufft_chunk  # noqa: E402
 
-METHODS = {2: ("direct", "fast", "nufft"), 3: ("direct", "nufft")}
-DIRECT_MAX = 3000          #: direct sums beyond this many points take seconds and are never the cheapest
+METHODS = {2: ("direct", "fast", "nufft"), 3: ("direct", "fast", "nufft")}
+DIRECT_MAX = 3000          #: the direct sums beyond this many points are never the cheapest (O(N^2))
 
 
 def best_time(fn, min_time: float, repeats: int) -> float:
-    """Best per-call seconds of ``fn`` over ``repeats`` loops of at least ``min_time`` seconds."""
+    """Best per-call seconds of ``fn`` over ``repeats`` loops of at least ``min_time`` seconds, in CPU time of
+    the calling thread (every method runs on one thread here): what the other helpers of a busy machine take
+    from the wall clock does not count."""
     fn()
-    t0 = time.perf_counter()
+    t0 = time.thread_time()
     fn()
-    once = max(time.perf_counter() - t0, 1e-7)
+    once = max(time.thread_time() - t0, 1e-7)
     n = max(1, int(min_time / once))
     best = np.inf
     for _ in range(repeats):
-        t0 = time.perf_counter()
+        t0 = time.thread_time()
         for _ in range(n):
             fn()
-        best = min(best, (time.perf_counter() - t0) / n)
+        best = min(best, (time.thread_time() - t0) / n)
     return best
 
 
@@ -59,18 +63,22 @@ def measure(betas, sizes, min_time: float, repeats: int, seed: int = 0, d: int =
     rng = np.random.default_rng(seed)
     rows = []
     for beta in betas:
-        sums = {m: InteractionSums(d, beta, m) for m in METHODS[d]}
-        K = sums["fast"].fast.K if d == 2 else sums["nufft"].nufft.L
+        sums = {m: InteractionSums(d, beta, m, nufft_threads=1) for m in METHODS[d]}
+        K = sums["fast"].fast.K if d == 2 else sums["fast"].fast.L
         for N in sizes:
             y = rng.standard_normal((N, d))
             y /= np.linalg.norm(y, axis=1, keepdims=True)
             w = np.full(N, 1.0 / N)
             t = {m: best_time(lambda s=s: s.fields(y, w), min_time, repeats)
                  for m, s in sums.items() if m != "direct" or N <= DIRECT_MAX}
+            if d == 3:
+                coef = best_time(lambda: sums["fast"].fast.coefficients(y, w), min_time, repeats)
             pick = InteractionSums(d, beta).method_for(N)
             fastest = min(t, key=t.get)
             rows.append({"beta": beta, "K": K, "N": N, "seconds": t, "auto": pick, "fastest": fastest,
                          "auto_over_fastest": t[pick] / t[fastest] if pick in t else None})
+            if d == 3:
+                rows[-1]["fast_coefficients"] = coef
             times = "  ".join(f"{m} {1e6 * v:9.1f} us" for m, v in t.items())
             print(f"beta {beta:6g} {'K' if d == 2 else 'L'} {K:3d} N {N:7d}  " + times
                   + f"  auto {pick:6s} fastest {fastest:6s}"
@@ -85,15 +93,20 @@ def _fit(A: np.ndarray, t: np.ndarray) -> np.ndarray:
 
 def fit(rows: list[dict], d: int = 2) -> dict:
     out = {}
-    dr = [r for r in rows if "direct" in r["seconds"] and r["N"] >= 100]
+    dr = [r for r in rows if "direct" in r["seconds"]]
     if dr:
         pairs = np.array([(d + 6.0) * r["N"] * r["N"] for r in dr])
-        out["direct"] = {"b": float(_fit(pairs[:, None], np.array([r["seconds"]["direct"] for r in dr]))[0])}
+        a, b = _fit(np.stack([np.ones_like(pairs), pairs], axis=1), np.array([r["seconds"]["direct"] for r in dr]))
+        out["direct"] = {"a": float(a), "b": float(b)}
     if d == 3:
-        n = np.array([3.0 * r["N"] for r in rows])
+        n = np.array([float(r["N"]) for r in rows])
+        nlm = np.array([(r["K"] + 1.0) * (r["K"] + 2.0) / 2.0 for r in rows])
+        a_s, b_s = _fit(np.stack([np.ones_like(n), nlm * n], axis=1), np.array([r["fast_coefficients"] for r in rows]))
+        a, b = _fit(np.stack([np.ones_like(n), nlm * n], axis=1), np.array([r["seconds"]["fast"] for r in rows]))
+        out["fast"] = {"a": a, "b_src": b_s, "b_eval": b - b_s}
         chunks = np.array([float(-(-r["N"] // sphere_nufft_chunk(r["K"]))) for r in rows])
         L2 = np.array([r["K"] ** 2.0 for r in rows])
-        a, b, c = _fit(np.stack([chunks, n, chunks * L2], axis=1), np.array([r["seconds"]["nufft"] for r in rows]))
+        a, b, c = _fit(np.stack([chunks, 3.0 * n, chunks * L2], axis=1), np.array([r["seconds"]["nufft"] for r in rows]))
         out["nufft"] = {"a": a, "b": b, "c": c}
         return out
     f = [r for r in rows if "fast" in r["seconds"]]

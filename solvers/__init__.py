@@ -5,7 +5,8 @@ Public names: :class:`Model`, :class:`Perceptron`, :func:`solve_pde` (spectral P
 :func:`compare` (PDE against particles: distances, matched atoms), :func:`atomic_state` (stability of an atomic
 stationary state) and :func:`polish_atoms` (Newton's method for one); with noise, :func:`stationary_state`,
 :func:`branch_from_uniform` and :func:`continue_branch` (stationary states, their branches in the noise and
-the phase transitions: :class:`StationaryState`, :class:`Branch`).
+the phase transitions: :class:`StationaryState`, :class:`Branch`); :func:`extremum` (the global extremum of the
+energy, certified: :class:`Extremum`) and :func:`compare_end` (a flow's end beside it: :class:`EndVsExtremum`).
 """
 import importlib
 
@@ -16,11 +17,14 @@ _HOMES = {"Model": ".model", "Perceptron": ".perceptron", "solve_pde": ".pde", "
           "simulate_particles": ".particles", "ParticleResult": ".particles", "compare": ".comparison",
           "Comparison": ".comparison", "atomic_state": ".atomic", "AtomicState": ".atomic",
           "polish_atoms": ".balance", "stationary_state": ".stationary", "branch_from_uniform": ".stationary",
-          "continue_branch": ".stationary", "Branch": ".stationary", "StationaryState": ".stationary"}
+          "continue_branch": ".stationary", "Branch": ".stationary", "StationaryState": ".stationary",
+          "extremum": ".landscape", "Extremum": ".landscape", "compare_end": ".landscape_end",
+          "EndVsExtremum": ".landscape_end"}
 
 __all__ = ["Model", "Perceptron", "solve_pde", "PDEResult", "simulate_particles", "ParticleResult",
            "compare", "Comparison", "atomic_state", "AtomicState", "polish_atoms", "stationary_state",
-           "branch_from_uniform", "continue_branch", "Branch", "StationaryState"]
+           "branch_from_uniform", "continue_branch", "Branch", "StationaryState", "extremum", "Extremum",
+           "compare_end", "EndVsExtremum"]
 
 
 def _version() -> str:

@@ -1,9 +1,9 @@
 """Temporarily limit the threads of the OpenBLAS library numpy / scipy loaded (Linux; no dependency).
 
-The interaction sums issue many small matrix products (blocks of a few thousand points). Threaded
-OpenBLAS gains nothing on them, and on a busy machine a second BLAS thread that waits for a core
-stalls each call for a scheduler slice (milliseconds for microseconds of work). The sums
-therefore run with one BLAS thread. This module finds the OpenBLAS libraries mapped into the process
+The solvers issue many small matrix products (the perceptron at a few thousand points, the stationary
+solver's small systems). Threaded OpenBLAS gains nothing on them, and on a busy machine a second BLAS
+thread that waits for a core stalls each call for a scheduler slice (milliseconds for microseconds of
+work). The runs therefore hold one BLAS thread. This module finds the OpenBLAS libraries mapped into the process
 (the mechanism threadpoolctl uses) and calls their own ``*set_num_threads`` entry points; where none
 is found (another BLAS, another OS) it does nothing.
 """

@@ -1,12 +1,14 @@
-/* Compiled loops of the time stepping and of the S^1 right-hand side (module solvers._kernels).
+/* Compiled loops of the time stepping, of the S^1 right-hand side and of the interaction sums (module
+solvers._kernels).
 
 Why compiled: a step of the S^1 PDE at K = 1024 modes is some 80 numpy calls on arrays of a few thousand
 doubles, each costing more in call overhead than in arithmetic; these loops do the same arithmetic in a
-handful of calls.
+handful of calls. The interaction sums (_sums_loops.h) are arithmetic on a few thousand points per call
+that numpy would do through arrays of points x modes (or points x points).
 
 Reproducibility: every result is a fixed sequence of IEEE double operations, the same on every machine.
 Each output entry is computed on its own (vectorising over entries changes no bits), sums over the rows
-of a stack run in row order, and the build disables the contraction of a * b + c into a fused
+of a stack run in row order, the sums over points keep 8 partial sums added in one order (_sums_loops.h), and the build disables the contraction of a * b + c into a fused
 multiply-add (-ffp-contract=off, setup.py), which some CPUs have and others lack. Arrays are passed
 as objects with the buffer protocol (numpy arrays), which must be C-contiguous, of float64 (complex128 seen
 as pairs of float64) and of the sizes stated; a mismatch raises ValueError.
@@ -103,6 +105,60 @@ typedef double v4d __attribute__((vector_size(32), aligned(8), may_alias));
 #undef LOOP_NAME
 #endif
 
+/* The interaction sums' loops (_sums_loops.h), compiled three times on x86-64 with GCC or clang: baseline
+   (SSE2: 2 doubles a register), AVX2 (4) and AVX-512 F (8); the same bits in every variant (see there). */
+#if defined(__GNUC__) && !defined(__clang__)
+/* the registers are passed only between always-inlined functions of one variant: no call sees the vector ABI */
+#pragma GCC diagnostic ignored "-Wpsabi"
+#endif
+#define LOOP_ATTR
+#define LOOP_NAME(f) f##_base
+#define LOOP_VW 2
+#include "_sums_loops.h"
+#undef LOOP_ATTR
+#undef LOOP_NAME
+#undef LOOP_VW
+
+#ifdef HAVE_AVX2_LOOPS
+#define LOOP_ATTR __attribute__((target("avx2")))
+#define LOOP_NAME(f) f##_avx2
+#define LOOP_VW 4
+#include "_sums_loops.h"
+#undef LOOP_ATTR
+#undef LOOP_NAME
+#undef LOOP_VW
+#define LOOP_ATTR __attribute__((target("avx512f")))
+#define LOOP_NAME(f) f##_avx512
+#define LOOP_VW 8
+#include "_sums_loops.h"
+#undef LOOP_ATTR
+#undef LOOP_NAME
+#undef LOOP_VW
+#endif
+
+typedef struct {
+    void (*direct)(Py_ssize_t, Py_ssize_t, Py_ssize_t, const double *, const double *, const double *, double,
+                   double *, double *, double *);
+    void (*circle_coef)(Py_ssize_t, const double *, const double *, Py_ssize_t, double *, double *);
+    void (*circle_eval)(Py_ssize_t, const double *, Py_ssize_t, const double *, double *, double *);
+    void (*sphere_coef)(Py_ssize_t, const double *, const double *, Py_ssize_t, const double *, const double *,
+                        const double *, double *, double *);
+    void (*sphere_eval)(Py_ssize_t, const double *, Py_ssize_t, const double *, const double *, const double *,
+                        const double *, const double *, double, double, double *, double *);
+    void (*sphere_angles)(Py_ssize_t, const double *, double *);
+    void (*sphere_tangent)(Py_ssize_t, const double *, const double *, double *);
+} SumLoops;
+
+static const SumLoops sums_base = {direct_base, circle_coef_base, circle_eval_base, sphere_coef_base,
+                                   sphere_eval_base, sphere_angles_base, sphere_tangent_base};
+#ifdef HAVE_AVX2_LOOPS
+static const SumLoops sums_avx2 = {direct_avx2, circle_coef_avx2, circle_eval_avx2, sphere_coef_avx2,
+                                   sphere_eval_avx2, sphere_angles_avx2, sphere_tangent_avx2};
+static const SumLoops sums_avx512 = {direct_avx512, circle_coef_avx512, circle_eval_avx512, sphere_coef_avx512,
+                                     sphere_eval_avx512, sphere_angles_avx512, sphere_tangent_avx512};
+#endif
+static const SumLoops *S = &sums_base;
+
 typedef struct {
     const char *name;
     void (*wsum)(Py_ssize_t, const double *, const double *, Py_ssize_t, const double *, double *);
@@ -122,6 +178,16 @@ static int has_avx2(void)
 #ifdef HAVE_AVX2_LOOPS
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx2");
+#else
+    return 0;
+#endif
+}
+
+static int has_avx512(void)
+{
+#ifdef HAVE_AVX2_LOOPS
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f");
 #else
     return 0;
 #endif
@@ -301,7 +367,8 @@ fail:
     return NULL;
 }
 
-/* simd(): the loops in use, "avx2" or "baseline"; simd(name): use those ("avx2" only where the CPU has it) */
+/* simd(): the loops in use, "avx512", "avx2" or "baseline"; simd(name): use those (each only where the CPU has
+   it; "avx512" runs the sums' loops with AVX-512 and the others with AVX2) */
 static PyObject *simd(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs > 1) {
@@ -312,19 +379,300 @@ static PyObject *simd(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         const char *name = PyUnicode_AsUTF8(args[0]);
         if (!name)
             return NULL;
-        if (strcmp(name, "baseline") == 0)
+        if (strcmp(name, "baseline") == 0) {
             L = &loops_base;
+            S = &sums_base;
+        }
 #ifdef HAVE_AVX2_LOOPS
-        else if (strcmp(name, "avx2") == 0 && has_avx2())
+        else if (strcmp(name, "avx2") == 0 && has_avx2()) {
             L = &loops_avx2;
+            S = &sums_avx2;
+        }
+        else if (strcmp(name, "avx512") == 0 && has_avx2() && has_avx512()) {
+            L = &loops_avx2;
+            S = &sums_avx512;
+        }
 #endif
         else {
-            PyErr_Format(PyExc_ValueError, "simd: '%s' is not available here (baseline%s)", name,
-                         has_avx2() ? ", avx2" : "");
+            PyErr_Format(PyExc_ValueError, "simd: '%s' is not available here (baseline%s%s)", name,
+                         has_avx2() ? ", avx2" : "", has_avx2() && has_avx512() ? ", avx512" : "");
             return NULL;
         }
     }
+#ifdef HAVE_AVX2_LOOPS
+    if (S == &sums_avx512)
+        return PyUnicode_FromString("avx512");
+#endif
     return PyUnicode_FromString(L->name);
+}
+
+/* ---- the interaction sums (the loops: _sums_loops.h) ---------------------------------------------------- */
+
+/* n groups of 8 doubles, zeroed (NULL and MemoryError when they cannot be had) */
+static double *zeroed_lanes(Py_ssize_t n)
+{
+    double *p = (double *)PyMem_RawCalloc((size_t)(n > 0 ? n : 1), 8 * sizeof(double));
+    if (!p)
+        PyErr_NoMemory();
+    return p;
+}
+
+/* direct_sums(x, y, w, beta, psi, G): psi_i = sum_j w_j exp((<x_i, y_j> - 1) beta) and G_i = P_{x_i} H_i,
+   H_i = sum_j w_j exp(..) y_j, for x (M, d), y (N, d), w (N), psi (M), G (M, d); d = len(G) / len(psi). */
+static PyObject *direct_sums(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    Buf b[5];
+    if (!start("direct_sums", nargs, 6, b, 5))
+        return NULL;
+    double *x, *y, *w, *psi, *G;
+    Py_ssize_t nx, ny, N, M, nG;
+    const double beta = PyFloat_AsDouble(args[3]);
+    if (beta == -1.0 && PyErr_Occurred())
+        return NULL;
+    if (get(args[0], &b[0], 0, 0, REAL, "x", &x, &nx) || get(args[1], &b[1], 0, 0, REAL, "y", &y, &ny)
+        || get(args[2], &b[2], 0, 0, REAL, "w", &w, &N) || get(args[4], &b[3], 1, 0, REAL, "psi", &psi, &M)
+        || get(args[5], &b[4], 1, 0, REAL, "G", &G, &nG))
+        goto fail;
+    const Py_ssize_t d = M > 0 ? nG / M : 0;
+    if (M > 0 && (d < 1 || nG != M * d || nx != M * d || ny != N * d)) {
+        PyErr_Format(PyExc_ValueError, "direct_sums: x %zd, y %zd, w %zd, psi %zd, G %zd doubles: want x and G "
+                     "(M, d), y (N, d), w (N), psi (M)", nx, ny, N, M, nG);
+        goto fail;
+    }
+    if (M > 0) {
+        double *work = zeroed_lanes(2 * d);
+        if (!work)
+            goto fail;
+        Py_BEGIN_ALLOW_THREADS
+        S->direct(M, N, d, x, y, w, beta, psi, G, work);
+        Py_END_ALLOW_THREADS
+        PyMem_RawFree(work);
+    }
+    release(b, 5);
+    Py_RETURN_NONE;
+fail:
+    release(b, 5);
+    return NULL;
+}
+
+/* circle_coefficients(y, w, c): c_k = sum_j w_j conj(z_j)^k, k = 0 .. K, for y (N, 2) (z = y_0 + i y_1),
+   w (N), c complex (K + 1). */
+static PyObject *circle_coefficients(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    Buf b[3];
+    if (!start("circle_coefficients", nargs, 3, b, 3))
+        return NULL;
+    double *y, *w, *c;
+    Py_ssize_t ny, N, nc;
+    if (get(args[0], &b[0], 0, 0, REAL, "y", &y, &ny) || get(args[1], &b[1], 0, 0, REAL, "w", &w, &N)
+        || get(args[2], &b[2], 1, 0, CPLX, "c", &c, &nc))
+        goto fail;
+    if (ny != 2 * N || nc < 2) {
+        PyErr_Format(PyExc_ValueError, "circle_coefficients: y %zd, w %zd, c %zd doubles: want y (N, 2), w (N), "
+                     "c of K + 1 >= 1 complex", ny, N, nc);
+        goto fail;
+    }
+    const Py_ssize_t K = nc / 2 - 1;
+    double *acc = zeroed_lanes(2 * (K + 1));
+    if (!acc)
+        goto fail;
+    Py_BEGIN_ALLOW_THREADS
+    S->circle_coef(N, y, w, K, acc, c);
+    Py_END_ALLOW_THREADS
+    PyMem_RawFree(acc);
+    release(b, 3);
+    Py_RETURN_NONE;
+fail:
+    release(b, 3);
+    return NULL;
+}
+
+/* circle_evaluate(x, c, mult, psi, G): with a_k = mult[k, 0] c_k and b_k = i mult[k, 1] c_k (each product
+   rounded once: Re b = -(mult1 Im c), Im b = mult1 Re c), psi_i = sum_k Re(a_k z_i^k) and
+   G_i = (sum_k Re(b_k z_i^k)) e_theta(x_i), for x (M, 2), c complex (K + 1), mult (K + 1, 2), psi (M), G (M, 2). */
+static PyObject *circle_evaluate(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    Buf b[5];
+    if (!start("circle_evaluate", nargs, 5, b, 5))
+        return NULL;
+    double *x, *c, *mult, *psi, *G;
+    Py_ssize_t nx, nc, nm, M, nG;
+    if (get(args[0], &b[0], 0, 0, REAL, "x", &x, &nx) || get(args[1], &b[1], 0, 0, CPLX, "c", &c, &nc)
+        || get(args[2], &b[2], 0, 0, REAL, "mult", &mult, &nm) || get(args[3], &b[3], 1, 0, REAL, "psi", &psi, &M)
+        || get(args[4], &b[4], 1, 0, REAL, "G", &G, &nG))
+        goto fail;
+    if (nx != 2 * M || nG != 2 * M || nc < 2 || nm != nc) {
+        PyErr_Format(PyExc_ValueError, "circle_evaluate: x %zd, c %zd, mult %zd, psi %zd, G %zd doubles: want x and "
+                     "G (M, 2), c of K + 1 complex, mult (K + 1, 2), psi (M)", nx, nc, nm, M, nG);
+        goto fail;
+    }
+    const Py_ssize_t K = nc / 2 - 1;
+    double *ab = (double *)PyMem_RawMalloc((size_t)(4 * (K + 1)) * sizeof(double));
+    if (!ab) {
+        PyErr_NoMemory();
+        goto fail;
+    }
+    for (Py_ssize_t k = 0; k <= K; k++) {
+        ab[4 * k] = mult[2 * k] * c[2 * k];
+        ab[4 * k + 1] = mult[2 * k] * c[2 * k + 1];
+        ab[4 * k + 2] = -(mult[2 * k + 1] * c[2 * k + 1]);
+        ab[4 * k + 3] = mult[2 * k + 1] * c[2 * k];
+    }
+    Py_BEGIN_ALLOW_THREADS
+    S->circle_eval(M, x, K, ab, psi, G);
+    Py_END_ALLOW_THREADS
+    PyMem_RawFree(ab);
+    release(b, 5);
+    Py_RETURN_NONE;
+fail:
+    release(b, 5);
+    return NULL;
+}
+
+/* the tables of degree L = len(pmm) - 1: rec (4, nlm), nlm = (L + 1)(L + 2) / 2 */
+static int sphere_tables(const char *fn, Py_ssize_t nrec, Py_ssize_t npmm, Py_ssize_t *L, Py_ssize_t *nlm)
+{
+    *L = npmm - 1;
+    *nlm = (*L + 1) * (*L + 2) / 2;
+    if (npmm < 1 || nrec != 4 * *nlm) {
+        PyErr_Format(PyExc_ValueError, "%s: pmm %zd, rec %zd doubles: want L + 1 and 4 (L + 1)(L + 2) / 2", fn, npmm,
+                     nrec);
+        return -1;
+    }
+    return 0;
+}
+
+/* sphere_coefficients(y, w, rec, pmm, c): C_lm = sum_j w_j P_l^m(z_j) conj(u_j)^m (z = y_2, u = y_0 + i y_1;
+   layout m, then l = m .. L), for y (N, 3), w (N), c complex (nlm); rec rows 0 and 1: the recurrence's a, b. */
+static PyObject *sphere_coefficients(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    Buf b[5];
+    if (!start("sphere_coefficients", nargs, 5, b, 5))
+        return NULL;
+    double *y, *w, *rec, *pmm, *c;
+    Py_ssize_t ny, N, nr, np, nc, L, nlm;
+    if (get(args[0], &b[0], 0, 0, REAL, "y", &y, &ny) || get(args[1], &b[1], 0, 0, REAL, "w", &w, &N)
+        || get(args[2], &b[2], 0, 0, REAL, "rec", &rec, &nr) || get(args[3], &b[3], 0, 0, REAL, "pmm", &pmm, &np)
+        || get(args[4], &b[4], 1, 0, CPLX, "c", &c, &nc) || sphere_tables("sphere_coefficients", nr, np, &L, &nlm))
+        goto fail;
+    if (ny != 3 * N || nc != 2 * nlm) {
+        PyErr_Format(PyExc_ValueError, "sphere_coefficients: y %zd, w %zd, c %zd doubles: want y (N, 3), w (N), "
+                     "c of %zd complex", ny, N, nc, nlm);
+        goto fail;
+    }
+    double *acc = zeroed_lanes(2 * nlm);
+    if (!acc)
+        goto fail;
+    Py_BEGIN_ALLOW_THREADS
+    S->sphere_coef(N, y, w, L, rec, rec + nlm, pmm, acc, c);
+    Py_END_ALLOW_THREADS
+    PyMem_RawFree(acc);
+    release(b, 5);
+    Py_RETURN_NONE;
+fail:
+    release(b, 5);
+    return NULL;
+}
+
+/* sphere_evaluate(x, rec, pmm, c, lam0, beta, psi, G): with D = rec[2] c, E = rec[3] c (entrywise, each
+   product rounded once) and psi0 = lam0 Re c_00, psi = psi0 + beta Phi and G = grad_S Phi of
+   Phi = Re sum_lm D_lm P_l^m(z) u^m, for x (M, 3), c complex (nlm), psi (M), G (M, 3). */
+static PyObject *sphere_evaluate(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    Buf b[6];
+    if (!start("sphere_evaluate", nargs, 8, b, 6))
+        return NULL;
+    double *x, *rec, *pmm, *c, *psi, *G;
+    Py_ssize_t nx, nr, np, nc, M, nG, L, nlm;
+    const double lam0 = PyFloat_AsDouble(args[4]);
+    if (lam0 == -1.0 && PyErr_Occurred())
+        return NULL;
+    const double beta = PyFloat_AsDouble(args[5]);
+    if (beta == -1.0 && PyErr_Occurred())
+        return NULL;
+    if (get(args[0], &b[0], 0, 0, REAL, "x", &x, &nx) || get(args[1], &b[1], 0, 0, REAL, "rec", &rec, &nr)
+        || get(args[2], &b[2], 0, 0, REAL, "pmm", &pmm, &np) || get(args[3], &b[3], 0, 0, CPLX, "c", &c, &nc)
+        || get(args[6], &b[4], 1, 0, REAL, "psi", &psi, &M) || get(args[7], &b[5], 1, 0, REAL, "G", &G, &nG)
+        || sphere_tables("sphere_evaluate", nr, np, &L, &nlm))
+        goto fail;
+    if (nx != 3 * M || nG != 3 * M || nc != 2 * nlm) {
+        PyErr_Format(PyExc_ValueError, "sphere_evaluate: x %zd, c %zd, psi %zd, G %zd doubles: want x and G (M, 3), "
+                     "psi (M), c of %zd complex", nx, nc, M, nG, nlm);
+        goto fail;
+    }
+    double *DE = (double *)PyMem_RawMalloc((size_t)(4 * nlm) * sizeof(double));
+    if (!DE) {
+        PyErr_NoMemory();
+        goto fail;
+    }
+    const double *dm = rec + 2 * nlm, *em = rec + 3 * nlm;
+    for (Py_ssize_t i = 0; i < nlm; i++) {
+        DE[2 * i] = dm[i] * c[2 * i];
+        DE[2 * i + 1] = dm[i] * c[2 * i + 1];
+        DE[2 * nlm + 2 * i] = em[i] * c[2 * i];
+        DE[2 * nlm + 2 * i + 1] = em[i] * c[2 * i + 1];
+    }
+    const double psi0 = lam0 * c[0];
+    Py_BEGIN_ALLOW_THREADS
+    S->sphere_eval(M, x, L, rec, rec + nlm, pmm, DE, DE + 2 * nlm, psi0, beta, psi, G);
+    Py_END_ALLOW_THREADS
+    PyMem_RawFree(DE);
+    release(b, 6);
+    Py_RETURN_NONE;
+fail:
+    release(b, 6);
+    return NULL;
+}
+
+/* sphere_angles(x, loc): loc (M, 2) = (theta, phi) of the unit vectors x (M, 3), ducc0's ranges
+   (theta in [0, pi], phi in [0, 2 pi); phi = 0 at the poles) */
+static PyObject *sphere_angles(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    Buf b[2];
+    if (!start("sphere_angles", nargs, 2, b, 2))
+        return NULL;
+    double *x, *loc;
+    Py_ssize_t nx, nl;
+    if (get(args[0], &b[0], 0, 0, REAL, "x", &x, &nx) || get(args[1], &b[1], 1, 0, REAL, "loc", &loc, &nl))
+        goto fail;
+    if (nx % 3 || nl != 2 * (nx / 3)) {
+        PyErr_Format(PyExc_ValueError, "sphere_angles: x %zd, loc %zd doubles: want x (M, 3), loc (M, 2)", nx, nl);
+        goto fail;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    S->sphere_angles(nx / 3, x, loc);
+    Py_END_ALLOW_THREADS
+    release(b, 2);
+    Py_RETURN_NONE;
+fail:
+    release(b, 2);
+    return NULL;
+}
+
+/* sphere_tangent(g, x, G): G (M, 3) = G_theta e_theta + G_phi e_phi at the unit vectors x (M, 3), g (2, M) */
+static PyObject *sphere_tangent(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    Buf b[3];
+    if (!start("sphere_tangent", nargs, 3, b, 3))
+        return NULL;
+    double *g, *x, *G;
+    Py_ssize_t ng, nx, nG;
+    if (get(args[0], &b[0], 0, 0, REAL, "g", &g, &ng) || get(args[1], &b[1], 0, 0, REAL, "x", &x, &nx)
+        || get(args[2], &b[2], 1, 0, REAL, "G", &G, &nG))
+        goto fail;
+    if (nx % 3 || ng != 2 * (nx / 3) || nG != nx) {
+        PyErr_Format(PyExc_ValueError, "sphere_tangent: g %zd, x %zd, G %zd doubles: want g (2, M), x and G (M, 3)",
+                     ng, nx, nG);
+        goto fail;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    S->sphere_tangent(nx / 3, g, x, G);
+    Py_END_ALLOW_THREADS
+    release(b, 3);
+    Py_RETURN_NONE;
+fail:
+    release(b, 3);
+    return NULL;
 }
 
 static PyMethodDef methods[] = {
@@ -340,19 +688,35 @@ static PyMethodDef methods[] = {
      "affine_flux(rho, g, gamma, drift, out, mm): g = gamma g + drift, out = rho g, mm = min/max of rho "
      "and g (or None)."},
     {"simd", (PyCFunction)(void (*)(void))simd, METH_FASTCALL,
-     "simd([name]): the loops in use, 'avx2' or 'baseline' (the same bits); with a name, use those."},
+     "simd([name]): the loops in use, 'avx512', 'avx2' or 'baseline' (the same bits); with a name, use those."},
+    {"direct_sums", (PyCFunction)(void (*)(void))direct_sums, METH_FASTCALL,
+     "direct_sums(x, y, w, beta, psi, G): the interaction sums Psi and G at x by direct summation."},
+    {"circle_coefficients", (PyCFunction)(void (*)(void))circle_coefficients, METH_FASTCALL,
+     "circle_coefficients(y, w, c): c_k = sum_j w_j conj(z_j)^k on S^1."},
+    {"circle_evaluate", (PyCFunction)(void (*)(void))circle_evaluate, METH_FASTCALL,
+     "circle_evaluate(x, c, mult, psi, G): psi = Re sum a_k z^k, G = Re(sum b_k z^k) e_theta on S^1."},
+    {"sphere_coefficients", (PyCFunction)(void (*)(void))sphere_coefficients, METH_FASTCALL,
+     "sphere_coefficients(y, w, rec, pmm, c): C_lm = sum_j w_j P_l^m(z_j) conj(u_j)^m on S^2."},
+    {"sphere_evaluate", (PyCFunction)(void (*)(void))sphere_evaluate, METH_FASTCALL,
+     "sphere_evaluate(x, rec, pmm, c, lam0, beta, psi, G): psi = lam0 c_00 + beta Phi, G = grad Phi on S^2."},
+    {"sphere_angles", (PyCFunction)(void (*)(void))sphere_angles, METH_FASTCALL,
+     "sphere_angles(x, loc): (theta, phi) of unit vectors on S^2, ducc0's ranges."},
+    {"sphere_tangent", (PyCFunction)(void (*)(void))sphere_tangent, METH_FASTCALL,
+     "sphere_tangent(g, x, G): G = G_theta e_theta + G_phi e_phi on S^2."},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_kernels",
-                                    "Compiled loops of attnpde's stepping (see solvers/_kernels.c).", -1,
+                                    "Compiled loops of attnpde's stepping and interaction sums (see solvers/_kernels.c).", -1,
                                     methods};
 
 PyMODINIT_FUNC PyInit__kernels(void)
 {
 #ifdef HAVE_AVX2_LOOPS
-    if (has_avx2())
+    if (has_avx2()) {
         L = &loops_avx2;
+        S = has_avx512() ? &sums_avx512 : &sums_avx2;
+    }
 #endif
     return PyModule_Create(&module);
 }

@@ -326,11 +326,17 @@ class Model:
         """The attention kernel exp(beta (t - 1)) of the cosine t = <x, y>."""
         return np.exp(self.beta * (np.asarray(t, dtype=float) - 1.0))
 
-    def energy_kernel(self, t: np.ndarray) -> np.ndarray:
-        """g(t) = exp(beta (t-1)) / beta for beta > 0, t - 1 at beta = 0 (the pair term of E)."""
+    def energy_kernel(self, t: np.ndarray, relative: bool = False) -> np.ndarray:
+        """g(t) = exp(beta (t-1)) / beta for beta > 0, t - 1 at beta = 0 (the pair term of E).
+
+        ``relative``: g(t) - g(1) = expm1(beta (t - 1)) / beta (t - 1 at beta = 0), without the cancellation
+        of the constant 1 / beta: in [-2, 0], and on probability measures the same energy less gamma g(1) / 2.
+        """
         t = np.asarray(t, dtype=float)
         if self.beta == 0.0:
             return t - 1.0
+        if relative:
+            return np.expm1(self.beta * (t - 1.0)) / self.beta
         return np.exp(self.beta * (t - 1.0)) / self.beta
 
     def kernel_multipliers(self, lmax: int) -> np.ndarray:
@@ -399,6 +405,41 @@ class Model:
         np.fill_diagonal(K, 0.0)
         psi = (K.sum(axis=1) + w)[:, None]
         return self.velocity(tangent_project(x, K @ x), psi, self.drift(x))
+
+    def first_variation_direct(self, x: np.ndarray, y: np.ndarray, w: np.ndarray,
+                               block: int = 2048) -> tuple[np.ndarray, np.ndarray]:
+        """The first variation of E at mu = sum_j w_j delta_{y_j} and its gradient, at unit vectors x (n, d).
+
+        Phi_mu(x) = dE/dmu (x) = gamma ∫ g(<x, y>) dmu(y) + V(x) (USA; V alone with attention 'none'), so that
+        E(nu) - E(mu) = ∫ Phi_mu d(nu - mu) + (gamma/2) ∬ g d(nu - mu) d(nu - mu) and the velocity is
+        v = s grad Phi_mu. Returned less its constant part gamma g(1) mu(S) (:meth:`energy_kernel` with
+        ``relative``), which keeps its digits at small beta (g(1) = 1/beta).
+
+        Returns
+        -------
+        phi : ndarray (n,)
+            Phi_mu(x) - gamma g(1) sum_j w_j.
+        grad : ndarray (n, d)
+            The tangent gradient gamma G + grad V (G as in :meth:`fields_direct`).
+        """
+        if not self.has_energy:
+            raise ValueError("the first variation exists for a gradient flow only (USA or no attention, "
+                             "gradient-form or no perceptron)")
+        x = np.asarray(x, dtype=float)
+        y = np.asarray(y, dtype=float)
+        w = np.asarray(w, dtype=float)
+        phi = self.potential(x) if self.perceptron is not None else np.zeros(x.shape[0])
+        grad = np.zeros_like(x) if self.perceptron is None else self.perceptron.drift(x)
+        if self.attention == "none":
+            return phi, grad
+        gamma = self.strength
+        Gy = np.empty_like(x)
+        for s in range(0, x.shape[0], block):
+            t = x[s:s + block] @ y.T
+            phi[s:s + block] += gamma * (self.energy_kernel(t, relative=True) @ w)
+            Gy[s:s + block] = (self.kernel(t) * w) @ y
+        grad += gamma * tangent_project(x, Gy)
+        return phi, grad
 
     def energy_direct(self, y: np.ndarray, w: np.ndarray, block: int = 2048) -> float:
         """E of mu = sum_j w_j delta_{y_j} by direct summation of the pair term."""

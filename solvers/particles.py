@@ -111,7 +111,10 @@ def measure_velocity(model: Model, sums: InteractionSums | None, x: np.ndarray, 
     # N points are not paged in
     def pointwise(j: int, c: slice) -> None:
         model.velocity(G[c], psi[c, None], model.drift(x[c]), out=G[c])
-    map_chunks(pointwise, x.shape[0], POINTWISE_CHUNK, sums.nufft_threads, "attnpde-pointwise")
+    if x.shape[0] <= POINTWISE_CHUNK:
+        pointwise(0, slice(None))
+    else:
+        map_chunks(pointwise, x.shape[0], POINTWISE_CHUNK, sums.nufft_threads, "attnpde-pointwise")
     return G, psi
 
 
@@ -211,11 +214,12 @@ class ParticleOptions:
     Attributes
     ----------
     sum : {"auto", "direct", "fast", "nufft"}
-        Interaction sums (:class:`solvers.interaction.InteractionSums`; "fast": S^1; "nufft": S^1 and S^2).
+        Interaction sums (:class:`solvers.interaction.InteractionSums`; "fast" and "nufft": S^1 and S^2).
     sum_tol : float
-        Truncation of the fast sums relative to lambda_0 (and the NUFFT precision, at least 3e-13).
+        Truncation of the series relative to lambda_0 (and the NUFFT precision, at least 3e-13).
     block_bytes : int
-        Memory bound of a direct-sum block (bytes).
+        Memory bound of a block of the numpy direct sums (bytes). The runs' sums are compiled and hold no
+        blocks: it has no effect, and is kept so that the options of earlier runs read back.
     rtol, atol : float
         "adaptive" only: accepted when max_i |err_i| <= atol + rtol (radians).
     dt_max : float or None
@@ -799,9 +803,7 @@ class ParticleRun(Integration):
         self.N = x.shape[0]
         self.sums = None
         if model.attention != "none":
-            # blas_threads=None: run() limits the threads of the whole run
-            self.sums = InteractionSums(model.d, model.beta, opts.sum, tol=opts.sum_tol,
-                                        block_bytes=opts.block_bytes, blas_threads=None)
+            self.sums = InteractionSums(model.d, model.beta, opts.sum, tol=opts.sum_tol)
         self.sum_method = "none" if self.sums is None else self.sums.method_for(self.N)
         self.scale = rule.scale if rule is not None else 0.5
         self.cluster_rule = rule.rule if rule is not None else "linkage"

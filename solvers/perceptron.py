@@ -19,8 +19,8 @@ import math
 import numpy as np
 from scipy.special import erf
 
-__all__ = ["ACTIVATIONS", "activation", "activation_derivative", "activation_primitive", "Perceptron",
-           "tangent_project", "BIAS_MAX", "SCALE_MAX", "ACTIVATION_ARRAYS"]
+__all__ = ["ACTIVATIONS", "activation", "activation_derivative", "activation_primitive", "activation_ranges",
+           "Perceptron", "tangent_project", "BIAS_MAX", "SCALE_MAX", "ACTIVATION_ARRAYS"]
 
 ACTIVATIONS = ("relu", "gelu", "tanh", "linear")
 #: the largest |b_k|: the primitives of relu, gelu and linear grow as z^2 / 2 at z = <a_k, x> + b_k, finite
@@ -85,6 +85,42 @@ def activation_primitive(z: np.ndarray, name: str) -> np.ndarray:
         az = np.abs(z)
         return az + np.log1p(np.exp(-2.0 * az)) - math.log(2.0)
     return 0.5 * z * z
+
+
+#: the extremes of GeLU's sigma' = Phi + z phi (at z = +-sqrt 2, where sigma'' = phi (2 - z^2) vanishes) and of
+#: sigma itself (its minimum, at z = -0.7518), each widened by 1e-12 so that they bound the exact values
+_GELU_SLOPE = (-0.12890414518515475 - 1e-12, 1.1289041451851547 + 1e-12)
+_GELU_MIN = -0.16997120747990366 - 1e-12
+#: sup |sigma''| over the real line (relu away from its kink): gelu phi (2 - z^2) at z = 0, tanh 4 / (3 sqrt 3)
+_CURVE = {"relu": 0.0, "gelu": 2.0 / math.sqrt(2.0 * math.pi) + 1e-12, "tanh": 4.0 / (3.0 * math.sqrt(3.0)) + 1e-12,
+          "linear": 0.0}
+
+
+def activation_ranges(name: str, lo: float, hi: float) -> tuple[float, float, float, float]:
+    """Bounds over z in [lo, hi] of the activation and its primitive, for the curvature bounds of the potential.
+
+    Returns (slope_up, slope_down, value, primitive): sup max(sigma', 0), sup max(-sigma', 0), sup |sigma|
+    and sup |Sigma| over [lo, hi], each an upper bound (exact, or widened by 1e-12). sigma and Sigma are
+    monotone on either side of their single minimum (relu, tanh, linear: Sigma at z = 0; gelu: sigma at
+    z = -0.7518 and Sigma at 0), so their sups are at the ends or at that minimum.
+    """
+    _check_activation(name)
+    ends = np.array([lo, hi], dtype=float)
+    value = float(np.max(np.abs(activation(ends, name))))
+    primitive = float(np.max(np.abs(activation_primitive(ends, name))))
+    if lo <= 0.0 <= hi:
+        primitive = max(primitive, float(abs(activation_primitive(np.zeros(1), name)[0])))
+    if name == "relu":
+        up, down = (1.0 if hi > 0 else 0.0), 0.0
+    elif name == "gelu":
+        up, down = _GELU_SLOPE[1], -_GELU_SLOPE[0]
+        if lo <= -0.7517915250691811 <= hi:
+            value = max(value, -_GELU_MIN)
+    elif name == "tanh":
+        up, down = 1.0, 0.0
+    else:
+        up, down = 1.0, 0.0
+    return up, down, value * (1.0 + 1e-12), primitive * (1.0 + 1e-12)
 
 
 def tangent_project(x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -261,6 +297,56 @@ class Perceptron:
         exactly where a ReLU unit is off."""
         mag = np.abs(activation(self._preactivation(x), self.activation))
         return (mag * np.linalg.norm(self._W, axis=1)[:, None]).T
+
+    def curvature_bounds(self) -> tuple[float, float]:
+        """(lo, hi) with lo <= d^2/ds^2 V(x(s)) <= hi along every unit-speed great circle x(s) of S^{d-1}.
+
+        Along x(s) = x cos s + u sin s (u a unit tangent at x), p_k = <a_k, x(s)> has p_k'' = -p_k and
+        p_k'^2 <= 1 - p_k^2 (|a_k| = 1), so with z_k = p_k + b_k
+
+            d^2/ds^2 Sigma(z_k) = sigma'(z_k) p_k'^2 - sigma(z_k) p_k
+                                in [-(slope_down + value), slope_up + value]
+
+        over z_k in [b_k - 1, b_k + 1] (:func:`activation_ranges`); V'' sums c_k times these. relu's V is C^1
+        with a bounded, piecewise continuous V'', so the bound holds almost everywhere and Taylor's formula
+        with integral remainder applies. Gradient form only.
+        """
+        if not self.is_gradient:
+            raise ValueError("the general-form perceptron (vector weights w) has no potential")
+        lo = hi = 0.0
+        for c, b in zip(self.c, self.b):
+            up, down, value, _ = activation_ranges(self.activation, b - 1.0, b + 1.0)
+            top, bottom = up + value, -(down + value)
+            lo += min(c * top, c * bottom)
+            hi += max(c * top, c * bottom)
+        return float(lo), float(hi)
+
+    def third_derivative_bound(self) -> float:
+        """M with |d^3/ds^3 V(x(s))| <= M along every unit-speed great circle (for relu: along pieces that cross
+        no kink <a_k, x> + b_k = 0). With the notation of :meth:`curvature_bounds`,
+
+            d^3/ds^3 Sigma(z_k) = sigma''(z_k) p_k'^3 - 3 sigma'(z_k) p_k' p_k - sigma(z_k) p_k',
+
+        bounded by sup |sigma''| + 3 sup |sigma'| + sup |sigma| over z_k in [b_k - 1, b_k + 1]. Gradient form
+        only."""
+        if not self.is_gradient:
+            raise ValueError("the general-form perceptron (vector weights w) has no potential")
+        total = 0.0
+        for c, b in zip(self.c, self.b):
+            up, down, value, _ = activation_ranges(self.activation, b - 1.0, b + 1.0)
+            total += abs(c) * (_CURVE[self.activation] + 3.0 * max(up, down) + value)
+        return float(total)
+
+    def magnitude(self) -> float:
+        """sum_k |c_k| (sup |Sigma| + sup |sigma|) over z_k in [b_k - 1, b_k + 1]: a bound on |V| + |grad V|
+        on the sphere, the scale of the round-off of their evaluation. Gradient form only."""
+        if not self.is_gradient:
+            raise ValueError("the general-form perceptron (vector weights w) has no potential")
+        total = 0.0
+        for c, b in zip(self.c, self.b):
+            _, _, value, primitive = activation_ranges(self.activation, b - 1.0, b + 1.0)
+            total += abs(c) * (value + primitive)
+        return float(total)
 
     def drift(self, x: np.ndarray) -> np.ndarray:
         """The tangent drift at unit vectors x (n, d): grad V (gradient form) or u (general form)."""

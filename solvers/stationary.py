@@ -105,6 +105,7 @@ from ._blas import blas_threads
 from .model import Model
 
 __all__ = ["StationaryState", "Branch", "BranchSetup", "ContinuationOptions", "stationary_state", "branch_from_uniform",
+           "branch_degrees", "refinement_lines", "BRANCH_DEGREE", "BRANCH_MAX_DEGREE",
            "prepare_branch", "continue_branch", "free_energy", "REPRESENTATIONS"]
 
 #: kernel multipliers below this fraction of the largest are dropped (as the PDE solvers do)
@@ -117,6 +118,10 @@ REPRESENTATIONS = ("auto", "even", "full", "zonal", "general")
 INDEX_TOL = 1e-11
 #: unknowns above which a general state on S^2 is solved by Newton–Krylov rather than with a dense Jacobian
 DENSE_MAX = 400
+#: a branch's resolution: where it starts (Fourier modes K on S^1, degree L on S^2) and the most it is raised to
+#: when its states sharpen (ContinuationOptions.max_degree), by manifold (d)
+BRANCH_DEGREE = {2: 64, 3: 32}
+BRANCH_MAX_DEGREE = {2: 256, 3: 128}
 _SQRT_4PI = math.sqrt(4.0 * math.pi)
 
 
@@ -925,8 +930,12 @@ class ContinuationOptions:
     max_corrections : int
         Newton steps of one correction; a correction that needs more is retried at half the step.
     tail_max : float
-        A point whose spectral tail at the degree exceeds this is not resolved: the side stops there
-        ("resolution").
+        A point whose spectral tail at the degree exceeds this is not resolved: :func:`branch_from_uniform`
+        follows the branch again from the start at twice the degree (up to ``max_degree``; ``Branch.refinements``
+        says where and why), and at ``max_degree`` the side stops there ("resolution").
+    max_degree : int or None
+        The largest degree a branch from the uniform state is raised to; None: ``BRANCH_MAX_DEGREE`` of the
+        manifold (256 on S^1, 128 on S^2), or the starting degree if larger.
     """
 
     first_step: float = 1e-3
@@ -937,11 +946,13 @@ class ContinuationOptions:
     tol: float = 1e-12
     max_corrections: int = 8
     tail_max: float = 1e-8
+    max_degree: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("first_step", "max_step", "min_step", "max_angle", "tol", "tail_max"):
             setattr(self, name, check.number(f"continuation option {name}", getattr(self, name), gt=0))
         check.integer("continuation option max_points", self.max_points, ge=2)
+        check.integer("continuation option max_degree", self.max_degree, ge=4, allow_none=True)
         check.integer("continuation option max_corrections", self.max_corrections, ge=2)
         if self.min_step > self.first_step or self.first_step > self.max_step:
             raise ValueError(f"continuation options: need min_step <= first_step <= max_step, got {self.min_step:g}, "
@@ -966,6 +977,7 @@ class _Tracer:
         self.bounds, self.f_uniform = bounds, f_uniform
         self.n = p.n
         self.corrections = 0
+        self.unresolved: dict | None = None
 
     def nu(self, X: np.ndarray) -> float:
         return float(X[-1]) * self.nu_ref
@@ -1066,8 +1078,11 @@ class _Tracer:
                 return "range", f"reached nu = {bound:.10g}, the end of noise_range"
             rec = self.record(X_new, ev, t_new, h, side, steps)
             if rec["tail"] > o.tail_max:
+                self.unresolved = {"nu": nu_new, "tail": rec["tail"], "tail_max": o.tail_max}
+                top = o.max_degree is not None and self.p.degree >= o.max_degree
                 return "resolution", (f"at nu = {nu_new:.10g} the state's spectral tail {rec['tail']:.1e} > tail_max "
-                                      f"{o.tail_max:.0e}: the degree {self.p.degree} no longer resolves it")
+                                      f"{o.tail_max:.0e}: the degree {self.p.degree} no longer resolves it"
+                                      + (" (max_degree: raise it to go on)" if top else ""))
             # the next step from the Newton count of this one and the turn of the tangent
             turn = math.acos(min(1.0, float(t_new @ t)))
             grow = 2.0 if steps <= 2 else 1.3 if steps <= 3 else 1.0 if steps <= 5 else 0.6
@@ -1227,6 +1242,11 @@ class Branch:
     stop : dict
         Why each side ended: {side: (reason, message)}; reasons "range" (noise_range reached), "uniform"
         (back at the uniform state), "resolution", "step", "max_points", "interrupted".
+    refinements : list of dict
+        Each raise of the degree on the way (:func:`branch_from_uniform`): {"from", "to": the degrees, "nu":
+        where the state was no longer resolved, "tail", "tail_max": its spectral tail and the bound}; the branch
+        was then followed again from its start at the new degree, so that every point and event is of one
+        discretisation.
     children : list of Branch
         Branches switched to at its branch points (:func:`continue_branch` with ``switch``); ``parent_point``
         is the branch point a child starts from.
@@ -1268,6 +1288,7 @@ class Branch:
     children: list = field(default_factory=list)
     parent_point: dict | None = None
     wall_time: float = 0.0
+    refinements: list = field(default_factory=list)
 
     @property
     def fold_noise(self) -> np.ndarray:
@@ -1294,6 +1315,7 @@ class Branch:
         lines = [f"branch of S^{m.d - 1}, beta = {m.beta:g}, {m.flow}, gamma = {m.strength:g}"
                  + (f", mode {self.mode}" if self.mode else "") + f" ({self.representation}, degree {self.degree}): "
                  f"{len(self.noise)} points, nu in [{np.min(self.noise):.6g}, {np.max(self.noise):.6g}]"]
+        lines += [f"  {line}" for line in refinement_lines(self.refinements, self.options.get("max_degree"))]
         if self.threshold is not None:
             lines.append(f"  threshold nu = {self.threshold:.12g}; kind: {self.kind}"
                          + (f" (normal form {self.normal_form:+.6g})" if self.normal_form is not None else ""))
@@ -1312,6 +1334,14 @@ class Branch:
         for side, (reason, msg) in sorted(self.stop.items()):
             lines.append(f"  side {side:+d} ended: {reason} — {msg}")
         return "\n".join(lines)
+
+
+def refinement_lines(refinements: list, max_degree: int | None = None) -> list[str]:
+    """One line per raise of a branch's degree (``Branch.refinements``)."""
+    cap = f" (of max_degree {max_degree})" if max_degree else ""
+    return [f"degree raised {r['from']} -> {r['to']}{cap}: at nu = {r['nu']:.10g} the state's spectral tail "
+            f"{r['tail']:.1e} > tail_max {r['tail_max']:.0e} at degree {r['from']}; the branch was followed again "
+            "from its start" for r in refinements]
 
 
 def _check_range(noise_range) -> tuple[float, float]:
@@ -1447,8 +1477,11 @@ def branch_from_uniform(model: Model, mode: int = 1, degree: int | None = None, 
     mode : int
         The Fourier mode k (S^1) or harmonic degree l (S^2), >= 1, within the kernel's bandwidth.
     degree : int
-        Resolution of the states (Fourier modes K on S^1, degree L on S^2); default 64 on S^1, 32 on S^2.
-        It must hold the mode (K > k, L >= l).
+        Resolution of the states to start from (Fourier modes K on S^1, degree L on S^2); default
+        ``BRANCH_DEGREE`` (64 on S^1, 32 on S^2). It must hold the mode (K > k, L >= l). Where a state of the
+        branch is not resolved (its spectral tail above ``tail_max``: it sharpens as the branch turns), the
+        branch is followed again from its start at twice the degree, up to the option ``max_degree``
+        (``BRANCH_MAX_DEGREE``: 256 on S^1, 128 on S^2); ``Branch.refinements`` and the summary say so.
     noise_range : (lo, hi)
         The range of nu followed, 0 < lo < hi; default (0.25, 1.5) times the threshold. A subcritical branch
         folds above the threshold: hi must reach past the fold to see it.
@@ -1457,16 +1490,19 @@ def branch_from_uniform(model: Model, mode: int = 1, degree: int | None = None, 
         and with a perceptron that breaks the symmetry "full" / "general".
     callback : callable, optional
         Receives every point (a dict: side, x, nu, t, h, coeffs, free_energy, amplitude, ...) as computed,
-        and {"event": "side_end", "side", "reason", "message"} when a side ends (the archive's hook).
+        {"event": "side_end", "side", "reason", "message"} when a side ends, and {"event": "degree", "from",
+        "to", "unknowns", "threshold", "nu", "tail", "tail_max"} when the degree is raised: the points before it are
+        dropped, the branch starts again at the new degree (the archive's hook).
     restart : dict, optional
-        {"points": [...], "ended": {side: (reason, message)}}: the points already computed (as the
-        callback received them) and the sides already ended; the run continues the unfinished side from
-        its last point exactly as it would have gone on.
+        {"points": [...], "ended": {side: (reason, message)}, "raised": [...]}: the points already computed
+        at the setup's degree (as the callback received them), the sides already ended and the raises of the
+        degree before them; the run continues the unfinished side from its last point exactly as it would
+        have gone on.
     stop_request : callable, optional
         Polled before each step; True ends the current side with reason "interrupted".
     **options
         :class:`ContinuationOptions` (first_step, max_step, min_step, max_points per side, max_angle, tol,
-        max_corrections, tail_max).
+        max_corrections, tail_max, max_degree).
 
     Returns
     -------
@@ -1490,11 +1526,34 @@ class BranchSetup:
     options: ContinuationOptions
     _problem: _Problem = field(repr=False)
 
+    @property
+    def max_degree(self) -> int:
+        """The largest degree the branch is raised to (``options.max_degree``, resolved)."""
+        return int(self.options.max_degree)
+
+    @property
+    def unknowns(self) -> int:
+        """The number of reduced unknowns at this degree (the width of a point's ``x``)."""
+        return int(self._problem.n)
+
+    def at_degree(self, degree: int) -> "BranchSetup":
+        """The same branch set up at another degree (the same noise range and options)."""
+        return prepare_branch(self.model, self.mode, degree, self.noise_range, representation=self.representation,
+                              **self.options.to_dict())
+
     @_one_blas_thread
     def run(self, callback: Callable[[dict], None] | None = None, restart: dict | None = None,
             stop_request: Callable[[], bool] | None = None) -> Branch:
         """Follow the branch (the arguments as :func:`branch_from_uniform`'s)."""
         return _follow_branch(self, callback, restart, stop_request)
+
+
+def branch_degrees(d: int, degree: int | None = None, max_degree: int | None = None) -> tuple[int, int]:
+    """(the starting degree, the largest it is raised to) of a branch on S^{d-1}: ``BRANCH_DEGREE`` and
+    ``BRANCH_MAX_DEGREE`` by default, the cap at least the start."""
+    start = BRANCH_DEGREE[d] if degree is None else int(degree)
+    cap = max(BRANCH_MAX_DEGREE[d], start) if max_degree is None else int(max_degree)
+    return start, cap
 
 
 @_one_blas_thread
@@ -1512,9 +1571,12 @@ def prepare_branch(model: Model, mode: int = 1, degree: int | None = None, noise
     if model.beta == 0 and mode >= 2:
         raise ValueError(f"branch_from_uniform: at beta = 0 the kernel has degree 1 only: mode {mode} has no "
                          "threshold")
-    degree = (64 if model.d == 2 else 32) if degree is None else degree
+    check.integer("degree", degree, ge=4, allow_none=True)
+    degree, cap = branch_degrees(model.d, degree, opts.max_degree)
+    if cap < degree:
+        raise ValueError(f"max_degree {cap} must be >= degree {degree} (the degree the branch starts from)")
+    opts.max_degree = cap
     need = _min_degree(model.d, mode)
-    check.integer("degree", degree, ge=4)
     if degree < need:
         raise ValueError(f"degree {degree} cannot represent mode {mode}: need degree >= {need} "
                          f"({'K > k Fourier modes' if model.d == 2 else 'L >= l'})")
@@ -1545,7 +1607,38 @@ def prepare_branch(model: Model, mode: int = 1, degree: int | None = None, noise
                        noise_range=(lo, hi), options=opts, _problem=p)
 
 
+class _Unresolved(Exception):
+    """A side of the branch met a state its degree does not resolve, below max_degree."""
+
+    def __init__(self, where: dict) -> None:
+        super().__init__(where)
+        self.where = where
+
+
 def _follow_branch(setup: BranchSetup, callback, restart, stop_request) -> Branch:
+    """Follow the branch at the setup's degree; where a state is not resolved there (its tail above tail_max)
+    and the degree is below max_degree, follow it again from the start at twice the degree (at most
+    max_degree), telling the ``callback`` ({"event": "degree", "from", "to", "unknowns", "threshold", "nu",
+    "tail", "tail_max"}) before the first point at the new degree."""
+    wall0 = time.perf_counter()
+    raised = list((restart or {}).get("raised", []))
+    while True:
+        try:
+            branch = _follow_at_degree(setup, callback, restart, stop_request)
+        except _Unresolved as e:
+            new = setup.at_degree(min(2 * setup.degree, setup.max_degree))
+            step = {"from": setup.degree, "to": new.degree, **e.where}
+            raised.append(step)
+            if callback:
+                callback({"event": "degree", "unknowns": new.unknowns, "threshold": new.threshold, **step})
+            setup, restart = new, None
+            continue
+        branch.refinements = raised
+        branch.wall_time = time.perf_counter() - wall0
+        return branch
+
+
+def _follow_at_degree(setup: BranchSetup, callback, restart, stop_request) -> Branch:
     wall0 = time.perf_counter()
     model, mode, opts, p, nu_c = setup.model, setup.mode, setup.options, setup._problem, setup.threshold
     lo, hi = setup.noise_range
@@ -1574,6 +1667,7 @@ def _follow_branch(setup: BranchSetup, callback, restart, stop_request) -> Branc
                 callback(first)
         if -1 not in stop:
             stop[-1] = tracer.follow(sides[-1], -1, False, callback, stop_request)
+            _raise_if_unresolved(stop[-1], tracer, setup)
             if callback and stop[-1][0] != "interrupted":
                 callback({"event": "side_end", "side": -1, "reason": stop[-1][0], "message": stop[-1][1]})
         return _assemble(tracer, model, mode, sides, None, stop, nu_c, "imperfect", None, {}, (lo, hi),
@@ -1603,6 +1697,7 @@ def _follow_branch(setup: BranchSetup, callback, restart, stop_request) -> Branc
         sides[side] = pts
         if side not in stop:
             stop[side] = tracer.follow(pts, side, True, callback, stop_request)
+            _raise_if_unresolved(stop[side], tracer, setup)
             if callback and stop[side][0] != "interrupted":
                 callback({"event": "side_end", "side": side, "reason": stop[side][0], "message": stop[side][1]})
     start = sides[+1][0]
@@ -1617,6 +1712,11 @@ def _follow_branch(setup: BranchSetup, callback, restart, stop_request) -> Branc
         kind, nf = _judge(fit, nu_c, model.sign)
     return _assemble(tracer, model, mode, body, start, stop, nu_c, kind, nf, fit, (lo, hi),
                      time.perf_counter() - wall0)
+
+
+def _raise_if_unresolved(stop: tuple, tracer: _Tracer, setup: BranchSetup) -> None:
+    if stop[0] == "resolution" and tracer.unresolved is not None and setup.degree < setup.max_degree:
+        raise _Unresolved(tracer.unresolved)
 
 
 @_one_blas_thread

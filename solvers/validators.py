@@ -12,7 +12,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["number", "integer", "flag", "choice", "is_number", "is_integer"]
+__all__ = ["number", "number_problem", "integer", "flag", "choice", "is_number", "is_integer", "spells_infinity",
+           "INFINITY", "UNTIL_CERTIFIED"]
 
 
 def is_number(v: Any) -> bool:
@@ -32,16 +33,50 @@ def _bounds(gt, ge, le) -> str:
     return (" " + " and ".join(parts)) if parts else ""
 
 
+#: how an infinite value is written: the same words in the refusals of the Python API and of TOML files
+INFINITY = "a bare inf in TOML, math.inf in Python"
+#: what an infinite final time means (pde.t_final, ``solve_pde``'s t_final)
+UNTIL_CERTIFIED = "until the terminal state is certified"
+
+
+def spells_infinity(v: Any) -> bool:
+    """A string that names infinity ("inf", "infinity", "+Inf", "∞"): what a number should have been."""
+    return isinstance(v, str) and v.strip().lower().lstrip("+") in ("inf", "infinity", "∞")
+
+
+def number_problem(v: Any, *, gt: float | None = None, ge: float | None = None, le: float | None = None,
+                   allow_none: bool = False, infinite: str = "", why: str = "") -> str:
+    """What a refused number must be and what it was: "must be a number > 0 or infinity (until the terminal
+    state is certified; a bare inf in TOML, math.inf in Python), got 'infinity' (a string)".
+    ``infinite``: what +inf means where it is allowed (empty: only finite numbers); ``why``: the bounds'
+    reason, said with them. Shared by :func:`number` and the configuration files' checks."""
+    bounds = _bounds(gt, ge, le) + (f" ({why})" if why else "")
+    what = (f"a number{bounds} or infinity ({infinite}; {INFINITY})" if infinite else f"a finite number{bounds}")
+    got = repr(v)
+    if isinstance(v, str):
+        try:
+            float(v)
+            quoted = True
+        except ValueError:
+            quoted = False
+        # a number in quotes: drop them; infinity in quotes: the spellings are in what it must be
+        got += (" (a string; infinity is not allowed here)" if spells_infinity(v) and not infinite else
+                " (a string: no quotes)" if quoted and not spells_infinity(v) else " (a string)")
+    return f"must be {what}{' or None' if allow_none else ''}, got {got}"
+
+
 def number(name: str, v: Any, *, gt: float | None = None, ge: float | None = None, le: float | None = None,
-           allow_none: bool = False) -> float | None:
-    """A finite real number within the bounds (``gt``: exclusive, ``ge``/``le``: inclusive)."""
+           allow_none: bool = False, infinite: str = "") -> float | None:
+    """A finite real number within the bounds (``gt``: exclusive, ``ge``/``le``: inclusive); with ``infinite``
+    (what it means there) +inf too."""
     if v is None and allow_none:
         return None
+    if infinite and is_number(v) and v == math.inf:
+        return math.inf
     ok = is_number(v) and math.isfinite(v) and (gt is None or v > gt) and (ge is None or v >= ge) \
         and (le is None or v <= le)
     if not ok:
-        raise ValueError(f"{name} must be a finite number{_bounds(gt, ge, le)}{' or None' if allow_none else ''}, "
-                         f"got {v!r}")
+        raise ValueError(f"{name} " + number_problem(v, gt=gt, ge=ge, le=le, allow_none=allow_none, infinite=infinite))
     return float(v)
 
 

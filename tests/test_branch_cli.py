@@ -42,7 +42,10 @@ def test_branch_command_writes_the_archive_the_diagram_and_the_summary(tmp_path,
     png = tmp_path / "b_branch.png"
     assert png.exists() and png.stat().st_size > 20000
     assert main(["info", str(tmp_path / "b.h5")]) == 0
-    assert "branch: mode 1 (even, degree 32)" in capsys.readouterr().out
+    text = capsys.readouterr().out
+    assert "branch: mode 1 (even, degree 32)" in text
+    # the model's noise is the branch's parameter: its range, not the model's unused 0
+    assert "noise: the branch's parameter, nu in [0.03, 0.07]" in text and "noise 0" not in text
     assert main(["plot", str(tmp_path / "b.h5"), "--out", str(tmp_path / "figs")]) == 0
     assert (tmp_path / "figs" / "b_branch.png").exists()
     # the archive's branch is the one computed in Python
@@ -67,7 +70,8 @@ def _stop_after(n):
     yield Request()
 
 
-@pytest.mark.parametrize("d, degree, n", [(2, 32, 12), (2, 32, 30), (3, 16, 8)])
+@pytest.mark.parametrize("d, degree, n", [(2, 32, 12), (2, 32, 30), (3, 16, 8), (3, 8, 45),
+                                          pytest.param(3, 8, 4, marks=pytest.mark.slow)])
 def test_an_interrupted_branch_resumes_to_the_uninterrupted_numbers(tmp_path, monkeypatch, d, degree, n):
     hi = 0.07 if d == 2 else 0.045
     cfg = load_branch_config(_write(tmp_path, d=d, lo=0.03, hi=hi, degree=degree))
@@ -90,6 +94,9 @@ def test_an_interrupted_branch_resumes_to_the_uninterrupted_numbers(tmp_path, mo
     for key in ("noise", "amplitude", "free_energy", "coeffs", "unknowns", "tangents", "stable"):
         np.testing.assert_array_equal(getattr(a, key), getattr(b, key), err_msg=key)
     assert (a.kind, a.transition, a.normal_form) == (b.kind, b.transition, b.normal_form)
+    # on S^2 the branch is raised to L = 32 on the way (interrupted before or after a raise)
+    assert a.degree == b.degree == whole.branch.degree and a.refinements == b.refinements == whole.branch.refinements
+    assert [r["from"] for r in a.refinements] == {(2, 32): [], (3, 16): [16], (3, 8): [8, 16]}[d, degree]
     with pytest.raises(Exception, match="already finished"):
         run_branch(cfg, tmp_path / "part.h5", resume=True, figure=False, log=lambda s: None)
 
@@ -132,7 +139,7 @@ def test_example_branch_configurations_are_valid():
     (lambda t: t.replace("noise_range = [0.03, 0.07]", "noise_range = [0.07, 0.09]"), "must contain the threshold"),
     (lambda t: t.replace("ascent", "descent"), "in descent"),
     (lambda t: t.replace("degree = 32", "degree = 1"), "branch.degree"),
-    (lambda t: t + "[pde]\ndegree = 32\n", "pde: unknown key"),
+    (lambda t: t + "[pde]\ndegree = 32\n", "pde: is a table of an `attnpde run` configuration"),
 ])
 def test_configuration_errors_name_the_key(tmp_path, edit, message):
     text = edit(CONFIG.format(d=2, lo=0.03, hi=0.07, degree=32))

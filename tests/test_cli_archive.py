@@ -1,6 +1,7 @@
 """Configurations, the attnpde command and HDF5 archives: bad input, round trips, kill -9, Ctrl-C, resume."""
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -540,23 +541,18 @@ def test_sweep_writes_one_archive_per_beta(tmp_path):
     assert bad.returncode == 2 and "'x' is not a number" in bad.stderr
 
 
-def test_the_sweep_figure_has_integer_count_ticks(tmp_path, monkeypatch):
+def test_the_sweep_figure_has_integer_count_ticks(tmp_path):
     """`attnpde sweep` draws counts against sqrt(beta) with integer ticks only."""
     import matplotlib
     matplotlib.use("Agg")
-    from matplotlib.figure import Figure
     from matplotlib.ticker import MaxNLocator
 
-    from solvers import Model
-    from solvers.app import sweep
+    from solvers.app import figure_check, sweep
 
-    seen = []
-    monkeypatch.setattr(Figure, "savefig", lambda fig, *a, **k: seen.append(fig))
-    config = type("C", (), {"name": "t", "model": Model(2, 1.0, "ascent")})()
-    sweep._plot([{"beta": 1.0, "clusters": 2, "pde_atoms": 2}, {"beta": 4.0, "clusters": 3, "pde_atoms": 3}],
-                tmp_path / "f.png", config)
-    (fig,) = seen
-    loc = fig.axes[0].yaxis.get_major_locator()
+    with figure_check.captured() as figs:
+        sweep.plot_sweep(tmp_path, [{"beta": 1.0, "clusters": 2, "pde_atoms": 2},
+                                    {"beta": 4.0, "clusters": 3, "pde_atoms": 3}], "t")
+    loc = figs[sweep.FIGURE].axes[0].yaxis.get_major_locator()
     assert isinstance(loc, MaxNLocator) and all(float(v).is_integer() for v in loc.tick_values(1.7, 3.2))
 
 
@@ -850,29 +846,31 @@ def test_comparison_figure_leaves_out_undefined_and_zero_distances(tmp_path, mon
                      moment_gap=np.array([1e-2, 4e-3, 2e-3]), energy_gap=np.array([0.0, 1e-3, 2e-3]),
                      cdf_drift=np.array([0.0, np.nan, np.nan]), matched_atoms=[], unmatched_pde=[],
                      unmatched_particles=[], kernel="exp", moments_degree=8)
-    figs = []
-    monkeypatch.setattr(plots, "_save", lambda fig, path: figs.append(fig) or path)
-    plots.plot_comparison(cmp, tmp_path / "c.png")
-    ax = figs[0].axes[0]
+    from solvers.app import figure_check
+    with figure_check.captured() as got:
+        plots.plot_comparison(cmp, tmp_path / "c.png")
+    ax = got["c.png"].axes[0]
     labels = [line.get_label() for line in ax.get_lines()]
     assert labels == ["W1", "MMD", "moment gap", "energy gap"]
     ys = np.concatenate([line.get_ydata() for line in ax.get_lines()])
     assert np.nanmin(ys) == 8e-4                          # the smallest distance, no floor value
-    assert any("CDF drift: undefined past the PDE's handoff" in txt.get_text() for txt in ax.texts)
+    # said in the legend, beside the distances drawn
+    assert any("CDF drift: undefined past the PDE's handoff" in txt.get_text() for txt in ax.get_legend().get_texts())
 
 
 def test_sphere_maps_say_when_the_particles_are_drawn_at_another_time(tmp_path, monkeypatch):
     """The S^2 maps draw the particles' nearest snapshot beside each PDE snapshot: where its time differs
     (other save_every), the panel's title gives it; the figure's legend names only the layers drawn."""
-    from solvers.app import plots
+    from solvers.app import figure_check, plots_sphere
     from solvers.app.runner import run_config
 
     text = ('[model]\nd = 3\nbeta = 1.0\nflow = "ascent"\n[pde]\ndegree = 16\nt_final = 1.0\nsave_every = 0.5\n'
             "[particles]\nn = 50\nt_final = 1.0\nsave_every = 0.3\n")
     run_config(parse_config(text), tmp_path / "a.h5", log=lambda s: None, progress=False)
     figs = []
-    monkeypatch.setattr(plots, "_save", lambda fig, path, **kw: figs.append(fig) or path)
-    plots._sphere_figures(load(tmp_path / "a.h5"), tmp_path)
+    with figure_check.captured() as got:
+        plots_sphere.sphere_figures(load(tmp_path / "a.h5"), tmp_path)
+    figs.append(got["maps.png"])
     titles = [ax.get_title() for ax in figs[0].axes if ax.get_title()]
     # PDE snapshots 0, 0.5, 1; particle snapshots 0, 0.3, 0.6, 0.9, 1: at 0.5 the nearest is 0.6
     assert titles == ["t = 0", "t = 0.5, particles at t = 0.6", "t = 1"], titles
@@ -880,14 +878,17 @@ def test_sphere_maps_say_when_the_particles_are_drawn_at_another_time(tmp_path, 
     # the PDE's atoms are named only where there are some (one second of beta = 1 forms none)
     formed = len(load(tmp_path / "a.h5").atoms["pde"][1])
     pde_atoms = ["PDE atoms (basins of the density): mass right"] if formed else []
-    assert legend == ["particles"] + pde_atoms + ["particle atoms (as the comparison): mass left"], legend
+    # the particles' clusters at their end (t = 1), every one, by the rule they were counted with
+    assert legend == ["particles"] + pde_atoms + ["particle clusters at t = 1 (single linkage): mass left"], legend
     assert "Mollweide maps: PDE density" in figs[0]._suptitle.get_text()
     # the particles alone: no PDE layer named
     text = '[model]\nd = 3\nbeta = 1.0\nflow = "ascent"\n[particles]\nn = 50\nt_final = 1.0\nsave_every = 0.5\n'
     run_config(parse_config(text), tmp_path / "b.h5", log=lambda s: None, progress=False)
-    plots._sphere_figures(load(tmp_path / "b.h5"), tmp_path)
+    with figure_check.captured() as got:
+        plots_sphere.sphere_figures(load(tmp_path / "b.h5"), tmp_path)
+    figs.append(got["maps.png"])
     legend = [t.get_text() for t in figs[1].legends[0].get_texts()]
-    assert legend == ["particles", "particle atoms (as the comparison): mass left"], legend
+    assert legend == ["particles", "particle clusters at t = 1 (single linkage): mass left"], legend
     assert figs[1]._suptitle.get_text().endswith("\nMollweide maps: particles")
     import matplotlib.pyplot as plt
     for fig in figs:                     # _save would have closed them: no Mollweide axes left current
@@ -904,3 +905,46 @@ def test_info_says_where_the_energy_is_no_lyapunov_function():
     assert "SA" in _energy_note(Model(2, 1.0, "descent", attention="normalized"))
     assert "general-form" in _energy_note(Model(2, 1.0, "descent", perceptron=general))
     assert "entropy" in _energy_note(Model(2, 1.0, "descent", noise=0.1))
+
+
+def test_info_of_a_certified_end_says_where_all_the_mass_is():
+    """The issue's sphere end (beta = 9): 3 certified atoms, one of 0.0005 below DUST. info counts them as it
+    lists them (2 atoms + 1 dust atom = 3), and the masses it prints (atoms, dust, diffuse) add to 1."""
+    from types import SimpleNamespace
+
+    from solvers.app.info import _terminal_lines
+    from solvers.lagrangian import DUST
+    masses = np.array([0.5616, 0.4379, 0.0005])
+    T = SimpleNamespace(t=22060.0, verdict="stable", growth=-6.7e-4, max_speed=7.7e-15, neutral=0, dust_unstable=0,
+                        positions=np.eye(3), masses=masses, mass_errors=np.array([1.2e-3, 1.0e-3, 2.0e-4]),
+                        counts=np.array([4815, 3374, 3]))
+    lines = _terminal_lines(T, {"kind": "node groups", "radius": 0.0039, "check_nodes": 16928})
+    assert "3 atoms: total mass 0.9995 in 2 atom(s) + 0.0005 in 1 dust atom(s)" in lines[1]
+    assert lines[1].endswith("; diffuse 0.0000")
+    listed = [ln for ln in lines if "atom mass" in ln]
+    assert len(listed) == 3 and listed[2].lstrip().startswith("dust atom mass 0.0005 ± 2.0e-04")
+    parts = re.findall(r"(\d\.\d{4}) in|diffuse (\d\.\d{4})", lines[1])
+    assert sum(float(a or b) for a, b in parts) == pytest.approx(1.0, abs=1e-4)
+    assert masses[2] < DUST <= masses[1]
+    # without dust: one total, no dust named
+    T.masses, T.mass_errors, T.counts = masses[:2] / masses[:2].sum(), None, T.counts[:2]
+    lines = _terminal_lines(T, {})
+    assert lines[1] == "  total mass 1.0000 in 2 atom(s); diffuse 0.0000" and "dust" not in " ".join(lines)
+
+
+def test_a_run_started_with_ctrl_c_ignored_says_so_once_and_names_kill(tmp_path, capsys):
+    """A shell's `&` starts a command with SIGINT ignored: Ctrl-C cannot reach it. `attnpde run` says so once
+    and names what stops it cleanly; started normally it says nothing of the kind."""
+    import signal
+
+    from solvers.app.cli import main
+    cfg = write(tmp_path, '[model]\nd = 2\nbeta = 1.0\nflow = "ascent"\n[pde]\ndegree = 16\nt_final = 0.01\n')
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        assert main(["run", str(cfg), "--out", str(tmp_path / "a.h5"), "--quiet"]) == 0
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    err = capsys.readouterr().err
+    assert err.count("Ctrl-C (SIGINT) ignored") == 1 and f"`kill {os.getpid()}` (SIGTERM) stops it cleanly" in err
+    assert main(["run", str(cfg), "--out", str(tmp_path / "b.h5"), "--quiet"]) == 0
+    assert "ignored" not in capsys.readouterr().err

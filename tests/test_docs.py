@@ -4,7 +4,7 @@
   temporary directory (code meant only to be shown uses another fence: ```py, ```text);
 - every ``attnpde ...`` command line of a ```console or ```sh block parses with the command's own
   argument parser (nothing is run), and the configurations of ``runs/`` it names exist;
-- every ```toml block is a valid run configuration;
+- every ```toml block is a valid configuration (of `attnpde branch` with a [branch] table, else of `attnpde run`);
 - every relative link, and every repository path written in backticks, points to a file that exists.
 
 The files whose examples take more than a few seconds (listed in SLOW) run in the slow lane.
@@ -116,9 +116,11 @@ def _toml_params():
 
 @pytest.mark.parametrize("text", _toml_params())
 def test_toml_blocks_are_valid_configurations(text):
-    from solvers.app.config import parse_config
+    """A block with a [branch] table is an `attnpde branch` configuration, any other an `attnpde run` one."""
+    from solvers.app.branch import parse_branch_config
+    from solvers.app.config import parse_config, parse_toml
 
-    parse_config(text)
+    (parse_branch_config if "branch" in parse_toml(text) else parse_config)(text)
 
 
 # --- links and paths -----------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
-"""Interaction sums Psi, G: direct (any d) against the definition and finite differences; fast sums
-(Fourier on S^1) and NUFFT sums (S^1, S^2: ducc0) against direct; memory bounds; reproducibility for any
-thread count; method choice."""
+"""Interaction sums Psi, G: direct (any d, numpy and compiled) against the definition and finite differences;
+the compiled series (Fourier on S^1, harmonics on S^2) and the NUFFT sums (S^1, S^2: ducc0) against direct;
+memory bounds; reproducibility for any thread count; method choice."""
 import math
 import tracemalloc
 
@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from solvers import Model
-from solvers.interaction import (NUFFT_CHUNK, NUFFT_EPS_MIN, PAIR_MIN_POINTS, CircleNufftSums, CircleSums,
-                                 InteractionSums, SphereNufftSums, circle_bandwidth, direct_fields,
-                                 interaction_fields)
+from solvers.interaction import (DIRECT_CHUNK, NUFFT_CHUNK, NUFFT_EPS_MIN, PAIR_MIN_POINTS, SERIES_CHUNK,
+                                 CircleNufftSums, CircleSums, InteractionSums, SphereNufftSums, SphereSums,
+                                 circle_bandwidth, compiled_direct_fields, direct_fields, interaction_fields)
 
 
 def sphere_points(n, d, seed, clustered=False):
@@ -66,19 +66,61 @@ def test_G_is_the_spherical_gradient_of_Psi_over_beta(d, beta):
 
 
 def test_direct_sums_are_memory_bounded():
-    """With block_bytes = 1 MiB, N = 4000 self-interaction never holds the N x N = 128 MB matrix."""
+    """With block_bytes = 1 MiB, N = 4000 self-interaction never holds the N x N = 128 MB matrix; the compiled
+    direct sums hold nothing of the kind at all (their output and the contiguous inputs)."""
     y = sphere_points(4000, 3, 8)
     w = weights(4000, 9)
     ref_psi, _ = direct_fields(y[:50], y, w, 2.0)
-    tracemalloc.start()
-    psi, _ = direct_fields(y, y, w, 2.0, block_bytes=2 ** 20)
-    _, peak = tracemalloc.get_traced_memory()
-    tracemalloc.stop()
-    assert peak < 4 * 2 ** 20, peak               # one block plus O(N) outputs
-    assert np.allclose(psi[:50], ref_psi, rtol=1e-14)
-    # the default bound: blocks of 32 MiB, so for N > 2e4 never an N x N array
-    S = InteractionSums(4, 1.0)
-    assert S.block_bytes // (8 * 20001) < 20001
+    for run, limit in ((lambda: direct_fields(y, y, w, 2.0, block_bytes=2 ** 20)[0], 4 * 2 ** 20),
+                       (lambda: compiled_direct_fields(y, y, w, 2.0)[0], 4000 * 8 * 5)):
+        tracemalloc.start()
+        psi = run()
+        _, peak = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+        assert peak < limit, peak                     # one block plus O(N) outputs; O(N) outputs
+        assert np.allclose(psi[:50], ref_psi, rtol=1e-14)
+
+
+# --- the compiled direct sums against the definition and the numpy sums ---------------------------
+@pytest.mark.parametrize("d", [2, 3, 5])
+def test_compiled_direct_sums_match_the_pairwise_definition(d):
+    """Every pair as written, with math.exp: the compiled exponential and the sums to round-off."""
+    x, y = sphere_points(11, d, 1), sphere_points(9, d, 2)
+    w = weights(9, 3) - 0.05                                       # some weights negative
+    for beta in (0.0, 2.5, 100.0, 1e4):
+        psi, G = compiled_direct_fields(x, y, w, beta)
+        for i in range(len(x)):
+            k = [wj * math.exp(beta * (x[i] @ yj - 1.0)) for yj, wj in zip(y, w)]
+            assert psi[i] == pytest.approx(sum(k), rel=1e-14 * (1 + beta), abs=1e-300)
+            g = sum(kj * (yj - (x[i] @ yj) * x[i]) for kj, yj in zip(k, y))
+            assert np.allclose(G[i], g, rtol=0, atol=1e-15 * (1 + beta) * max(1e-300, max(map(abs, k))))
+
+
+def test_compiled_exponential_is_within_2_ulp_over_its_range():
+    """One source at (1, 0) and points at angle a on S^1: the kernel is exp(beta (cos a - 1)) with its
+    argument (x_0 - 1) beta formed exactly as the loop forms it, over [-745, 0] (normal and subnormal results;
+    below, 0): within 2 units in the last place of math.exp (a subnormal: of the smallest subnormal)."""
+    beta = 373.0
+    a = np.linspace(0.0, np.pi, 20011)
+    x = np.stack([np.cos(a), np.sin(a)], axis=1)
+    psi, _ = compiled_direct_fields(x, np.array([[1.0, 0.0]]), np.ones(1), beta)
+    ref = np.array([math.exp((xi - 1.0) * beta) for xi in x[:, 0]])
+    assert ref.min() == 0.0 and ref[ref > 0].min() < 2.3e-308                  # the range is covered
+    assert np.all(np.abs(psi - ref) <= 2 * np.spacing(ref))
+
+
+@pytest.mark.parametrize("d", [2, 3, 5])
+@pytest.mark.parametrize("beta", [0.0, 0.01, 1.0, 5.0, 25.0, 100.0])
+def test_compiled_direct_sums_match_the_numpy_sums(d, beta):
+    """Small and odd sizes (the tails of the registers), weights far from uniform, at the sources and at
+    other points."""
+    for n, m in ((1, 1), (3, 7), (17, 33), (301, 45)):
+        y, w = sphere_points(n, d, 80 + n, clustered=n > 3), weights(n, 81) ** 3
+        for x in (None, sphere_points(m, d, 82)):
+            xe = y if x is None else x
+            with np.errstate(invalid="ignore", divide="ignore"):          # G = 0: a single source at x
+                e = rel_errors(*compiled_direct_fields(xe, y, w, beta), *direct_fields(xe, y, w, beta))
+            assert max(e[:2]) <= 1e-13 * (1 + beta / 10), (n, m, e)
 
 
 # --- fast sums against direct -------------------------------------------------------------------
@@ -95,17 +137,56 @@ def test_circle_fast_sums_match_direct(beta, kind):
         assert max(e_psi, e_G, e_G_own) <= 1e-10, (beta, e_psi, e_G, e_G_own)
 
 
-def test_circle_fast_sums_at_their_sources_equal_the_sums_at_the_same_points_given():
-    """At the sources, within one block of points, the evaluation reuses the sources' table of powers;
-    given the same points as x, it computes the table again: the same bits, also after an evaluation at
-    other points and for more points than a block."""
-    S = CircleSums(5.0)
-    for n in (1, 700, S.block, S.block + 3):
-        y, w = sphere_points(n, 2, 40 + n % 7, clustered=True), weights(n, 41)
+@pytest.mark.parametrize("d", [2, 3])
+def test_series_sums_at_their_sources_equal_the_sums_at_the_same_points_given(d):
+    """The compiled series evaluated at the sources and at the same points given as x: the same bits, also
+    for more points than a chunk and after an evaluation at other points."""
+    S = CircleSums(5.0) if d == 2 else SphereSums(5.0)
+    for n in (1, 700, SERIES_CHUNK + 3):
+        y, w = sphere_points(n, d, 40 + n % 7, clustered=True), weights(n, 41)
         at_sources = S.fields(y, w)
-        S.fields(y, w, sphere_points(50, 2, 42))
+        S.fields(y, w, sphere_points(50, d, 42))
         for u in (S.fields(y, w, y.copy()), S.fields(y, w)):
             assert np.array_equal(u[0], at_sources[0]) and np.array_equal(u[1], at_sources[1]), n
+
+
+@pytest.mark.parametrize("beta", [0.0, 0.01, 0.5, 1.0, 4.0, 10.0, 25.0, 40.0, 100.0])
+def test_sphere_series_sums_match_direct(beta):
+    """The harmonic series by recurrences against the direct sums, with sources and evaluation points at and
+    near the poles (the harmonics as polynomials in x have no angle to lose there), and small odd sizes."""
+    S = SphereSums(beta)
+    for n in (1, 7, 2000):
+        y = _with_poles(sphere_points(max(n, 8), 3, 16, clustered=True), 17)[:n]
+        w = weights(n, 18) ** 2
+        for x in (None, _with_poles(sphere_points(300, 3, 19), 20)[: 3 * n]):
+            psi_f, G_f = S.fields(y, w, x)
+            xe = y if x is None else x
+            psi_d, G_d = direct_fields(xe, y, w, beta)
+            # tangent to round-off of the gradient it projects (whose scale is Psi's, not G's)
+            assert np.max(np.abs(np.einsum("nd,nd->n", G_f, xe))) <= 1e-14 * np.max(psi_d)
+            with np.errstate(invalid="ignore", divide="ignore"):          # G = 0: a single source at x
+                e_psi, e_G, e_G_own = rel_errors(psi_f, G_f, psi_d, G_d)
+            assert max(e_psi, e_G) <= 1e-10, (beta, n, e_psi, e_G)
+            if np.max(np.abs(G_d)) > 1e-8 * np.max(psi_d):           # (a single source at x: G = 0)
+                assert e_G_own <= 1e-10, (beta, n, e_G_own)
+
+
+@pytest.mark.parametrize("d", [2, 3, 5])
+def test_compiled_sums_are_the_same_bits_on_any_thread_count(d):
+    """Compiled direct sums of more evaluation points than a chunk, and series of more sources than a chunk
+    (coefficients of two chunks added in chunk order): one thread and two give the same bits."""
+    n = SERIES_CHUNK + 777 if d < 5 else 2 * DIRECT_CHUNK + 5
+    y, w = sphere_points(n, d, 90, clustered=True), weights(n, 91)
+    beta = 9.0
+    if d < 5:
+        one, two = ((CircleSums(beta, threads=k) for k in (1, 2)) if d == 2 else
+                    (SphereSums(beta, threads=k) for k in (1, 2)))
+        a, b = one.fields(y, w), two.fields(y, w)
+        assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
+        assert max(rel_errors(a[0][:300], a[1][:300], *direct_fields(y[:300], y, w, beta))[:2]) <= 1e-10
+    src = y[:40], w[:40]
+    a, b = (compiled_direct_fields(y, *src, beta, threads=k) for k in (1, 2))
+    assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
 
 
 @pytest.mark.slow
@@ -240,13 +321,14 @@ def test_sphere_nufft_sums_hold_no_points_by_modes_array():
 
 
 def test_auto_sums_give_the_same_bits_for_any_thread_count():
-    """sum="auto" picks its method without regard to the thread count (the NUFFT is costed at two threads
-    whatever the count), so the fields are the same bits on one and two threads, here where a pass has two
-    whole chunks (the NUFFT is then the pick at beta = 5) and where the fast sums are."""
-    for N in (500, 2 * NUFFT_CHUNK):
-        y, w = sphere_points(N, 2, 70, clustered=True), weights(N, 71)
-        one, two = InteractionSums(2, 5.0, nufft_threads=1), InteractionSums(2, 5.0, nufft_threads=2)
-        assert one.method_for(N) == two.method_for(N) == ("fast" if N == 500 else "nufft")
+    """sum="auto" picks its method without regard to the thread count (the chunks of a pass are costed as
+    run two at a time whatever the count), so the fields are the same bits on one and two threads, here where
+    the compiled series have one chunk and several, and where the NUFFT is the pick."""
+    for d, beta, N in ((2, 5.0, 500), (2, 5.0, 2 * SERIES_CHUNK + 7), (2, 1000.0, 5000), (3, 4.0, 500),
+                       (3, 50.0, 5000)):
+        y, w = sphere_points(N, d, 70, clustered=True), weights(N, 71)
+        one, two = InteractionSums(d, beta, nufft_threads=1), InteractionSums(d, beta, nufft_threads=2)
+        assert one.method_for(N) == two.method_for(N) == ("nufft" if N == 5000 else "fast")
         a, b = one.fields(y, w), two.fields(y, w)
         assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
 
@@ -267,22 +349,22 @@ def test_circle_bandwidth_resolves_the_kernel():
 
 # --- selection and energy ------------------------------------------------------------------------
 def test_method_selection_and_refusals():
-    assert InteractionSums(4, 3.0).method_for(10 ** 6) == "direct"       # no fast sums for d >= 4
-    assert InteractionSums(2, 25.0).method_for(10 ** 5) == "nufft"      # K = 48: spreading is cheaper
-    assert InteractionSums(2, 0.3).method_for(10 ** 5) == "fast"        # K = 12: the power tables are cheaper
-    assert InteractionSums(3, 4.0).method_for(10 ** 5) == "nufft"      # three transforms vs N^2 pairs
-    assert InteractionSums(3, 4.0).method_for(30) == "direct"           # the transforms' fixed cost
+    assert InteractionSums(4, 3.0).method_for(10 ** 6) == "direct"       # no series for d >= 4
+    assert InteractionSums(2, 25.0).method_for(10 ** 5) == "fast"       # K = 48: the compiled series are cheaper
+    assert InteractionSums(2, 1000.0).method_for(10 ** 5) == "nufft"    # K = 284: spreading is cheaper
+    assert InteractionSums(3, 4.0).method_for(1000) == "fast"           # the series vs N^2 pairs or transforms
+    assert InteractionSums(3, 100.0).method_for(10 ** 5) == "nufft"     # L = 90: 4186 modes a point
+    assert InteractionSums(3, 4.0).method_for(30) == "direct"           # few pairs
     assert InteractionSums(2, 25.0).method_for(3) == "direct"
     assert InteractionSums(3, 4.0, "direct").method_for(10 ** 6) == "direct"
-    with pytest.raises(ValueError, match="fast sums exist on S\\^1 only .* use sum='direct'"):
+    with pytest.raises(ValueError, match="fast sums exist on S\\^1 and S\\^2 only .* not d = 4: use sum='direct'"):
         InteractionSums(4, 1.0, "fast")
-    with pytest.raises(ValueError, match="fast sums exist on S\\^1 only .* on S\\^2 use sum='nufft'"):
-        InteractionSums(3, 4.0, "fast")
     assert InteractionSums(3, 1e5).method_for(10 ** 6) == "direct"        # auto falls back
     with pytest.raises(ValueError, match="S\\^1 and S\\^2 only"):
         InteractionSums(4, 1.0, "nufft")
-    with pytest.raises(ValueError, match="nufft sums on S\\^2 need degree .* use method='direct'"):
-        InteractionSums(3, 1e5, "nufft")
+    for method in ("nufft", "fast"):
+        with pytest.raises(ValueError, match=f"{method} sums on S\\^2 need degree .* use method='direct'"):
+            InteractionSums(3, 1e5, method)
     with pytest.raises(ValueError, match="sum method"):
         InteractionSums(2, 1.0, "nfft")
     with pytest.raises(ValueError, match="shape"):

@@ -14,10 +14,11 @@ rng = np.random.default_rng(7)
 
 
 def _variants() -> list[str]:
-    """The loop variants this machine can run (the baseline everywhere, AVX2 on x86-64 CPUs that have it)."""
+    """The loop variants this machine can run (the baseline everywhere, AVX2 and AVX-512 on x86-64 CPUs that
+    have them)."""
     mine = kernels.simd()
     out = []
-    for name in ("baseline", "avx2"):
+    for name in ("baseline", "avx2", "avx512"):
         try:
             kernels.simd(name)
             out.append(name)
@@ -27,7 +28,7 @@ def _variants() -> list[str]:
     return out
 
 
-@pytest.fixture(params=["baseline", "avx2"])
+@pytest.fixture(params=["baseline", "avx2", "avx512"])
 def variant(request):
     """The test runs with each variant of the loops this machine has."""
     if request.param not in _variants():
@@ -208,6 +209,77 @@ def test_the_variants_give_the_same_bits_and_so_does_a_whole_run():
     for other in results[1:]:
         for x, y in zip(results[0], other):
             np.testing.assert_array_equal(x, y)
+
+
+def _unit(n, d, seed):
+    x = np.random.default_rng(seed).standard_normal((n, d))
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+def test_the_sum_loops_give_the_same_bits_in_every_variant():
+    """The interaction sums' loops hold 2, 4 or 8 points a register by variant, and keep 8 partial sums of
+    their coefficients whatever the width: direct sums (d = 2, 3, 6), the S^1 and S^2 series (coefficients and
+    evaluation), and the S^2 angles and tangent vectors are the same bits with every variant this machine has,
+    for point counts that fill no whole register (tails) and that fill several."""
+    from solvers.interaction import CircleSums, SphereSums
+    names = _variants()
+    mine = kernels.simd()
+    if len(names) < 2:
+        pytest.skip("one variant of the loops on this machine")
+    results = []
+    for name in names:
+        kernels.simd(name)
+        out = []
+        for n in (1, 5, 13, 37, 1000):
+            w = np.random.default_rng(n).uniform(-0.2, 1.0, n)
+            for d in (2, 3, 6):
+                x, y = _unit(n + 3, d, n), _unit(n, d, n + 1)
+                psi, G = np.empty(n + 3), np.empty((n + 3, d))
+                kernels.direct_sums(x, y, w, 7.0, psi, G)
+                out += [psi, G]
+            for S, d in ((CircleSums(25.0), 2), (SphereSums(25.0), 3)):
+                out += [S.coefficients(_unit(n, d, n + 2), w), *S.fields(_unit(n, d, n + 2), w, _unit(n + 5, d, n))]
+            x = _unit(n, 3, n + 4)
+            loc, G = np.empty((n, 2)), np.empty((n, 3))
+            kernels.sphere_angles(x, loc)
+            kernels.sphere_tangent(np.random.default_rng(n).standard_normal((2, n)), x, G)
+            out += [loc, G]
+        results.append(out)
+    kernels.simd(mine)
+    for other in results[1:]:
+        for a, b in zip(results[0], other):
+            np.testing.assert_array_equal(a, b)
+
+
+def test_the_sphere_angles_are_the_arctangents():
+    """theta = atan2(sin theta, x_2), phi = atan2(x_1, x_0) mod 2 pi within 2 units in the last place of
+    numpy's, in ducc0's ranges; phi = 0 at the poles (also for -0.0 components, where atan2 would give pi)."""
+    x = _unit(20000, 3, 9)
+    x[:4] = [(0.0, 0.0, 1.0), (-0.0, 0.0, -1.0), (-0.0, -0.0, 1.0), (-1.0, -0.0, 0.0)]
+    loc = np.empty((len(x), 2))
+    kernels.sphere_angles(x, loc)
+    s = np.sqrt(x[:, 0] * x[:, 0] + x[:, 1] * x[:, 1])
+    theta, phi = np.arctan2(s, x[:, 2]), np.mod(np.arctan2(x[:, 1], x[:, 0]), 2 * np.pi)
+    phi[s == 0] = 0.0
+    phi[3] = np.pi                                   # atan2(-0, -1) = -pi; the angle pi is in the range
+    assert np.all(np.abs(loc[:, 0] - theta) <= 2 * np.spacing(theta))
+    assert np.all(np.abs(loc[:, 1] - phi) <= 2 * np.spacing(np.maximum(phi, np.pi / 4)))
+    assert loc[:, 0].min() >= 0 and loc[:, 0].max() <= np.pi and loc[:, 1].min() >= 0 and loc[:, 1].max() < 2 * np.pi
+    np.testing.assert_array_equal(loc[:3], [[0.0, 0.0], [np.pi, 0.0], [0.0, 0.0]])
+
+
+def test_bad_arrays_of_the_sum_loops_are_refused():
+    x, w = _unit(5, 3, 1), np.ones(5)
+    with pytest.raises(ValueError, match="direct_sums"):
+        kernels.direct_sums(x, x, np.ones(4), 1.0, np.empty(5), np.empty((5, 3)))
+    with pytest.raises(ValueError, match="circle_coefficients"):
+        kernels.circle_coefficients(x, w, np.empty(4, complex))          # (N, 3) points on S^1
+    with pytest.raises(ValueError, match="sphere_coefficients"):
+        kernels.sphere_coefficients(x, w, np.zeros((4, 6)), np.ones(3), np.empty(5, complex))   # L = 2: 6 modes
+    with pytest.raises(ValueError, match="complex128"):
+        kernels.circle_coefficients(_unit(5, 2, 1), w, np.empty(8))
+    with pytest.raises(ValueError, match="sphere_tangent"):
+        kernels.sphere_tangent(np.empty((3, 5)), x, np.empty((5, 3)))
 
 
 def test_an_install_without_the_compiled_loops_says_how_to_build_them(monkeypatch):

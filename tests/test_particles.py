@@ -430,7 +430,7 @@ def test_bad_input_other_dimensions_and_options():
         simulate_particles(M4, n=10, init="quadrature", t_final=1.0)
     with pytest.raises(ValueError, match="n must be 2 nlat\\^2"):
         simulate_particles(Model(3, 1.0, "ascent"), n=100, init="quadrature", t_final=1.0)
-    with pytest.raises(ValueError, match="fast sums exist on S\\^1 only"):
+    with pytest.raises(ValueError, match="fast sums exist on S\\^1 and S\\^2 only"):
         simulate_particles(M4, n=10, t_final=1.0, sum="fast")
     with pytest.raises(ValueError, match="adaptive"):
         simulate_particles(Model(2, 1.0, "ascent", noise=0.1), n=10, t_final=1.0, integrator="adaptive")

@@ -10,7 +10,7 @@ import pytest
 
 matplotlib.use("Agg")
 
-from solvers.app import plots  # noqa: E402
+from solvers.app import figure_check, plots, plots_base, plots_circle, plots_energy, plots_sphere  # noqa: E402
 from solvers.app.archive import load  # noqa: E402
 from solvers.app.config import parse_config  # noqa: E402
 from solvers.app.runner import run_config  # noqa: E402
@@ -57,12 +57,11 @@ def archives(tmp_path_factory):
 
 
 @pytest.fixture
-def figures(monkeypatch):
+def figures():
     """The figures the plot functions draw, kept open (instead of written) for the test to inspect."""
     import matplotlib.pyplot as plt
-    figs = {}
-    monkeypatch.setattr(plots, "_save", lambda fig, path, **kw: figs.__setitem__(path.name, fig) or path)
-    yield figs
+    with figure_check.captured() as figs:
+        yield figs
     for fig in figs.values():
         plt.close(fig)
 
@@ -72,62 +71,70 @@ def _texts(ax):
 
 
 # --- the time axis ---------------------------------------------------------------------------------------------
-def test_time_scale_follows_the_motion():
-    t = np.arange(0.0, 1001.0, 5.0)
-    early = np.where(t[1:] <= 40, 1.0, 1e-6)                  # collapses by t = 40, then sits still
-    assert plots.time_scale(t, early) == "log"
-    assert plots.time_scale(t, np.ones(len(t) - 1)) == "linear"  # moving evenly: linear time shows it
-    assert plots.time_scale(t) == "linear"                     # snapshots evenly spaced, no motion given
-    # positive times 1 .. 5, less than a decade: linear however early the motion
-    assert plots.time_scale(np.arange(0.0, 6.0), np.array([1.0, 1e-6, 1e-6, 1e-6, 1e-6])) == "linear"
-    # geometrically spaced snapshots are spread evenly on a log axis
-    assert plots.time_scale(np.concatenate([[0.0], np.geomspace(0.01, 100.0, 50)])) == "log"
+def test_time_is_linear_up_to_three_decades_and_symlog_beyond():
+    t = np.arange(0.0, 1001.0, 5.0)                          # 5 .. 1000: 2.3 decades
+    ta = plots_base.time_axis(t)
+    assert (ta.scale, ta.hi, ta.first) == ("linear", 1000.0, 5.0)
+    ta = plots_base.time_axis(t, np.arange(0.0, 42.0, 0.5))   # the particles' 0.5 joins: 3.3 decades
+    assert (ta.scale, ta.hi, ta.first) == ("symlog", 1000.0, 0.5)
+    assert plots_base.time_axis(np.array([0.0, 1.0, 1000.0])).scale == "linear"      # exactly three decades
+    # the axis' coordinate: t = 0 at 0, linear up to the first time, then logarithmic (a decade per unit
+    # beyond the strip of ZERO_STRIP decades)
+    u = ta.forward(np.array([0.0, 0.25, 0.5, 5.0, 50.0]))
+    assert u[0] == 0.0 and u[1] == pytest.approx(u[2] / 2)
+    assert np.diff(u[2:]) / (u[3] - u[2]) == pytest.approx([1.0, 1.0])
+    assert ta.inverse(u) == pytest.approx([0.0, 0.25, 0.5, 5.0, 50.0])
 
 
-def test_spacetime_uses_log_time_and_draws_the_node_measure_past_the_handoff(archives, figures, tmp_path):
+def test_spacetime_draws_t0_and_the_node_measure_past_the_handoff(archives, figures, tmp_path):
     run = archives["s1"]
-    plots._spacetime_figure(run, tmp_path)
+    plots_circle.spacetime_figure(run, tmp_path)
     ax = figures["spacetime.png"].axes[0]
-    # snapshots 0, 5, ..., 400, the collapse by t ~ 40: a log axis from the first positive snapshot
-    assert ax.get_yscale() == "log" and ax.get_ylim()[0] == pytest.approx(5.0)
-    assert "log scale" in ax.get_ylabel()
-    # the handoff (t = 0.008) precedes the first band: the title says so rather than drawing no line silently
-    assert "before the first band: every band is the node measure" in ax.get_title()
+    # PDE snapshots 0, 5, ..., 400 and particle ones from 0.5: 2.9 decades, a linear axis from t = 0
+    assert ax.get_yscale() == "linear" and ax.get_ylim() == (0.0, 400.0)
+    # the handoff (t = 0.008) falls within the band of t = 0: the line is the edge of the first band of the node
+    # measure, half way to t = 5, and the title says what is on each side
+    lines = [ln for ln in ax.get_lines() if ln.get_label() == "_handoff"]
+    assert len(lines) == 1 and np.allclose(lines[0].get_ydata(), 2.5)
+    assert "below the dashed line the spectral series, above it the node measure (the handoff at t = 0.00808)" \
+        in ax.get_title()
     # past the handoff each band is the node measure (non-negative, total mass 1), not its ringing series
     mesh = ax.collections[-1]
-    bins = plots._circle_bins(plots.SPACETIME_BINS)
-    dens = mesh.get_array().reshape(-1, plots.SPACETIME_BINS)
+    bins = plots_circle._circle_bins(plots_circle.SPACETIME_BINS)
+    dens = mesh.get_array().reshape(-1, plots_circle.SPACETIME_BINS)
     assert np.ma.min(dens) >= 1e-2 - 1e-15                     # clipped to the scale's floor, no negative lobes
-    raw = plots._node_density(*(lambda n: (n.x, n.w, n.count))(run.pde.node_measure(-1)), bins)
+    raw = plots_circle.node_density(*(lambda n: (n.x, n.w, n.count))(run.pde.node_measure(-1)), bins)
     assert np.sum(raw * np.diff(bins)) / (2 * np.pi) == pytest.approx(1.0, abs=1e-12)
 
 
 def test_the_handoff_line_is_drawn_where_it_falls_within_the_time_axis(archives, figures, tmp_path):
     run = archives["pair"]
     th = run.pde.t_handoff
-    plots._spacetime_figure(run, tmp_path)
+    plots_circle.spacetime_figure(run, tmp_path)
     ax = figures["spacetime.png"].axes[0]
     lines = [ln for ln in ax.get_lines() if ln.get_label() == "_handoff"]
-    assert len(lines) == 1 and np.allclose(lines[0].get_ydata(), th)
-    assert any(t.get_text().startswith(f"handoff t = {th:.3g}") for t in ax.texts)
+    # the edge between the bands of the last spectral snapshot and the first node snapshot, around the handoff
+    t = run.pde.t
+    k = int(np.argmax(t > th))
+    assert len(lines) == 1 and t[k - 1] < lines[0].get_ydata()[0] < t[k]
+    assert f"(the handoff at t = {th:.3g})" in ax.get_title()
 
 
 def test_final_state_has_one_axis_per_meaning_and_legible_mass_labels(archives, figures, tmp_path):
     run = archives["s1"]
-    plots._final_figure(run, tmp_path)
+    plots_circle.final_figure(run, tmp_path)
     fig = figures["final.png"]
     assert len(fig.axes) == 2                                   # no twin axis
     top, atoms = fig.axes
-    assert top.get_ylabel() == "density (uniform = 1)" and top.get_yscale() == "log"
+    assert top.get_ylabel().startswith("density (uniform = 1)") and top.get_yscale() == "log"
     assert atoms.get_ylabel() == "atom mass"
     labels = _texts(atoms)
     pde_masses = run.atoms["pde"][1]
-    part_masses = plots._particle_atoms(run, -1)[1]
+    part_masses = plots_base.particle_atoms(run, -1)[1]
     assert len(labels) == len(pde_masses) + len(part_masses) >= 4
     for t in labels:
         assert t.get_rotation() == 0 and t.get_fontsize() >= 10
-    assert {f"{m:.3f}" for m in np.concatenate([pde_masses, part_masses])} == {t.get_text() for t in labels}
-    # the labels sit above the stems, inside the axis, not over the density curves
+    assert {plots_base.mass_text(m) for m in np.concatenate([pde_masses, part_masses])} == {t.get_text() for t in labels}
     assert all(t.axes is atoms for t in labels)
     # the two solvers ended at different times: said in the title and in the legend, not "at the same time"
     t_p = run.particles.t[-1]
@@ -135,17 +142,17 @@ def test_final_state_has_one_axis_per_meaning_and_legible_mass_labels(archives, 
     assert "each solver's own end" in title and "PDE at t = 400 (t_final)" in title
     assert f"particles at t = {t_p:.4g} (converged)" in title
     legend = [t.get_text() for t in top.get_legend().get_texts()]
-    assert legend[0].startswith("PDE node measure at t = 400") and f"at t = {t_p:.4g} (converged)" in legend[1]
+    assert legend[0].startswith("PDE at t = 400 (t_final):\nnode measure") and f"at t = {t_p:.4g} (converged)" in legend[1]
 
 
 def test_a_pde_only_final_state_names_no_particles_and_shows_the_terminal_atoms(archives, figures, tmp_path):
     run = archives["pair"]
-    plots._final_figure(run, tmp_path)
+    plots_circle.final_figure(run, tmp_path)
     top, atoms = figures["final.png"].axes
     assert "particle" not in top.get_title() and top.get_title().startswith("final state of the PDE at t = ")
     T = run.pde.terminal
     labels = [t.get_text() for t in _texts(atoms)]
-    assert labels == [plots._mass_text(T.masses[0], T.mass_errors[0])] and "±" in labels[0]
+    assert labels == [plots_base.mass_text(T.masses[0], T.mass_errors[0])] and "±" in labels[0]
     assert "certified terminal atoms" in atoms.get_legend().get_texts()[0].get_text()
     # the error bars: one vertical segment per atom, of half-length its mass error
     from matplotlib.collections import LineCollection
@@ -154,14 +161,14 @@ def test_a_pde_only_final_state_names_no_particles_and_shows_the_terminal_atoms(
     assert any(np.ptp(b.get_segments()[0][:, 1]) == pytest.approx(2 * T.mass_errors[0]) for b in bars)
 
 
-def test_energy_of_a_run_to_its_end_on_log_time_with_plateaus_and_the_certified_end(archives, figures, tmp_path):
+def test_energy_of_a_run_to_its_end_with_plateaus_and_the_certified_end(archives, figures, tmp_path):
     run = archives["pair"]
     pde = run.pde
-    plots._energy_figure(run, tmp_path)
+    plots_energy.energy_figure(run, tmp_path)
     fig = figures["energy.png"]
     energy = fig.axes[0]
-    assert energy.get_xscale() == "log"
-    assert energy.get_xlim()[0] == pytest.approx(pde.t[pde.t > 0][0])      # from the first positive snapshot
+    # snapshots 1 .. 112: two decades, a linear axis from t = 0 to the end
+    assert energy.get_xscale() == "linear" and energy.get_xlim() == (0.0, pde.t[-1])
     (pl,) = pde.plateaus
     spans = [p for p in energy.patches if p.get_label().startswith("plateau")]
     assert len(spans) == 1 and spans[0].get_x() == pytest.approx(pl.t_entered)
@@ -178,13 +185,26 @@ def test_energy_of_a_run_to_its_end_on_log_time_with_plateaus_and_the_certified_
         assert data and max(np.max(ln.get_xdata()) for ln in data) <= th
     assert speed.get_ylabel() == "max |v| over the nodes"
     assert min(np.min(ln.get_xdata()) for ln in speed.get_lines() if len(ln.get_xdata()) > 2) > th
+    # every panel on the run's time range
+    assert {ax.get_xlim() for ax in (energy, tail, rho, speed, nodes)} == {(0.0, pde.t[-1])}
+
+
+def test_energy_drops_the_panels_of_a_spectral_phase_it_cannot_show(archives, figures, tmp_path):
+    """S1 hands off at t = 0.008, before its first snapshot after t = 0: no near-empty spectral panels, the
+    energy panel's title says when the spectral solver ended."""
+    run = archives["s1"]
+    plots_energy.energy_figure(run, tmp_path)
+    fig = figures["energy.png"]
+    assert [ax.get_ylabel() for ax in fig.axes] == ["energy E", "max |v| over the nodes", "nodes"]
+    assert f"spectral solver to the handoff at t = {run.pde.t_handoff:.3g}: 1 snapshot" in fig.axes[0].get_title()
 
 
 def test_comparison_marks_the_handoff_and_takes_the_runs_time_axis(archives, figures, tmp_path):
     run = archives["s1"]
-    plots.plot_comparison(run.comparison, tmp_path / "comparison.png", title="t", t_handoff=10.0, scale="log")
+    ta = plots_base.time_axis(np.array([0.0, 0.01, 400.0]))
+    plots.plot_comparison(run.comparison, tmp_path / "comparison.png", title="t", t_handoff=10.0, time=ta)
     dist, conc = figures["comparison.png"].axes
-    assert dist.get_xscale() == conc.get_xscale() == "log"
+    assert dist.get_xscale() == conc.get_xscale() == "symlog" and conc.get_xlim() == (0.0, 400.0)
     for ax in (dist, conc):
         assert [ln.get_xdata()[0] for ln in ax.get_lines() if ln.get_label() == "_handoff"] == [10.0]
 
@@ -196,11 +216,11 @@ def test_sphere_maps_are_a_grid_with_labelled_axes_and_atom_masses(tmp_path, fig
     run = load(tmp_path / "a.h5")
     # atoms of known masses (a run this short forms none): how they are labelled is what is tested
     pos = np.array([[0.0, 0.0, 1.0], [1.0, 0.0, 0.0]])
-    monkeypatch.setattr(plots, "_pde_atoms", lambda run: (pos, np.array([0.6, 0.4]), np.array([1e-3, 2e-3]),
-                                                          "PDE: atoms (node groups)"))
-    plots._sphere_figures(run, tmp_path)
+    monkeypatch.setattr(plots_sphere, "pde_atoms", lambda run: (pos, np.array([0.6, 0.4]), np.array([1e-3, 2e-3]),
+                                                                "PDE: atoms (node groups)"))
+    plots_sphere.sphere_figures(run, tmp_path)
     fig = figures["maps.png"]
-    maps = [ax for ax in fig.axes if ax.name == "mollweide"]
+    maps = [ax for ax in fig.axes if ax.name == plots_sphere.MAP_PROJECTION]
     assert len(maps) == 4
     # a 2 x 2 grid, not a strip: two distinct rows and two distinct columns of panels
     x0 = {round(ax.get_position().x0, 3) for ax in maps}
@@ -208,12 +228,34 @@ def test_sphere_maps_are_a_grid_with_labelled_axes_and_atom_masses(tmp_path, fig
     assert len(x0) == 2 and len(y0) == 2
     w, h = fig.get_size_inches()
     assert w / h < 2
+    fig.canvas.draw()
     for ax in maps:
         assert [t.get_text() for t in ax.get_xticklabels()] == ["120°W", "60°W", "0°", "60°E", "120°E"]
         assert [t.get_text() for t in ax.get_yticklabels()] == ["60°S", "30°S", "0°", "30°N", "60°N"]
+        # the longitudes under the map, not on its equator among the atoms
+        bottom = ax.get_window_extent().y0
+        assert all(t.get_window_extent().y1 <= bottom + 1 for t in ax.get_xticklabels())
     texts = [t for t in _texts(maps[-1])]
-    assert {"0.600 ± 1e-3", "0.400 ± 2e-3"} <= {t.get_text() for t in texts}
+    assert {"0.6000 ± 0.0010", "0.400 ± 0.002"} <= {t.get_text() for t in texts}
     assert all(t.get_fontsize() >= 10 and t.get_rotation() == 0 for t in texts)
+
+
+def test_masses_are_written_to_their_errors_precision():
+    """The issue's case and others: the mass to the decimal of the error's first digit (two digits for a
+    leading 1), so that the printed interval contains the mass and is as wide as its error."""
+    assert plots_base.mass_text(0.0005, 4e-4) == "0.0005 ± 0.0004"
+    assert plots_base.mass_text(0.5602, 2.3e-3) == "0.560 ± 0.002"
+    assert plots_base.mass_text(0.5972, 4.9e-4) == "0.5972 ± 0.0005"
+    assert plots_base.mass_text(0.5602, 1.4e-3) == "0.5602 ± 0.0014"
+    assert plots_base.mass_text(0.4375, 3.9e-3) == "0.438 ± 0.004"
+    assert plots_base.mass_text(0.0005) == "0.00050"            # without an error: two significant digits
+    assert plots_base.mass_text(0.5625) == "0.562"
+    rng = np.random.default_rng(0)
+    for m, e in zip(rng.uniform(1e-4, 1.0, 200), 10.0 ** rng.uniform(-5, -1, 200)):
+        mass, err = (float(v) for v in plots_base.mass_text(m, e).split(" ± "))
+        places = len(plots_base.mass_text(m, e).split(" ± ")[0].split(".")[1])
+        assert abs(mass - m) <= 0.5 * 10.0 ** -places + 1e-12      # the mass, rounded at the error's digit
+        assert err == pytest.approx(e, rel=0.5, abs=0.5 * 10.0 ** -places)
 
 
 # --- info and the comparison tell one story -------------------------------------------------------------------
@@ -245,15 +287,12 @@ def test_info_says_why_its_clusters_are_not_the_comparisons_particle_atoms():
     assert "the particles' end, t = 42" in line
 
 
-def test_the_sweeps_count_axis_has_integer_ticks_when_every_count_is_the_same(tmp_path, monkeypatch):
+def test_the_sweeps_count_axis_has_integer_ticks_when_every_count_is_the_same(tmp_path):
     """Counts are integers: a sweep whose members all count 2 clusters gets ticks 0, 1, 2, 3, not 1.9 ... 2.1."""
-    import matplotlib.pyplot as plt
     from solvers.app import sweep
 
-    seen = {}
-    monkeypatch.setattr(plt.Figure, "savefig", lambda fig, path, **k: seen.update(ticks=fig.axes[0].get_yticks()))
-    config = parse_config('[model]\nd = 2\nbeta = 1.0\nflow = "ascent"\n[pde]\ndegree = 16\nt_final = 1.0\n')
     rows = [{"beta": b, "clusters": 2, "pde_atoms": 2} for b in (1.0, 4.0, 9.0)]
-    sweep._plot(rows, tmp_path / "c.png", config)
-    ticks = seen["ticks"]
-    assert len(ticks) >= 2 and np.all(ticks == np.round(ticks)) and ticks.min() >= 0, ticks
+    with figure_check.captured() as figs:
+        sweep.plot_sweep(tmp_path, rows, "t")
+    ticks = figs[sweep.FIGURE].axes[0].get_yticks()
+    assert len(ticks) >= 3 and np.all(ticks == np.round(ticks)) and ticks.min() >= 0, ticks

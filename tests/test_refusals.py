@@ -253,9 +253,10 @@ REFUSALS = [
       + '[particles]\nn = 10\nt_final = 0.1\nsum = "nufft"\n'),
      r"^attnpde: error: c\.toml: \[particles\]: nufft sums on S\^2 need degree L = \d+ at beta = 1e\+06, above the "
      r"supported 200; use method='direct'$"),
-    ("run-fast-sums-on-S2", "cli", (["run", "c.toml"], NUFFT_SPHERE.replace('"nufft"', '"fast"')),
-     r"^attnpde: error: c\.toml: \[particles\]: fast sums exist on S\^1 only \(d = 2\), not d = 3: on S\^2 use "
-     r"sum='nufft' or 'auto'$"),
+    ("run-fast-sums-on-S3", "cli",
+     (["run", "c.toml"], BASE.replace("d = 2", "d = 4") + '[particles]\nn = 10\nt_final = 0.1\nsum = "fast"\n'),
+     r"^attnpde: error: c\.toml: \[particles\]: fast sums exist on S\^1 and S\^2 only \(d = 2, 3\), not d = 4: "
+     r"use sum='direct' or 'auto'$"),
     ("sweep-member-invalid-for-its-beta", "cli", (["sweep", "c.toml", "--beta", "1,1e6"], NUFFT_SPHERE),
      r"^attnpde: error: c\.toml \(beta = 1e\+06\): \[particles\]: nufft sums on S\^2 need degree"),
     ("sweep-resume-finished-other-config", "cli",
@@ -446,6 +447,22 @@ REFUSALS = [
     ("stop-scale-below-round-off", "config", BASE + "[particles]\nn = 10\nt_final = 1.0\n[particles.stop]\n"
                                                    "scale = 5e-21\n",
      r"^particles\.stop\.scale: makes the cluster radius scale / sqrt\(beta\) 5e-21 rad, below 1e-15"),
+    # infinity has one spelling in each language, named in the refusal of any other
+    ("t-final-infinity-as-a-string", "config", BASE + '[pde]\ndegree = 16\nt_final = "infinity"\n',
+     r"^pde\.t_final: must be a number > 0 or infinity \(until the terminal state is certified; a bare inf in TOML, "
+     r"math\.inf in Python\), got 'infinity' \(a string\)$"),
+    ("t-final-minus-infinity", "config", BASE + "[pde]\ndegree = 16\nt_final = -inf\n",
+     r"^pde\.t_final: must be a number > 0 or infinity \(until the terminal state is certified; a bare inf in TOML, "
+     r"math\.inf in Python\), got -inf$"),
+    ("t-final-quoted-number", "config", BASE + '[pde]\ndegree = 16\nt_final = "10"\n',
+     r"^pde\.t_final: must be a number > 0 or infinity .*, got '10' \(a string: no quotes\)$"),
+    ("particles-t-final-infinity-as-a-string", "config", BASE + '[particles]\nn = 10\nt_final = "inf"\n',
+     r"^particles\.t_final: must be a number > 0, got 'inf' \(str\); infinity is not allowed here$"),
+    # a configuration of the other command names the command that fits
+    ("branch-configuration-given-to-run", "cli", (["run", "c.toml"], BASE + "[branch]\nmode = 1\n"),
+     r"c\.toml: branch: is the table of an `attnpde branch` configuration .*: run it with `attnpde branch CONFIG`"),
+    ("run-configuration-given-to-branch", "cli", (["branch", "c.toml"], BASE + PDE),
+     r"c\.toml: pde: is a table of an `attnpde run` configuration .*: run it with `attnpde run CONFIG`"),
     ("merge-tol-below-round-off", "config", SMALL + "merge_tol = 1e-300\n",
      r"^pde\.merge_tol: must be a number >= 1e-15 \(unit vectors are known to about 2\.2e-16 per entry"),
 
@@ -601,3 +618,36 @@ def test_a_comparison_with_common_times_after_t0_is_accepted(particles):
     compare): here 0.5 and 1 are."""
     cfg = parse_config(BASE + PDE + particles + "[compare]\n")
     assert cfg.compare == {}
+
+
+# --- the same words in Python and in TOML -----------------------------------------------------------------------
+T_FINALS = ["infinity", "inf", -np.inf, np.nan, 0.0, -1.0, "10"]
+
+
+@pytest.mark.parametrize("v", T_FINALS, ids=[repr(v) for v in T_FINALS])
+def test_a_configuration_refuses_t_final_in_the_words_of_the_python_check(v):
+    """pde.t_final in TOML and t_final of the Python checks (solvers.validators.number with infinite=) accept
+    the same values, +inf included, and refuse the others in the same words."""
+    from solvers import validators
+    from solvers.app.config import ConfigError
+    toml = {"infinity": '"infinity"', "inf": '"inf"', "10": '"10"'}.get(v) if isinstance(v, str) else \
+        ("-inf" if v == -np.inf else "nan" if v != v else repr(v))
+    with pytest.raises(ConfigError) as e:
+        parse_config(BASE + f"[pde]\ndegree = 16\nt_final = {toml}\n")
+    with pytest.raises(ValueError) as p:
+        validators.number("t_final", v, gt=0, infinite=validators.UNTIL_CERTIFIED)
+    assert (e.value.path, e.value.detail) == ("pde.t_final", str(p.value).removeprefix("t_final "))
+    assert parse_config(BASE + "[pde]\ndegree = 16\nt_final = inf\n").pde["t_final"] == np.inf
+    assert validators.number("t_final", np.inf, gt=0, infinite=validators.UNTIL_CERTIFIED) == np.inf
+
+
+@pytest.mark.xfail(strict=True, reason="solvers/pde.py checks t_final with check.number(..., gt=0) without "
+                                       "infinite=UNTIL_CERTIFIED (file of the terminal-state rewrite, not edited here)")
+def test_solve_pde_refuses_t_final_in_the_words_of_the_configuration():
+    from solvers.app.config import ConfigError
+    from solvers.pde import prepare_pde
+    with pytest.raises(ConfigError) as e:
+        parse_config(BASE + '[pde]\ndegree = 16\nt_final = "infinity"\n')
+    with pytest.raises(ValueError) as p:
+        prepare_pde(Model(2, 1.0, "ascent"), "infinity", 16)
+    assert e.value.detail == str(p.value).removeprefix("t_final ")

@@ -177,7 +177,9 @@ def test_subcritical_branch_has_a_fold_and_an_earlier_transition(d, degree):
     nu_t in (nu_1, nu_f): the transition comes before the threshold as nu decreases."""
     beta = 3.0
     m = Model(d, beta, "ascent")
-    b = branch_from_uniform(m, 1, degree, noise_range=(0.5 * lam(d, beta, 1) / beta, 0.07), max_points=150)
+    # at its own degree (max_degree = degree): the PDE's eigenvalues at the fold below are dense in it
+    b = branch_from_uniform(m, 1, degree, noise_range=(0.5 * lam(d, beta, 1) / beta, 0.07), max_points=150,
+                            max_degree=degree)
     assert b.kind == "subcritical" and b.normal_form > 0
     assert len(b.folds) == 1
     nu_c, nu_f, nu_t = b.threshold, b.folds[0]["nu"], b.transition
@@ -195,9 +197,45 @@ def test_subcritical_branch_has_a_fold_and_an_earlier_transition(d, degree):
 def test_fold_converges_with_the_degree():
     """The fold of the beta = 3 branch on S^1 at K = 32, 64, 128 modes: spectral convergence."""
     m = Model(2, 3.0, "ascent")
-    folds = [branch_from_uniform(m, 1, K, noise_range=(0.05, 0.07), max_points=60).folds[0]["nu"] for K in (32, 64, 128)]
+    # max_degree = K: each branch at its own degree (the default raises K = 32 to 64 where the states sharpen)
+    branches = [branch_from_uniform(m, 1, K, noise_range=(0.05, 0.07), max_points=60, max_degree=K) for K in (32, 64, 128)]
+    assert [b.degree for b in branches] == [32, 64, 128]
+    folds = [b.folds[0]["nu"] for b in branches]
     # measured |diff| ~1e-16
     assert abs(folds[1] - folds[2]) < 1e-12 and abs(folds[0] - folds[2]) < 1e-10
+
+
+def test_a_branch_raises_its_degree_where_its_states_sharpen_and_says_so():
+    """S^2, beta = 3, from L = 8: the states sharpen along the subcritical branch, their tail passes tail_max at
+    L = 8 and then at 16, and the branch is followed again at 16 and 32. Its points are those of the branch
+    computed at 32 from the start (the same numbers: one discretisation), every one resolved; with max_degree
+    = 8 the side stops there, "resolution", naming max_degree."""
+    m = Model(3, 3.0, "ascent")
+    kw = dict(noise_range=(0.03, 0.045), max_points=25)
+    b = branch_from_uniform(m, 1, 8, **kw)
+    assert b.degree == 32 and [(r["from"], r["to"]) for r in b.refinements] == [(8, 16), (16, 32)]
+    assert all(r["tail"] > r["tail_max"] == 1e-8 for r in b.refinements)
+    assert np.max(b.tail) <= 1e-8 and b.options["max_degree"] == 128
+    direct = branch_from_uniform(m, 1, 32, **kw)
+    for key in ("noise", "amplitude", "free_energy", "coeffs", "stable"):
+        np.testing.assert_array_equal(getattr(b, key), getattr(direct, key), err_msg=key)
+    assert "degree raised 8 -> 16 (of max_degree 128): at nu = " in b.summary()
+    capped = branch_from_uniform(m, 1, 8, max_degree=8, **kw)
+    assert capped.degree == 8 and not capped.refinements
+    assert {reason for reason, _ in capped.stop.values()} == {"resolution"}
+    assert all("(max_degree: raise it to go on)" in msg for _, msg in capped.stop.values())
+    with pytest.raises(ValueError, match="max_degree 8 must be >= degree 16"):
+        branch_from_uniform(m, 1, 16, max_degree=8, **kw)
+
+
+def test_the_sphere_branch_from_defaults_reaches_its_fold_and_transition():
+    """The issue's case: on S^2 at beta = 3 the default degree 32 no longer resolves the branch just before its
+    fold; raised to 64 it reaches the fold and the transition of docs/noise.md (L = 64)."""
+    b = branch_from_uniform(Model(3, 3.0, "ascent"))
+    assert b.degree == 64 and [(r["from"], r["to"]) for r in b.refinements] == [(32, 64)]
+    assert [f["nu"] for f in b.folds] == pytest.approx([0.0411991975], rel=1e-8)
+    assert b.transition == pytest.approx(0.0403544434, rel=1e-8)
+    assert "resolution" not in {reason for reason, _ in b.stop.values()}
 
 
 def test_transcritical_mode_on_the_sphere():
@@ -331,7 +369,8 @@ def test_index_from_S_is_the_count_of_positive_pde_eigenvalues():
     """Sylvester: the unstable directions counted on S are the positive eigenvalues of the linearised PDE, on
     both parts of a subcritical branch and for a mode-2 state (S^2 zonal, the orders m >= 1 counted twice)."""
     for d, degree, mode in ((2, 48, 1), (3, 24, 1), (3, 24, 2)):
-        b = branch_from_uniform(Model(d, 3.0, "ascent"), mode, degree, max_points=30)
+        # at its own degree (max_degree = degree): the PDE's dense eigenvalues grow fast with it
+        b = branch_from_uniform(Model(d, 3.0, "ascent"), mode, degree, max_points=30, max_degree=degree)
         for i in np.linspace(0, len(b.noise) - 1, 5).astype(int):
             st = b.state(int(i), eigenvalues=60)
             if st.tail > 1e-10 or np.min(np.abs(st.eigenvalues)) < 1e-9:

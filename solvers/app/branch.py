@@ -6,7 +6,8 @@ is the branch's parameter) and a [branch] table::
     [branch]
     mode = 1                    # the Fourier mode k (S^1) or harmonic degree l (S^2) leaving the uniform state
     noise_range = [0.03, 0.08]  # the nu followed (default: 0.25 and 1.5 times the mode's threshold)
-    degree = 64                 # resolution of the states (default 64 on S^1, 32 on S^2)
+    degree = 64                 # resolution of the states to start from (default 64 on S^1, 32 on S^2)
+    max_degree = 256            # raised up to this where a state sharpens (default 256 on S^1, 128 on S^2)
     representation = "auto"     # "even" / "full" (S^1), "zonal" / "general" (S^2)
     # step control (solvers.stationary.ContinuationOptions): first_step, max_step, min_step,
     # max_points (per side), max_angle, tol, max_corrections, tail_max
@@ -19,7 +20,8 @@ The archive is an attnpde archive (root attributes, /model) with a /branch group
 the located events ``fold_*`` (fold) and ``bifurcation_*`` (bifurcation); attributes ``mode``, ``degree``,
 ``representation``, ``threshold``, ``kind``, ``normal_form``, ``normal_form_fit`` (JSON), ``transition``
 (NaN: none), ``free_energy_uniform``, ``noise_range``, ``options`` (JSON), ``ended`` (JSON: why each side
-ended), ``points`` (the rows complete), ``complete``. Each point is written (and the file flushed) as it is
+ended), ``degree_raised`` (JSON: each raise of the degree, after which the group holds the branch followed
+again at the new degree), ``points`` (the rows complete), ``complete``. Each point is written (and the file flushed) as it is
 computed; ``--resume`` continues the unfinished side from the last point written, with the same numbers as an
 uninterrupted run. The diagram (:func:`plot_branch`) is written next to the archive.
 """
@@ -36,15 +38,16 @@ import numpy as np
 
 from ..interrupts import graceful_stop
 from ..model import Model
-from ..stationary import REPRESENTATIONS, Branch, prepare_branch
+from ..stationary import REPRESENTATIONS, Branch, BranchSetup, branch_degrees, prepare_branch, refinement_lines
 from .archive import ArchiveError, ArchiveWriter, open_archive, read_model
 from .config import (DEGREE_MAX, DEGREE_WHY, MODEL, RUN, ConfigError, Int, Num, Table, Array, Choice, _perceptron,
                      _refuse_too_big, parse_toml, read_config_text)
+from .plots_branch import branch_title, plot_branch
 from .runner import RunRefused, deferred_interrupt
 from .streams import say
 
 __all__ = ["BranchConfig", "parse_branch_config", "load_branch_config", "run_branch", "load_branch",
-           "describe_branch", "plot_branch", "is_branch_archive", "BRANCH_COMMAND"]
+           "describe_branch", "branch_noise", "plot_branch", "is_branch_archive", "BRANCH_COMMAND"]
 
 #: how the ``command`` attribute of a branch archive begins
 BRANCH_COMMAND = "attnpde branch"
@@ -52,6 +55,7 @@ BRANCH_COMMAND = "attnpde branch"
 POS = Num(gt=0)
 BRANCH = Table({
     "mode": Int(min=1), "noise_range": Array(1), "degree": Int(min=4, max=DEGREE_MAX, why=DEGREE_WHY),
+    "max_degree": Int(min=4, max=DEGREE_MAX, why=DEGREE_WHY),
     "representation": Choice(REPRESENTATIONS), "first_step": POS, "max_step": POS, "min_step": POS,
     "max_points": Int(min=2), "max_angle": POS, "tol": POS, "max_corrections": Int(min=2), "tail_max": POS,
 })
@@ -84,6 +88,14 @@ def parse_branch_config(text: str, source: str = "<string>") -> BranchConfig:
     :func:`~solvers.stationary.prepare_branch` would (the threshold inside noise_range, the degree holding
     the mode, ...), without following anything."""
     raw = parse_toml(text)
+    run_tables = [k for k in ("pde", "particles", "initial", "compare") if isinstance(raw, dict) and k in raw]
+    if run_tables:
+        # a configuration of the other command: said, rather than "unknown key"
+        key = run_tables[0]
+        raise ConfigError(key, f"is a table of an `attnpde run` configuration (also `sweep`, `validate`): "
+                               + ("run it with `attnpde run CONFIG`; " if "branch" not in raw else "remove it; ")
+                               + "an `attnpde branch` configuration has [run], [model] and [branch] (docs/noise.md, "
+                               "docs/configuration.md)")
     cfg = SCHEMA.check("", raw)
     m = cfg["model"]
     d = m["d"]
@@ -108,8 +120,9 @@ def parse_branch_config(text: str, source: str = "<string>") -> BranchConfig:
 
 
 def _check_branch_memory(config: BranchConfig) -> None:
-    """ConfigError (naming branch.degree, or the perceptron's units) when the problem of the branch's degree
-    cannot fit in memory; estimated before prepare_branch builds it, from its peaks: S^1 8 M (La + 1) x 4
+    """ConfigError (naming branch.degree or branch.max_degree, or the perceptron's units) when the problem of
+    the branch at the largest degree it may be raised to cannot fit in memory; estimated before
+    prepare_branch builds it, from its peaks: S^1 8 M (La + 1) x 4
     bytes for the M-point grid's tables of the La kernel degrees, and the dense Jacobian of 2 La unknowns;
     S^2 'zonal' 8 (L + 1)^2 nlat bytes; S^2 'general' ~370 (L + 1)^2."""
     from spectral import fourier, sphere
@@ -118,7 +131,9 @@ def _check_branch_memory(config: BranchConfig) -> None:
 
     model, b = config.model, config.branch
     d = model.d
-    L = b.get("degree", 64 if d == 2 else 32)
+    start, L = branch_degrees(d, b.get("degree"), b.get("max_degree"))
+    key = "branch.max_degree" if "max_degree" in b else "branch.degree"
+    L = max(start, L)                         # the most the branch may need: its degree raised to the cap
     if d == 2:
         M = fourier.dealiased_size(L)
         La = min(L - 1, kernel_bandwidth(model.beta, 2, KERNEL_TOL))
@@ -133,7 +148,8 @@ def _check_branch_memory(config: BranchConfig) -> None:
             need, points, what = 8.0 * (L + 1) ** 2 * nlat, nlat, f"the zonal tables at degree {L} ({nlat} latitudes)"
         else:
             need, points, what = 370.0 * (L + 1) ** 2, nlat * nphi, f"the harmonics at degree {L}"
-    _refuse_too_big("branch.degree", {what: need}, "lower degree")
+    _refuse_too_big(key, {what: need}, "lower max_degree" if key == "branch.max_degree" else
+                    f"set a lower max_degree (the degree the branch is raised to, default {L})")
     p = model.perceptron
     if p is not None:
         from ..perceptron import ACTIVATION_ARRAYS
@@ -241,6 +257,19 @@ def _new_group(f: h5py.File, d: int, degree: int, n: int) -> h5py.Group:
     return g
 
 
+def _open_group(f: h5py.File, d: int, setup: BranchSetup, degree: int, unknowns: int, threshold: float,
+                raised: list) -> h5py.Group:
+    """The empty /branch group of a branch at ``degree`` (``unknowns`` per point, the mode's ``threshold`` at
+    that degree) with the attributes of ``setup``, and the raises of the degree before it (``degree_raised``,
+    JSON)."""
+    g = _new_group(f, d, degree, unknowns)
+    g.attrs.update({"mode": setup.mode, "degree": degree, "representation": setup.representation,
+                    "threshold": threshold, "noise_range": np.array(setup.noise_range),
+                    "options": json.dumps(setup.options.to_dict()), "ended": "{}", "nu_ref": threshold,
+                    "degree_raised": json.dumps(raised)})
+    return g
+
+
 def _append(g: h5py.Group, rec: dict) -> None:
     """One point as a row of every per-point dataset, then the count of complete rows (a kill mid-row leaves
     ``points`` at the rows before it)."""
@@ -301,7 +330,9 @@ class BranchOutcome:
     figure: Path | None = None
 
 
-def _check_resumable(path: Path, config: BranchConfig) -> list[dict] | None:
+def _check_resumable(path: Path, config: BranchConfig) -> tuple[list[dict], dict, int, list]:
+    """(the points written, the sides ended, the archive's degree, the raises of the degree before it) of the
+    unfinished branch archive ``path`` of ``config``; RunRefused (or ArchiveError) when it cannot be resumed."""
     if not path.exists():
         raise RunRefused(f"{path}: no archive to resume (run without --resume to start)")
     with open_archive(path) as f:
@@ -314,6 +345,7 @@ def _check_resumable(path: Path, config: BranchConfig) -> list[dict] | None:
                              "(use --force to compute it again)")
         g = f["branch"]
         points, ended = _read_points(g), json.loads(g.attrs.get("ended", "{}"))
+        degree, raised = int(g.attrs["degree"]), json.loads(g.attrs.get("degree_raised", "[]"))
     try:
         archived = parse_toml(text)
     except ConfigError:
@@ -321,7 +353,7 @@ def _check_resumable(path: Path, config: BranchConfig) -> list[dict] | None:
     strip = lambda raw: {k: v for k, v in raw.items() if k != "run"}  # noqa: E731
     if strip(archived) != strip(config.raw):
         raise RunRefused(f"{path}: was made with a different [model] or [branch] table; use --force to start over")
-    return points, ended
+    return points, ended, degree, raised
 
 
 def run_branch(config: BranchConfig, out: str | Path, *, resume: bool = False, force: bool = False,
@@ -331,14 +363,16 @@ def run_branch(config: BranchConfig, out: str | Path, *, resume: bool = False, f
     before anything is written when the archive exists without ``force`` / ``resume``, or differs."""
     out = Path(out)
     log = log or say
-    setup = prepare_branch(config.model, **config.arguments())
     restart = None
     if resume:
-        points, ended = _check_resumable(out, config)
-        restart = {"points": points, "ended": {int(k): tuple(v) for k, v in ended.items()}}
+        points, ended, degree, raised = _check_resumable(out, config)
+        # the points written are of the archive's degree, raised on the way or not
+        setup = prepare_branch(config.model, **{**config.arguments(), "degree": degree})
+        restart = {"points": points, "ended": {int(k): tuple(v) for k, v in ended.items()}, "raised": raised}
         writer = ArchiveWriter(out, "resume", command=command)
-        log(f"[branch] resuming from {len(points)} points")
+        log(f"[branch] resuming from {len(points)} points" + (f" at degree {degree}" if raised else ""))
     else:
+        setup = prepare_branch(config.model, **config.arguments())
         if out.exists() and not force:
             raise RunRefused(f"{out} exists; use --force to overwrite it or --resume to continue it")
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -347,19 +381,24 @@ def run_branch(config: BranchConfig, out: str | Path, *, resume: bool = False, f
     try:
         f = writer.f
         if "branch" not in f:
-            p = setup._problem
-            g = _new_group(f, config.model.d, setup.degree, p.n)
-            g.attrs.update({"mode": setup.mode, "degree": setup.degree, "representation": setup.representation,
-                            "threshold": setup.threshold, "noise_range": np.array(setup.noise_range),
-                            "options": json.dumps(setup.options.to_dict()), "ended": "{}",
-                            "nu_ref": setup.threshold})
+            _open_group(f, config.model.d, setup, setup.degree, setup.unknowns, setup.threshold, [])
             f.flush()
-        g = f["branch"]
-        ended = json.loads(g.attrs.get("ended", "{}"))
+        state = {"g": f["branch"]}
+        ended = json.loads(state["g"].attrs.get("ended", "{}"))
 
         def write(rec: dict) -> None:
             with deferred_interrupt():
-                if "event" in rec:
+                g = state["g"]
+                if rec.get("event") == "degree":
+                    # the branch starts again at the new degree: the points of the old one are dropped
+                    raised = json.loads(g.attrs.get("degree_raised", "[]")) + [
+                        {k: rec[k] for k in ("from", "to", "nu", "tail", "tail_max")}]
+                    del f["branch"]
+                    state["g"] = _open_group(f, config.model.d, setup, rec["to"], rec["unknowns"], rec["threshold"],
+                                             raised)
+                    ended.clear()
+                    log(f"[branch] {refinement_lines(raised[-1:])[0]}")
+                elif "event" in rec:
                     ended[str(rec["side"])] = [rec["reason"], rec["message"]]
                     g.attrs["ended"] = json.dumps(ended)
                     log(f"[branch] side {rec['side']:+d} ended: {rec['reason']} — {rec['message']}")
@@ -373,14 +412,14 @@ def run_branch(config: BranchConfig, out: str | Path, *, resume: bool = False, f
             writer.set_status("interrupted")
             return BranchOutcome(out, "interrupted", branch)
         with deferred_interrupt():
-            _write_events(g, branch)
+            _write_events(state["g"], branch)
             writer.set_status("finished")
     except KeyboardInterrupt:
         writer.set_status("interrupted")
         return BranchOutcome(out, "interrupted", None)
     finally:
         writer.close()
-    png = plot_branch(branch, out.with_name(out.stem + "_branch.png"), _title(config.model, config.name)) \
+    png = plot_branch(branch, out.with_name(out.stem + "_branch.png"), branch_title(config.model, config.name)) \
         if figure else None
     return BranchOutcome(out, "finished", branch, png)
 
@@ -433,7 +472,18 @@ def load_branch(path: str | Path) -> Branch:
                   folds=events["fold"], bifurcations=events["bifurcation"], transition=nanless(a.get("transition")),
                   free_energy_uniform=nanless(a.get("free_energy_uniform")),
                   noise_range=tuple(float(v) for v in a["noise_range"]), nu_ref=float(a["nu_ref"]),
-                  options=json.loads(a.get("options", "{}")), stop=ended, wall_time=float(a.get("wall_time", 0.0)))
+                  options=json.loads(a.get("options", "{}")), stop=ended, wall_time=float(a.get("wall_time", 0.0)),
+                  refinements=json.loads(a.get("degree_raised", "[]")))
+
+
+def branch_noise(path: str | Path) -> str | None:
+    """What `attnpde info` says of the noise of a branch archive's model (its parameter: the range followed),
+    None for another archive."""
+    if not is_branch_archive(path):
+        return None
+    with open_archive(path) as f:
+        lo, hi = (float(v) for v in f["branch"].attrs["noise_range"])
+    return f"noise: the branch's parameter, nu in [{lo:.6g}, {hi:.6g}]"
 
 
 def describe_branch(path: str | Path) -> list[str]:
@@ -446,6 +496,7 @@ def describe_branch(path: str | Path) -> list[str]:
     lines = [f"branch: mode {b.mode} ({b.representation}, degree {b.degree}), {len(b.noise)} points, nu in "
              f"[{np.min(b.noise):.6g}, {np.max(b.noise):.6g}] of noise_range [{b.noise_range[0]:.6g}, "
              f"{b.noise_range[1]:.6g}]" if len(b.noise) else f"branch: mode {b.mode}: no point written"]
+    lines += [f"  {line}" for line in refinement_lines(b.refinements, b.options.get("max_degree"))]
     if b.threshold is not None:
         lines.append(f"  threshold nu = {b.threshold:.12g}" + (f"; kind: {b.kind}" if b.kind else "")
                      + (f" (normal form {b.normal_form:+.6g})" if b.normal_form is not None else ""))
@@ -465,120 +516,3 @@ def describe_branch(path: str | Path) -> list[str]:
     for side, (reason, msg) in sorted(b.stop.items()):
         lines.append(f"  side {side:+d} ended: {reason} — {msg}")
     return lines
-
-
-# --- the diagram -----------------------------------------------------------------------------------------
-def _title(model: Model, name: str = "") -> str:
-    p = model.perceptron
-    perc = "no perceptron" if p is None else f"{p.activation} perceptron ({p.units} units)"
-    return (f"{name + ': ' if name else ''}S^{model.d - 1}, USA, beta={model.beta:g}, gamma={model.strength:g}, "
-            f"{model.flow}, {perc}")
-
-
-def _segments(x: np.ndarray, y: np.ndarray, stable: np.ndarray, side: np.ndarray):
-    """Runs of consecutive points of one side and one stability: (x, y, stable)."""
-    start = 0
-    for i in range(1, len(x) + 1):
-        if i == len(x) or stable[i] != stable[start] or side[i] != side[start] and side[i] != 0 and side[start] != 0:
-            # the boundary point is shared, so that the curve has no gap
-            yield x[start:i + 1], y[start:i + 1], bool(stable[start])
-            start = i
-
-
-def _zoom(ax, branch: Branch, segments) -> None:
-    """An inset on the window between the threshold and the folds (a subcritical branch's bistability, often
-    a few percent of the range wide), with the transition."""
-    import matplotlib.ticker
-
-    nus = [branch.threshold] + [e["nu"] for e in branch.folds] + ([branch.transition] if branch.transition else [])
-    a, b = min(nus), max(nus)
-    lo, hi = branch.noise_range
-    if b - a > 0.2 * (hi - lo):
-        return
-    pad = 0.6 * (b - a) + 1e-12
-    x0, x1 = a - pad, b + pad
-    inset = ax.inset_axes([0.05, 0.08, 0.38, 0.42])
-    keep = branch.side >= 0 if branch.kind in ("supercritical", "subcritical") else np.ones(len(branch.noise), bool)
-    near = keep & (branch.noise >= x0) & (branch.noise <= x1)
-    for xs, ys, s in segments(branch.noise[keep], branch.amplitude[keep], branch.stable[keep], branch.side[keep]):
-        inset.plot(xs, ys, "-" if s else "--", color="C0", lw=1.4 if s else 1.0)
-    inset.plot([branch.threshold, x1], [0, 0], "-", color="k", lw=1.0)
-    inset.plot([x0, branch.threshold], [0, 0], "--", color="k", lw=0.9)
-    inset.plot([branch.threshold], [0], "o", color="k", ms=4)
-    for e in branch.folds:
-        inset.plot([e["nu"]], [e["amplitude"]], "x", color="C3", ms=7, mew=1.8)
-    if branch.transition is not None:
-        inset.axvline(branch.transition, color="C1", ls="-.", lw=1.0)
-    top = float(np.max(branch.amplitude[near])) if near.any() else 1.0
-    inset.set_xlim(x0, x1)
-    inset.set_ylim(-0.05 * top, 1.1 * top)
-    inset.tick_params(labelsize=6)
-    inset.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(3))
-    inset.set_title("threshold, transition, fold", fontsize=7)
-    inset.grid(alpha=0.3)
-
-
-def plot_branch(branch: Branch, path: str | Path, title: str = "", *, axes=None) -> Path | None:
-    """The bifurcation diagram: amplitude against nu (stable solid, unstable dashed; the uniform state at
-    amplitude 0, stable where nu > the threshold), the threshold, folds (x), bifurcations (diamonds) and the
-    transition (dash-dot line) marked; below, F - F_u against nu (F itself with a perceptron). With ``axes``
-    (two matplotlib axes) draws into them and returns None."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    own = axes is None
-    if own:
-        fig, axes = plt.subplots(2, 1, figsize=(7.5, 7.0), sharex=True, gridspec_kw={"height_ratios": [3, 2]})
-    ax, axf = axes
-    # a pitchfork's two sides are mirror images (p -> -p) of one amplitude: one is drawn
-    keep = branch.side >= 0 if branch.kind in ("supercritical", "subcritical") else np.ones(len(branch.noise), bool)
-    nu, amp, st, side = branch.noise[keep], branch.amplitude[keep], branch.stable[keep], branch.side[keep]
-    fu = branch.free_energy_uniform
-    dF = branch.free_energy[keep] - (fu if fu is not None else 0.0)
-    color = "C0"
-    for xs, ys, s in _segments(nu, amp, st, side):
-        ax.plot(xs, ys, "-" if s else "--", color=color, lw=1.6 if s else 1.2)
-    for xs, ys, s in _segments(nu, dF, st, side):
-        axf.plot(xs, ys, "-" if s else "--", color=color, lw=1.6 if s else 1.2)
-    lo, hi = branch.noise_range
-    if branch.threshold is not None and branch.kind != "imperfect":
-        nc = branch.threshold
-        for a in (ax, axf):
-            a.plot([nc, hi], [0, 0], "-", color="k", lw=1.2)
-            a.plot([lo, nc], [0, 0], "--", color="k", lw=1.0)
-        ax.plot([nc], [0], "o", color="k", ms=5, label=f"threshold nu = {nc:.6g}")
-    for e in branch.folds:
-        ax.plot([e["nu"]], [e["amplitude"]], "x", color="C3", ms=9, mew=2)
-    if branch.folds:
-        at = ", ".join(f"{e['nu']:.6g}" for e in branch.folds[:3])
-        ax.plot([], [], "x", color="C3", ms=9, mew=2, label="fold" + ("s" if len(branch.folds) > 1 else "") + f" nu = {at}")
-    for e in branch.bifurcations:
-        ax.plot([e["nu"]], [e["amplitude"]], "D", color="C2", ms=6)
-    if branch.bifurcations:
-        ax.plot([], [], "D", color="C2", ms=6, label="bifurcation")
-    if branch.transition is not None:
-        for a in (ax, axf):
-            a.axvline(branch.transition, color="C1", ls="-.", lw=1.2)
-        ax.plot([], [], "-.", color="C1", label=f"transition nu = {branch.transition:.6g}")
-    ax.plot([], [], "-", color="0.3", label="stable")
-    ax.plot([], [], "--", color="0.3", label="unstable")
-    if branch.folds and branch.threshold is not None and branch.kind != "imperfect":
-        _zoom(ax, branch, _segments)
-    what = "|c_k|" if branch.model.d == 2 else "sqrt(sum_m |c_lm|^2)"
-    ax.set_ylabel(f"amplitude of mode {branch.mode}: {what}" if branch.mode else "distance to uniform (L2)")
-    axf.set_ylabel("F - F_uniform" if fu is not None else "free energy F")
-    axf.set_xlabel("noise nu")
-    ax.legend(fontsize=8, loc="upper right" if branch.folds else "best")
-    kind = f"{branch.kind} " if branch.kind else ""
-    ax.set_title(f"{title}\n{kind}branch of mode {branch.mode}" if title else f"{kind}branch of mode {branch.mode}",
-                 fontsize=9)
-    for a in (ax, axf):
-        a.grid(alpha=0.3)
-    if not own:
-        return None
-    fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return path

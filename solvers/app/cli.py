@@ -6,6 +6,7 @@
     attnpde sweep CONFIG --beta LIST [--workers N | --scheduler ADDRESS] [--out DIR] [--resume] [--force]
     attnpde validate CONFIG --n LIST [--seeds M] [--workers N | --scheduler ADDRESS] [--at T] [--out PATH] [--force]
     attnpde branch CONFIG [--out PATH] [--resume] [--force]
+    attnpde extremum CONFIG [--out PATH]
 
 ``--scheduler`` sends the tasks of a sweep or a validation to a running Dask cluster
 (:mod:`solvers.app.executor`); without it they run in ``--workers`` local processes (default 2).
@@ -425,6 +426,12 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--resume", action="store_true", help="continue an interrupted or killed branch from its last point")
     b.add_argument("--force", action="store_true", help="overwrite an existing archive")
     b.set_defaults(func=cmd_branch)
+    e = sub.add_parser("extremum", help="the global extremum of the energy, certified (docs/landscape.md); its figure")
+    e.add_argument("config", help="TOML configuration (its [model] is read)")
+    e.add_argument("--out", help="archive path (default: the configuration's path with .h5): a run archive of the "
+                   "same model gains the group /extremum (and the comparison with its certified end), another path "
+                   "gets a file of its own; the figure is written beside it as <stem>_extremum.png")
+    e.set_defaults(func=cmd_extremum)
     return ap
 
 
@@ -442,6 +449,30 @@ def _attach_list_values(argv: list[str]) -> list[str]:
         else:
             out.append(word)
     return out
+
+
+def cmd_extremum(args) -> int:
+    from .archive import ArchiveError
+    from .config import ConfigError
+    from .extremum_cmd import run_extremum
+
+    out = Path(args.out) if args.out else _default_out(args.config)
+    problem = _archive_path_problem(out, args.config, args.out is not None)
+    if problem:
+        return _err(problem)
+    try:
+        ext, end, path, fig = run_extremum(args.config, out, command=_command("extremum"))
+    except ConfigError as e:
+        return _config_error(args.config, e)
+    except (ArchiveError, ValueError) as e:
+        return _err(str(e))
+    print(ext.summary())
+    if end is not None:
+        print(end.summary())
+    print(f"archive: {path} (group /extremum)")
+    if fig is not None:
+        print(fig)
+    return EXIT_OK
 
 
 #: the interrupting signals received (SIGINT, SIGTERM), in order
@@ -506,6 +537,8 @@ def _main(argv: list[str] | None) -> int:
     try:
         _ARGV[:] = sys.argv[1:] if argv is None else list(argv)
         args = build_parser().parse_args(_attach_list_values(_ARGV))
+        if args.command in _RUNNING and signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+            _warn_sigint_ignored()
         return args.func(args)
     except (KeyboardInterrupt, ImportError) as e:
         if isinstance(e, ImportError) and not _SIGNALS:
@@ -527,6 +560,18 @@ def _main(argv: list[str] | None) -> int:
         return EXIT_FAILED
     except Exception as e:                  # noqa: BLE001 — a bug: one line all the same (no traceback)
         return _internal_error(e)
+
+
+#: the commands that run for a while, which a Ctrl-C should be able to stop
+_RUNNING = ("run", "sweep", "validate", "branch")
+
+
+def _warn_sigint_ignored() -> None:
+    """Started with SIGINT ignored (a non-interactive shell's ``&`` does that, and the process inherits it):
+    a Ctrl-C cannot reach the command. Said once, with what does stop it cleanly."""
+    import os
+    say(f"attnpde: note: started with Ctrl-C (SIGINT) ignored, as a shell's `&` starts a command: Ctrl-C will not "
+        f"stop it. `kill {os.getpid()}` (SIGTERM) stops it cleanly, as a Ctrl-C would (--resume continues it)")
 
 
 def _internal_error(e: BaseException) -> int:

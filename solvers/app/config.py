@@ -57,7 +57,7 @@ from ..particles import INITS, INTEGRATORS, STOP_WINDOW_MIN
 from ..interaction import SUM_METHODS
 from ..pde import CONTINUATIONS, METHODS
 from ..spaces import MIN_DEGREE
-from ..validators import is_integer, is_number
+from ..validators import UNTIL_CERTIFIED, is_integer, is_number, number_problem, spells_infinity
 from ..perceptron import ACTIVATION_ARRAYS, ACTIVATIONS, BIAS_MAX, SCALE_MAX, Perceptron
 
 __all__ = ["ConfigError", "RunConfig", "load_config", "parse_config", "initial_density", "dump_toml",
@@ -91,25 +91,43 @@ class ConfigError(ValueError):
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 
 
+def _is_float_text(v: str) -> bool:
+    try:
+        float(v)
+    except ValueError:
+        return False
+    return True
+
+
 @dataclass(frozen=True)
 class Num:
     min: float | None = None      # inclusive
     gt: float | None = None       # exclusive
     max: float | None = None
-    inf: bool = False             # +inf allowed (pde.t_final: until the terminal state is certified)
+    infinite: str = ""            # +inf allowed, meaning this (pde.t_final: until the terminal state is certified)
     why: str = ""                 # the reason of the bounds, said with them
 
     def check(self, path: str, v: Any) -> float:
+        if self.infinite:
+            # the words of the Python API's refusal (solvers.validators), which accepts the same values
+            ok = is_number(v) and not (isinstance(v, int) and not INT64_MIN <= v <= INT64_MAX) and (
+                v == math.inf or (math.isfinite(v) and (self.min is None or v >= self.min)
+                                  and (self.gt is None or v > self.gt) and (self.max is None or v <= self.max)))
+            if not ok:
+                raise ConfigError(path, number_problem(v, gt=self.gt, ge=self.min, le=self.max, infinite=self.infinite,
+                                                       why=self.why))
+            return float(v)
         if not is_number(v):
-            raise ConfigError(path, f"must be a number{self._range()}, got {_show(v)} ({type(v).__name__})")
+            hint = ""
+            if isinstance(v, str):
+                hint = ("; infinity is not allowed here" if spells_infinity(v) else
+                        "; write it without quotes" if _is_float_text(v) else "")
+            raise ConfigError(path, f"must be a number{self._range()}, got {_show(v)} ({type(v).__name__}){hint}")
         if isinstance(v, int) and not INT64_MIN <= v <= INT64_MAX:
             raise ConfigError(path, f"must be a number{self._range()}, got an integer beyond TOML's 64 bits")
         v = float(v)
-        if self.inf and v == math.inf:
-            return v
         if not math.isfinite(v):
-            raise ConfigError(path, f"must be a finite number{self._range()}"
-                                    f"{' or inf' if self.inf else ''}, got {v!r}")
+            raise ConfigError(path, f"must be a finite number{self._range()}, got {v!r}")
         if (self.min is not None and v < self.min) or (self.gt is not None and v <= self.gt):
             # a bounds' reason explains the largest value when there is one: not said of one below the least
             raise ConfigError(path, f"must be a number{self._range(why=self.max is None)}, got {v!r}")
@@ -295,7 +313,7 @@ INITIAL = Table({
 }, required=("kind",))
 
 PDE = Table({
-    "degree": DEGREE, "t_final": Num(gt=0, inf=True), "save_every": POS, "rtol": POS, "atol": POS,
+    "degree": DEGREE, "t_final": Num(gt=0, infinite=UNTIL_CERTIFIED), "save_every": POS, "rtol": POS, "atol": POS,
     "method": Choice(METHODS), "cfl": POS, "dt0": POS, "dt_max": POS, "max_degree": DEGREE,
     "tail_tol": POS, "tail_max": POS, "positivity_tol": POS, "sa_psi_min": POS,
     "filter": Table({"kind": Choice(("exponential",)), "alpha": POS, "order": Int(min=2)}),
@@ -653,6 +671,12 @@ def parse_config(text: str, source: str = "<string>") -> RunConfig:
     machine but the memory of a random perceptron's weights, checked before they are drawn
     (:func:`check_memory` estimates the rest: :func:`load_config` calls it)."""
     raw = parse_toml(text)
+    if isinstance(raw, dict) and "branch" in raw:
+        # a configuration of the other command: said, rather than "unknown key"
+        raise ConfigError("branch", "is the table of an `attnpde branch` configuration (a branch of stationary "
+                                    "states with noise, docs/noise.md): run it with `attnpde branch CONFIG`; "
+                                    "`attnpde run`, `sweep` and `validate` take [run], [model], [initial], [pde], "
+                                    "[particles] and [compare]")
     cfg = SCHEMA.check("", raw)
     if "pde" not in cfg and "particles" not in cfg:
         raise ConfigError("", "nothing to run: give a [pde] table, a [particles] table, or both")

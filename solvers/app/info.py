@@ -41,11 +41,12 @@ def _ended(r) -> str:
     return f"  ended: {r.stop_reason} at t = {r.t_stop:.6g} — {getattr(r, 'message', '')}"
 
 
-def describe_model(m) -> list[str]:
-    """The model's parameters and its perceptron."""
+def describe_model(m, noise: str | None = None) -> list[str]:
+    """The model's parameters and its perceptron; ``noise``: what to say of the noise instead of its value
+    (a branch's, which is its parameter)."""
     p = m.perceptron
     return [f"model: S^{m.d - 1} (d = {m.d}), beta = {m.beta:g}, {m.flow}, attention {m.attention}, "
-            f"strength {m.strength:g}, noise {m.noise:g}",
+            f"strength {m.strength:g}, " + (noise if noise is not None else f"noise {m.noise:g}"),
             "  perceptron: none" if p is None else
             f"  perceptron: {p.units} units, {p.activation}, {'gradient' if p.is_gradient else 'general'} form"]
 
@@ -109,18 +110,46 @@ def describe_pde(r, atoms: dict) -> list[str]:
                    + (f", atom {pl.atom + 1}" if pl.atom >= 0 else "") + f"), left by a kick of {pl.kick:.1e} rad")
     terminal = getattr(r, "terminal", None)
     if terminal is not None:
-        out += ["  " + line for line in terminal.summary_lines()]
+        out += _terminal_lines(terminal, atoms.get("pde:attrs", {}))
     elif r.lagrangian is not None:
         out.append("  terminal state: not certified")
-    if "pde" in atoms:
+    if "pde" in atoms and terminal is None:
         attrs = atoms.get("pde:attrs", {})
         lines = _pde_atoms_lines(*atoms["pde"], attrs, atoms.get("pde:mass_errors"),
                                  atoms.get("pde:position_errors"), atoms.get("pde:extents"))
         note = (not_stationary_note(r.stop_reason, float(r.t[-1]), len(atoms["pde"][1]))
-                if attrs.get("kind") == "node groups" and terminal is None else None)
-        # a certified end lists its atoms above; the node groups it was polished from only count
-        out += lines[:1] + ([f"  {note}"] if note else []) + (lines[1:] if terminal is None else [])
+                if attrs.get("kind") == "node groups" else None)
+        out += lines[:1] + ([f"  {note}"] if note else []) + lines[1:]
     return out
+
+
+def _terminal_lines(T, attrs: dict) -> list[str]:
+    """A certified end: its verdict, then where all the mass is (the atoms, the dust atoms lighter than DUST,
+    the diffuse rest: they add to 1) and every atom, the dust ones marked; then what it was polished from."""
+    word = {"stable": "stable", "unstable": "unstable (a saddle)", "marginal": "marginal"}.get(T.verdict, T.verdict)
+    masses = np.asarray(T.masses, dtype=float)
+    errs = T.mass_errors
+    dust = masses < DUST
+    heavy, light = float(np.sum(masses[~dust])), float(np.sum(masses[dust]))
+    diffuse = max(0.0, 1.0 - heavy - light)
+    n, k = int(np.sum(~dust)), int(np.sum(dust))
+    lines = [f"  terminal state: certified at t = {T.t:.6g}, {word}, growth {T.growth:.3e}, max |v| {T.max_speed:.1e}"
+             + (f", {T.neutral} neutral (symmetry)" if T.neutral else "")
+             + (f"; {T.dust_unstable} dust atom(s) repel the mass near them (not counted in the verdict)"
+                if getattr(T, "dust_unstable", 0) else ""),
+             (f"  {len(masses)} atoms: total mass {heavy:.4f} in {n} atom(s) + {light:.4f} in {k} dust atom(s) "
+              f"(each below {DUST:g} of the mass, what the nodes barely resolve)" if k else
+              f"  total mass {heavy:.4f} in {n} atom(s)") + f"; diffuse {diffuse:.4f}"]
+    for i, (p, m) in enumerate(zip(T.positions, masses)):
+        pm = f" ± {errs[i]:.1e}" if errs is not None and np.isfinite(errs[i]) else ""
+        lines.append(f"      {'dust ' if dust[i] else ''}atom mass {m:.4f}{pm} at {_vec(p)} "
+                     f"({int(T.counts[i])} initial nodes)")
+    if attrs.get("kind") == "node groups":
+        est = (f"; error bars from the rerun with {int(attrs['check_nodes'])} nodes" if errs is not None
+               and "check_nodes" in attrs else "")
+        lines.append(f"  polished from the node groups of the last snapshot (nodes linked within "
+                     f"{attrs['radius']:.2g} rad){est}")
+    return lines
 
 
 def _clusters_and_comparison(r, masses: np.ndarray, cmp) -> list[str]:
@@ -288,7 +317,8 @@ def describe(path: str | Path) -> str:
         out.append(f"  resumed {int(a['resumed'])} time(s)")
     if a.get("resumed_with"):
         out.append(f"  resumed with other archive settings: {a['resumed_with']}")
-    out += describe_model(run.model)
+    from .branch import branch_noise
+    out += describe_model(run.model, branch_noise(run.path))
     if run.pde is not None:
         out += describe_pde(run.pde, run.atoms)
         terminal = getattr(run.pde, "terminal", None)

@@ -1,8 +1,9 @@
 """``attnpde sweep``: one archive per beta, run in parallel processes (the main paper's Figure 9 protocol).
 
 Each member is the configuration with ``model.beta`` replaced (and ``run.name`` suffixed), written as its
-own archive ``<out>/<name>_beta<beta>.h5``; the sweep prints a table (beta, sqrt(beta), atoms and
-clusters, stop reasons), writes it as ``summary.json`` and plots cluster counts against sqrt(beta).
+own archive ``<out>/<name>_beta<beta>.h5``; the sweep prints a table (:func:`table`: beta, sqrt(beta), and per
+solver the atoms or clusters, the largest mass, how and when it ended), writes it as ``summary.json`` and
+draws what varies against sqrt(beta) (:func:`plot_sweep`: the counts, every mass, the time to the end).
 
 The members run on a :class:`~solvers.app.executor.TaskPool`: local processes, or the workers of a Dask
 cluster (``--scheduler``). A member writes ``<name>_beta<beta>.h5.part`` and renames it (``os.replace``,
@@ -28,7 +29,10 @@ import numpy as np
 
 from .config import ConfigError, RunConfig, dump_toml, parse_config
 
-__all__ = ["parse_list", "sweep", "member_config", "partial_path"]
+__all__ = ["parse_list", "sweep", "member_config", "partial_path", "plot_sweep", "table", "FIGURE"]
+
+#: the sweep's figure, in its output directory
+FIGURE = "clusters_vs_sqrt_beta.png"
 
 
 def parse_list(text: str, what: str, example: str = "1,5,25") -> list[float]:
@@ -145,20 +149,54 @@ def _member(text: str, source: str, out: str, resume: bool) -> dict:
 
 
 def _row(beta: float, path: Path, status: str) -> dict:
-    """The summary row of a member from its archive."""
+    """The summary row of a member from its archive: per solver its end (reason, time, certified), its atoms
+    (PDE: the certified terminal atoms, else the node groups or basins; particles: the clusters at the end)
+    with mass >= 0.01 counted, and all their masses."""
     from .archive import load
 
     run = load(path)
     row = {"beta": beta, "archive": str(path), "status": status}
     if run.pde is not None:
-        masses = run.atoms.get("pde", (None, np.zeros(0)))[1]
-        row.update(pde_stop=run.pde.stop_reason, pde_t=float(run.pde.t_stop), pde_atoms=int(np.sum(masses >= 0.01)))
+        terminal = getattr(run.pde, "terminal", None)
+        masses = np.asarray(terminal.masses if terminal is not None else run.atoms.get("pde", (None, np.zeros(0)))[1])
+        row.update(pde_stop=run.pde.stop_reason, pde_t=float(run.pde.t_stop), pde_atoms=int(np.sum(masses >= 0.01)),
+                   pde_certified=terminal is not None, pde_masses=sorted((float(m) for m in masses), reverse=True),
+                   pde_max_mass=float(masses.max()) if len(masses) else float("nan"))
     if run.particles is not None:
-        masses = run.atoms.get("particles", (None, np.zeros(0)))[1]
+        masses = np.asarray(run.atoms.get("particles", (None, np.zeros(0)))[1])
         row.update(particles_stop=run.particles.stop_reason, particles_t=float(run.particles.t_stop),
                    clusters=int(np.sum(masses >= 0.01)), clusters_all=int(len(masses)),
+                   particle_masses=sorted((float(m) for m in masses), reverse=True),
                    max_cluster_mass=float(masses.max()) if len(masses) else float("nan"))
     return row
+
+
+def table(rows: list[dict]) -> str:
+    """The sweep's table: beta, sqrt(beta), and for each solver that ran its count of atoms (PDE) or clusters
+    (particles) of mass >= 0.01, the largest mass, and how and when it ended."""
+    pde = any("pde_atoms" in r for r in rows)
+    part = any("clusters" in r for r in rows)
+    head = f"{'beta':>8s} {'sqrt(beta)':>10s}"
+    if pde:
+        head += f" {'PDE atoms':>9s} {'max mass':>8s}  {'PDE end':<24s}"
+    if part:
+        head += f" {'clusters':>8s} {'max mass':>8s}  particles end"
+    lines = [head]
+
+    def mass(v) -> str:
+        return f"{v:8.3f}" if isinstance(v, (int, float)) and math.isfinite(v) else f"{'-':>8s}"
+
+    for r in rows:
+        line = f"{r['beta']:8g} {math.sqrt(r['beta']):10.3f}"
+        if pde:
+            end = (f"{r['pde_stop']} at t = {r['pde_t']:.4g}" if "pde_stop" in r else r.get("status", "-"))
+            line += f" {r.get('pde_atoms', '-')!s:>9s} {mass(r.get('pde_max_mass'))}  {end:<24s}"
+        if part:
+            end = (f"{r['particles_stop']} at t = {r['particles_t']:.4g}" if "particles_stop" in r
+                   else r.get("status", "-"))
+            line += f" {r.get('clusters', '-')!s:>8s} {mass(r.get('max_cluster_mass'))}  {end}"
+        lines.append(line)
+    return "\n".join(lines)
 
 
 def _check_members(members: list[RunConfig], paths: list[Path], resume: bool) -> list[bool]:
@@ -246,39 +284,90 @@ def sweep(config: RunConfig, betas: list[float], out_dir: Path, *, workers: int 
                 rows.append(row)
     rows.sort(key=lambda r: r["beta"])
     (out_dir / "summary.json").write_text(json.dumps(rows, indent=2))
-    print(f"{'beta':>8s} {'sqrt(beta)':>10s} {'PDE atoms':>9s} {'clusters':>8s} {'max mass':>8s}  stops")
-    for r in rows:
-        # the particles' largest cluster mass ("-" without particles)
-        top = f"{r['max_cluster_mass']:8.3f}" if "max_cluster_mass" in r else f"{'-':>8s}"
-        print(f"{r['beta']:8g} {math.sqrt(r['beta']):10.3f} {r.get('pde_atoms', '-')!s:>9s} "
-              f"{r.get('clusters', '-')!s:>8s} {top}  {r.get('pde_stop', '')} {r.get('particles_stop', '')}")
-    _plot(rows, out_dir / "clusters_vs_sqrt_beta.png", config)
-    print(f"summary: {out_dir / 'summary.json'}; figure: {out_dir / 'clusters_vs_sqrt_beta.png'}")
+    print(table(rows))
+    plot_sweep(out_dir, rows, f"{config.name}: S^{config.model.d - 1}, {config.model.flow}")
+    print(f"summary: {out_dir / 'summary.json'}; figure: {out_dir / FIGURE}")
     return 130 if any(r["status"] == "interrupted" for r in rows) else 0
 
 
-def _plot(rows: list[dict], path: Path, config: RunConfig) -> None:
+def plot_sweep(out_dir: str | Path, rows: list[dict] | None = None, title: str | None = None) -> Path:
+    """The sweep's figure, ``out_dir / FIGURE``: against sqrt(beta), the count of atoms (PDE) and clusters
+    (particles) of mass >= 0.01, every one of their masses, and the time each run ended (a certified
+    terminal state filled, another end open). ``rows``: the summary's (default: its summary.json);
+    ``title``: default from the first member's archive."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 
+    from .plots_base import LABEL_SIZE, NOTE_SIZE, legend_right, readable_log_axis
+
+    out_dir = Path(out_dir)
+    if rows is None:
+        rows = json.loads((out_dir / "summary.json").read_text())
+    rows = sorted(rows, key=lambda r: r["beta"])
+    if title is None:
+        title = _title_from(rows)
+    fig, (ax, axm, axt) = plt.subplots(3, 1, figsize=(9.0, 9.0), sharex=True)
     sb = np.sqrt([r["beta"] for r in rows])
-    fig, ax = plt.subplots(figsize=(6, 4))
-    if any("clusters" in r for r in rows):
-        ax.plot(sb, [r.get("clusters", np.nan) for r in rows], "o-", label="particle clusters (mass >= 0.01)")
-    if any("pde_atoms" in r for r in rows):
-        ax.plot(sb, [r.get("pde_atoms", np.nan) for r in rows], "s--", label="PDE atoms (mass >= 0.01)")
-    ax.set_xlabel("sqrt(beta)")
+    solvers = [("PDE", "pde_atoms", "pde_masses", "pde_t", "o", "C0"),
+               ("particles", "clusters", "particle_masses", "particles_t", "^", "C1")]
+    counts = []
+    for name, count, masses, t_end, mk, col in solvers:
+        if not any(count in r for r in rows):
+            continue
+        n = [r.get(count, np.nan) for r in rows]
+        counts += [v for v in n if isinstance(v, (int, np.integer))]
+        what = "PDE atoms" if name == "PDE" else "particle clusters"
+        ax.plot(sb, n, mk + "-", color=col, label=f"{what} (mass >= 0.01)")
+        xs = [x for x, r in zip(sb, rows) for _ in r.get(masses, [])]
+        ms = [m for r in rows for m in r.get(masses, [])]
+        axm.plot(xs, ms, mk, color=col, ls="none", alpha=0.8, label=f"{what}: every mass")
+        done = [(x, r[t_end], r.get("pde_certified", False) if name == "PDE" else r.get("particles_stop") == "converged")
+                for x, r in zip(sb, rows) if t_end in r]
+        for filled, label in ((True, "certified stationary" if name == "PDE" else "converged (stopping rule)"),
+                              (False, "other end (t_final, a cap)")):
+            pts = [(x, t) for x, t, ok in done if ok == filled]
+            if pts:
+                axt.plot(*zip(*pts), mk, color=col, mfc=col if filled else "white", ms=8, ls="none",
+                         label=f"{name}: {label}")
     ax.set_ylabel("count")
-    counts = [r[k] for r in rows for k in ("clusters", "pde_atoms") if isinstance(r.get(k), (int, np.integer))]
     # counts: integer ticks from 0 (within a unit's range the locator falls back to ticks like 1.9, 2.1)
     ax.set_ylim(0, max(counts, default=1) + 1)
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_title(f"{config.name}: S^{config.model.d - 1}, {config.model.flow}", fontsize=10)
-    if ax.get_legend_handles_labels()[0]:          # no member finished (an interrupted sweep): no curves
-        ax.legend(fontsize=8)
-    ax.grid(alpha=0.3)
+    axm.set_ylabel("atom / cluster mass")
+    axm.set_ylim(0, 1.05)
+    axt.set_ylabel("time t of the end")
+    if axt.get_lines():
+        axt.set_yscale("log")
+        lo, hi = axt.get_ylim()
+        axt.set_ylim(lo / 1.5, hi * 1.5)
+        readable_log_axis(axt)
+    axt.set_xlabel("sqrt(beta)")
+    for a in (ax, axm, axt):
+        a.grid(alpha=0.3)
+        if a.get_lines():
+            legend_right(a)
+    ax.set_title(title, fontsize=LABEL_SIZE)
+    if not any(a.get_lines() for a in (ax, axm, axt)):          # no member finished (an interrupted sweep)
+        ax.text(0.5, 0.5, "no member finished", transform=ax.transAxes, ha="center", fontsize=NOTE_SIZE)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    path = out_dir / FIGURE
+    fig.savefig(path, dpi=100)
     plt.close(fig)
+    return path
+
+
+def _title_from(rows: list[dict]) -> str:
+    """The sweep's title from its first member's archive: its name without the member's suffix, the manifold,
+    the flow."""
+    from .archive import ArchiveError, load
+
+    for r in rows:
+        try:
+            run = load(r["archive"])
+        except (ArchiveError, OSError, KeyError):
+            continue
+        name = str(run.attrs.get("name", "")).rsplit("_beta", 1)[0]
+        return f"{name}: S^{run.model.d - 1}, {run.model.flow}"
+    return "sweep"
