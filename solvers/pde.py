@@ -607,8 +607,7 @@ def prepare_pde(model: Model, t_final: float, degree: int, initial="uniform", sa
         raise TypeError(f"model must be a solvers.Model, got {type(model).__name__}")
     Disc, space = space_for(model.d)
     opts = PDEOptions.from_kwargs(options, check.named_parameters(solve_pde))
-    if not (check.is_number(t_final) and t_final == math.inf):
-        check.number("t_final", t_final, gt=0)
+    check.number("t_final", t_final, gt=0, infinite=check.UNTIL_CERTIFIED)
     check.number("save_every", save_every, gt=0, allow_none=True)
     max_degree = opts.max_degree or space.default_max_degree
     check.integer("degree", degree, ge=space.min_degree)
