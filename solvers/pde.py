@@ -456,6 +456,25 @@ class PDEResult:
         return "\n".join(lines)
 
 
+def _beside_extremum(model: Model, terminal: TerminalState) -> TerminalState:
+    """The certified end with its distance to the global extremum of the energy (:func:`solvers.compare_end`:
+    ``energy_gap``, ``is_global``), or the reason there is none (a model the extremum does not cover)."""
+    from .landscape_end import compare_end
+    out = dataclasses.replace(terminal)
+    perr = terminal.position_errors
+    if perr is not None:
+        # an atom without a partner in the rerun: its position is not known to any tolerance
+        perr = np.where(np.isfinite(perr), perr, math.pi)
+    try:
+        c = compare_end(model, terminal.positions, terminal.masses, perr, terminal.mass_errors)
+    except ValueError as e:
+        out.global_note = f"not compared: {e}"
+        return out
+    out.energy_gap, out.is_global, out.extremum_energy = float(c.energy_gap), bool(c.is_global), float(c.energy_star)
+    out.extremum_kind, out.global_note = c.kind, c.reason
+    return out
+
+
 def _check_restart_settings(saved: dict | None, now: dict) -> None:
     """ValueError listing what differs between a restart state's settings and this run's."""
     if saved is None:
@@ -1024,6 +1043,8 @@ class PDERun:
             if terminal is not None and self.check is not None and self.check.get("terminal") is not None:
                 terminal = self._terminal_errors(terminal, TerminalState.from_dict(self.check["terminal"]),
                                                  int(self.check["initial_nodes"]))
+        if terminal is not None and stop == "stationary":
+            terminal = _beside_extremum(self.model, terminal)
         nsteps, nrejected, _ = self._spectral()
         return PDEResult(
             terminal=terminal, plateaus=plateaus or [], slow_stages=slow or [],

@@ -385,6 +385,17 @@ class TerminalState:
         Every force on the atom is below the floating-point range (its balance is only that range's).
     newton_steps : int
         Newton steps of the certificate.
+    energy_gap : float or None
+        E(end) - E* in descent, E* - E(end) in ascent (>= 0 up to the extremum's certified gap): how far the
+        end is from the global extremum of the energy (:func:`solvers.extremum`, the main paper's Prop. 3.7);
+        None where that extremum is not computed (``global_note`` says why).
+    is_global : bool or None
+        The end is the global extremum within its error bars (:func:`solvers.compare_end`).
+    extremum_energy : float or None
+        E*, the extremum's energy.
+    extremum_kind : {"minimum", "maximum", ""}
+    global_note : str
+        Why the end is or is not the global extremum, or why it was not compared.
     """
 
     t: float
@@ -408,6 +419,11 @@ class TerminalState:
     dead: np.ndarray | None = None
     underflow: np.ndarray | None = None
     newton_steps: int = 0
+    energy_gap: float | None = None
+    is_global: bool | None = None
+    extremum_energy: float | None = None
+    extremum_kind: str = ""
+    global_note: str = ""
 
     @classmethod
     def from_certificate(cls, cert: Certificate) -> "TerminalState":
@@ -434,7 +450,8 @@ class TerminalState:
 
     def to_dict(self) -> dict:
         out = {k: getattr(self, k) for k in ("t", "max_speed", "stable", "verdict", "growth", "neutral", "energy",
-                                             "check_nodes", "newton_steps")}
+                                             "check_nodes", "newton_steps", "energy_gap", "is_global",
+                                             "extremum_energy", "extremum_kind", "global_note")}
         for k in self._ARRAYS:
             v = getattr(self, k)
             out[k] = None if v is None else np.asarray(v).tolist()
@@ -455,7 +472,9 @@ class TerminalState:
                    float(d["growth"]), ev, int(d["neutral"]), float(d["energy"]), arr("mass_errors"),
                    arr("position_errors"), None if d.get("check_nodes") is None else int(d["check_nodes"]),
                    arr("residuals"), arr("scales"), arr("dead", bool), arr("underflow", bool),
-                   int(d.get("newton_steps", 0)))
+                   int(d.get("newton_steps", 0)), _maybe(d.get("energy_gap"), float),
+                   _maybe(d.get("is_global"), bool), _maybe(d.get("extremum_energy"), float),
+                   str(d.get("extremum_kind", "")), str(d.get("global_note", "")))
 
     def summary_lines(self) -> list[str]:
         word = {"stable": "stable", "unstable": "unstable (a saddle)", "marginal": "marginal"}[self.verdict]
@@ -468,6 +487,13 @@ class TerminalState:
             lines.append(f"  balanced: max |v(x_i)| / S_i = {ratio:.1e} (forces cancel to that fraction of their "
                          f"size) after {self.newton_steps} Newton step(s), which moved the atoms by at most "
                          f"{float(np.max(self.displacement, initial=0.0)):.1e} rad")
+        if self.energy_gap is not None:
+            lines.append(f"  against the global {self.extremum_kind or 'extremum'} of the energy (E* = "
+                         f"{self.extremum_energy:.10g}): energy gap {self.energy_gap:.3e}; "
+                         f"{'the end IS the global ' if self.is_global else 'not the global '}"
+                         f"{self.extremum_kind or 'extremum'} ({self.global_note})")
+        elif self.global_note:
+            lines.append(f"  global extremum: {self.global_note}")
         err = self.mass_errors if self.mass_errors is not None else [None] * len(self)
         for i, (p, m, e, c) in enumerate(zip(self.positions, self.masses, err, self.counts)):
             pm = f" ± {e:.1e}" if e is not None and math.isfinite(e) else ""
@@ -479,3 +505,10 @@ class TerminalState:
             lines.append(f"  atom mass {m:.4f}{pm} at {np.round(p, 4).tolist()} ({int(c)} initial nodes"
                          + "".join(f"; {n}" for n in notes) + ")")
         return lines
+
+
+def _maybe(v, kind):
+    """None, or ``v`` as ``kind`` (archives store a missing value as NaN or an empty string)."""
+    if v is None or (isinstance(v, float) and math.isnan(v)) or (isinstance(v, str) and not v):
+        return None
+    return kind(v)

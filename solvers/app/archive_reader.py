@@ -422,6 +422,8 @@ def _read_terminal(g: h5py.Group) -> tuple:
         d.update({k: value(v) for k, v in t.items() if isinstance(v, h5py.Dataset) and not is_dimension(v)})
         if int(d.get("check_nodes", -1)) < 0:
             d["check_nodes"] = None
+        if int(d.get("is_global", -1)) < 0:
+            d["is_global"] = None
         terminal = TerminalState.from_dict(d)
     plateaus = []
     if "plateaus" in g:

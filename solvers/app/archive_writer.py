@@ -772,7 +772,11 @@ class ArchiveWriter:
             t.attrs.update({"t": term.t, "max_speed": term.max_speed, "stable": bool(term.stable),
                             "verdict": term.verdict, "growth": term.growth, "neutral": int(term.neutral),
                             "energy": term.energy, "check_nodes": -1 if term.check_nodes is None else term.check_nodes,
-                            "newton_steps": int(term.newton_steps)})
+                            "newton_steps": int(term.newton_steps),
+                            "energy_gap": math.nan if term.energy_gap is None else term.energy_gap,
+                            "is_global": -1 if term.is_global is None else int(term.is_global),
+                            "extremum_energy": math.nan if term.extremum_energy is None else term.extremum_energy,
+                            "extremum_kind": term.extremum_kind, "global_note": term.global_note})
             seal(t)
             self._label_group(t, "pde/terminal")
         plateaus = getattr(result, "plateaus", None) or []

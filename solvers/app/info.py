@@ -147,6 +147,12 @@ def _terminal_lines(T, attrs: dict) -> list[str]:
         lines.append(f"  balanced: the forces at every atom cancel to {ratio:.1e} of their size (max |v| / S) after "
                      f"{T.newton_steps} Newton step(s), which moved the atoms by at most "
                      f"{float(np.max(T.displacement, initial=0.0)):.1e} rad")
+    if getattr(T, "energy_gap", None) is not None:
+        lines.append(f"  against the global {T.extremum_kind} of the energy (E* = {T.extremum_energy:.10g}): energy gap "
+                     f"{T.energy_gap:.3e}; " + ("the end IS the global " if T.is_global else "not the global ")
+                     + f"{T.extremum_kind} ({T.global_note})")
+    elif getattr(T, "global_note", ""):
+        lines.append(f"  global extremum: {T.global_note}")
     for i, (p, m) in enumerate(zip(T.positions, masses)):
         pm = f" ± {errs[i]:.1e}" if errs is not None and np.isfinite(errs[i]) else ""
         notes = [f"{int(T.counts[i])} initial nodes"]
