@@ -12,7 +12,7 @@ is decided here by two linearisations, both from the analytic derivatives of ``M
     (atom i's own attention included) with respect to the evaluation point x, at x = x_i, on T_{x_i}:
     a test mass placed at x_i + xi moves, to first order, by xi' = J_i xi.
 
-:func:`atomic_state` returns both spectra and the verdict (:class:`AtomicState`); :func:`polish_atoms`
+:func:`atomic_state` returns both spectra and the verdict (:class:`AtomicState`); :func:`solvers.balance.polish_atoms`
 solves v(x_i) = 0 for all atoms by Newton's method on the reduced system.
 
 Units: positions are unit vectors, tangent displacements are in radians, velocities in radians per
@@ -105,7 +105,7 @@ more for non-normal SA matrices, and below the rates one resolves by time steppi
 imaginary axis, listed in ``marginal``: the linearisation does not decide). The neutral subspace is left
 out because moving along it gives the same state rotated, which is stable or not with it. The verdict
 means what it says only at a stationary state: ``max_speed`` says how close the given positions are
-(:func:`polish_atoms` brings it to 1e-10 or reports failure).
+(:func:`solvers.balance.polish_atoms` brings it to a balance of the forces or reports failure).
 
 Input: positions (k, d) of unit length (norms within 1e-12 of 1 are normalised, others refused); masses
 (k,) > 0 summing to 1 within 1e-12 (then normalised; the model's measures are probabilities, and a
@@ -145,7 +145,7 @@ import scipy.linalg
 from .model import Model
 from .perceptron import activation, activation_derivative
 
-__all__ = ["AtomicState", "Mode", "PolishInfo", "atomic_state", "polish_atoms", "tangent_frames",
+__all__ = ["AtomicState", "Mode", "atomic_state", "tangent_frames",
            "reduced_jacobian", "pull_jacobians", "field_jacobian", "symmetry_algebra", "neutral_directions",
            "UNIT_TOL", "MASS_TOL", "NEUTRAL_RTOL", "ZERO_RTOL"]
 
@@ -449,7 +449,7 @@ class AtomicState:
     positions, masses : ndarray (k, d), (k,)
         The atoms (unit vectors; masses summing to 1).
     velocities : ndarray (k, d)
-        v[mu](x_i) (``Model.velocity_direct``), radians per unit time.
+        v[mu](x_i) (``Model.velocity_at_atoms``), radians per unit time.
     max_speed : float
         max_i |v(x_i)|: how far from stationary (the spectra classify a stationary state).
     eigenvalues : ndarray
@@ -589,7 +589,7 @@ def atomic_state(model: Model, positions, masses, *, zero_rtol: float = ZERO_RTO
         raise ValueError(f"atomic_state: zero_rtol must be finite and >= 0, got {zero_rtol!r}")
     k, d = x.shape
     n = d - 1
-    vel = model.velocity_direct(x, x, m)
+    vel = model.velocity_at_atoms(x, m)
     max_speed = float(np.sqrt(np.einsum("kd,kd->k", vel, vel).max()))
     parts = _parts(model, x, m)
     E = parts.E
@@ -643,146 +643,3 @@ def atomic_state(model: Model, positions, masses, *, zero_rtol: float = ZERO_RTO
                        reduced_vectors=reduced_vectors, pull_eigenvalues=pvals, pull_vectors=pvec,
                        unstable_direction=lead, symmetric=symmetric, asymmetry=asym,
                        neutral_residual=resid / max(rscale, pull_scale) if max(rscale, pull_scale) > 0 else 0.0)
-
-
-# ----------------------------------------------------------------------------------------------
-# Newton's method for the atoms
-# ----------------------------------------------------------------------------------------------
-@dataclass
-class PolishInfo:
-    """How :func:`polish_atoms` ended.
-
-    Attributes
-    ----------
-    converged : bool
-        max_i |v(x_i)| <= tol at the returned positions.
-    iterations : int
-        Newton steps taken.
-    max_speed, initial_max_speed : float
-        max_i |v(x_i)| at the returned and at the given positions (radians per unit time).
-    displacement : ndarray (k,)
-        Geodesic distance (radians) of each returned atom from its given position.
-    message : str
-        What happened, one line.
-    speeds : list of float
-        max_i |v(x_i)| after each step (the first entry: at the start).
-    """
-
-    converged: bool
-    iterations: int
-    max_speed: float
-    initial_max_speed: float
-    displacement: np.ndarray
-    message: str
-    speeds: list = field(default_factory=list)
-
-    @property
-    def max_displacement(self) -> float:
-        return float(self.displacement.max(initial=0.0))
-
-
-def polish_atoms(model: Model, positions, masses, tol: float = 1e-10, *, max_iter: int = 50,
-                 max_step: float = 0.5, rcond: float = 1e-12, max_halvings: int = 40,
-                 max_displacement=None) -> tuple[np.ndarray, PolishInfo]:
-    """Solve v[mu_X](x_i) = 0 for every atom (masses fixed) by Newton's method on the reduced system.
-
-    Each step: the residual r_i = E_i^T v(x_i) in the frames, the reduced Jacobian J (part (a)), the
-    neutral (rotation-orbit) directions N left out of the unknowns (they make J singular at the solution
-    and nearly so around it), the least-squares minimum-norm step delta = Q y, y = argmin |J Q y + r| (Q an
-    orthonormal basis of N's complement; singular values below ``rcond`` times the largest dropped), each
-    atom's tangent step E_i delta_i capped at ``max_step`` radians, then a backtracking line search on the
-    Euclidean norm of all the velocities (Armijo, factor 1/2, at most ``max_halvings`` halvings), and the
-    retraction x_i <- (x_i + alpha E_i delta_i) / |.|. Velocities are ``Model.velocity_direct``.
-
-    Parameters
-    ----------
-    tol : float
-        Stop when max_i |v(x_i)| <= tol (radians per unit time; 1e-10 is the certificate
-        :func:`atomic_state`'s classification is meant for).
-    max_iter : int
-        Newton steps at most.
-    max_displacement : float or array (k,), optional
-        Give up (not converged) once an atom is further than this from its given position (radians): a
-        caller that accepts only nearby states need not follow Newton's method further.
-
-    Returns
-    -------
-    positions : ndarray (k, d)
-        The last iterate (the one with the smallest velocity norm: the line search only accepts decrease).
-    info : PolishInfo
-        Never raises on failure: ``converged`` False with the reason, the iterations and the final speed.
-    """
-    x, m = _checked(model, positions, masses)
-    if not (math.isfinite(tol) and tol > 0):
-        raise ValueError(f"polish_atoms: tol must be finite and > 0, got {tol!r}")
-    if not (isinstance(max_iter, (int, np.integer)) and max_iter >= 0):
-        raise ValueError(f"polish_atoms: max_iter must be an integer >= 0, got {max_iter!r}")
-    if not (math.isfinite(max_step) and max_step > 0):
-        raise ValueError(f"polish_atoms: max_step must be finite and > 0, got {max_step!r}")
-    x0 = x.copy()
-    k, d = x.shape
-    n = d - 1
-
-    def speeds_of(v: np.ndarray) -> np.ndarray:
-        return np.sqrt(np.einsum("kd,kd->k", v, v))
-
-    v = model.velocity_direct(x, x, m)
-    history = [float(speeds_of(v).max())]
-    message = ""
-    converged = False
-    it = 0
-    while True:
-        if history[-1] <= tol:
-            converged = True
-            message = f"max |v| = {history[-1]:.3g} <= tol {tol:g} after {it} Newton steps"
-            break
-        if not np.all(np.isfinite(v)):
-            message = f"non-finite velocity after {it} Newton steps"
-            break
-        if it >= max_iter:
-            message = f"not converged in {max_iter} Newton steps: max |v| = {history[-1]:.3g} > tol {tol:g}"
-            break
-        parts = _parts(model, x, m)
-        E = parts.E
-        J = _reduced_from(model, parts)
-        r = np.einsum("idn,id->in", E, v).reshape(-1)
-        R = neutral_directions(model, x, E)
-        Q = scipy.linalg.null_space(R.T) if R.shape[1] else np.eye(k * n)
-        if Q.shape[1] == 0:
-            message = (f"every direction is a symmetry direction (max |v| = {history[-1]:.3g}): "
-                       "no Newton step can lower it")
-            break
-        y = scipy.linalg.lstsq(J @ Q, -r, cond=rcond, lapack_driver="gelsy")[0]
-        step = np.einsum("idn,in->id", E, (Q @ y).reshape(k, n))
-        longest = float(speeds_of(step).max())
-        if not (math.isfinite(longest) and longest > 0):
-            message = f"no Newton step (max |v| = {history[-1]:.3g}): the linearisation has no descent"
-            break
-        alpha = min(1.0, max_step / longest)
-        norm0 = float(np.linalg.norm(v))
-        accepted = False
-        for _ in range(max_halvings + 1):
-            xn = x + alpha * step
-            xn /= np.linalg.norm(xn, axis=1, keepdims=True)
-            vn = model.velocity_direct(xn, xn, m)
-            if np.all(np.isfinite(vn)) and np.linalg.norm(vn) <= (1.0 - 1e-4 * alpha) * norm0:
-                accepted = True
-                break
-            alpha *= 0.5
-        if not accepted:
-            message = (f"line search failed after {it} Newton steps: no decrease of |v| along the Newton "
-                       f"direction (max |v| = {history[-1]:.3g}); no stationary state near")
-            break
-        x, v = xn, vn
-        it += 1
-        history.append(float(speeds_of(v).max()))
-        if max_displacement is not None:
-            far = 2.0 * np.arcsin(np.minimum(np.linalg.norm(x - x0, axis=1) / 2.0, 1.0)) > max_displacement
-            if np.any(far) and history[-1] > tol:
-                message = (f"an atom moved beyond max_displacement after {it} Newton steps (max |v| = "
-                           f"{history[-1]:.3g})")
-                break
-    disp = 2.0 * np.arcsin(np.minimum(np.linalg.norm(x - x0, axis=1) / 2.0, 1.0))
-    info = PolishInfo(converged=converged, iterations=it, max_speed=history[-1], initial_max_speed=history[0],
-                      displacement=disp, message=message, speeds=history)
-    return x, info

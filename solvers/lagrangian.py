@@ -69,12 +69,13 @@ from scipy.linalg import lu_factor, lu_solve
 
 from . import terminal as term
 from .atomic import drift_jacobians, reduced_jacobian
+from .balance import balanced, force_scales
 from .atoms import Atoms, circle_closest_chord, circle_neighbour_chords, single_linkage_clusters
 from .interaction import InteractionSums
 from .model import Model
 from .particles import measure_energy, measure_velocity
 from .restart import LagrangianState
-from .stepping import ROS34PW2, TABLEAUS, Integration, StepController
+from .stepping import RODASP, ROS34PW2, TABLEAUS, Integration, Rosenbrock, StepController
 
 __all__ = ["Nodes", "handoff_nodes", "node_atoms", "estimate_atoms", "NodeAtoms", "LagrangianPhase"]
 
@@ -370,6 +371,14 @@ ATTEMPT_MIN_GAP = 1.0
 LEAVE_GROWTHS = 20.0
 #: the run stops at the state it is on after this many plateaus
 MAX_PLATEAUS = 64
+#: the step error (radians) of the atom system (LagrangianPhase.atoms_mode): a few atoms cost little, and the
+#: times of their late merges are integrals of their whole slow approach
+ATOM_TOLERANCE = 1e-9
+#: and its steps follow every growing mode: h x (growth rate) at most this
+UNSTABLE_STEP = 0.5
+#: an atom carried across a ReLU unit's switching line from within this (of <a, x> + b) is placed this far on
+#: the active side (LagrangianPhase._off_kinks): 1e-12 rad, far below every error bar
+KINK = 1e-12
 
 
 def diffuse_rate_of(log: list) -> tuple[float, float] | None:
@@ -439,20 +448,27 @@ class LagrangianPhase(Integration):
         self.samples: list = []           # (t, energy) at the attempts since the last plateau
         self.diffuse_log: list = []       # (t, diffuse mass) at the last two attempts
         self.why_not = ""                 # why the last attempt did not certify
+        self.stages: list = []            # the slow stages (solvers.terminal.Stage), the last one maybe open
+        self.atoms_mode = False           # every node an atom: the atom system (_to_atoms)
+        self.forced = False               # a forced attempt failed, and nothing has changed since
+        self.kink_crossings = 0           # atoms placed off a ReLU switching line (_off_kinks)
+        self._t_step = self.t             # the time of the step being taken
         if state is not None:
             self.implicit = state.implicit
             self.t_begin, self.next_attempt, self.quiet = state.t_begin, state.next_attempt, state.quiet
             self.samples, self.plateaus = list(state.samples), list(state.plateaus)
             self.diffuse_log, self.terminal, self.ended = list(state.diffuse_log), state.terminal, state.ended
+            self.stages, self.atoms_mode, self.forced = list(state.stages), state.atoms_mode, state.forced
+            self.kink_crossings = state.kink_crossings
         if self.nodes is not None:
             self._choose_method()
         if state is not None:
             self.controller.facold = state.node_facold
 
     def _choose_method(self) -> None:
-        """DP54, or ROS34PW2 once the explicit steps are stiff (``implicit``); a change of method starts its
-        controller afresh."""
-        tab = ROS34PW2 if self.implicit else TABLEAUS["DP54"]
+        """DP54, or ROS34PW2 once the explicit steps are stiff (``implicit``), or RODASP for the atom system; a
+        change of method starts its controller afresh."""
+        tab = RODASP if self.atoms_mode else ROS34PW2 if self.implicit else TABLEAUS["DP54"]
         if tab is not self.tableau:
             self.tableau = tab
             self.controller = StepController(tab.error_order)
@@ -473,12 +489,15 @@ class LagrangianPhase(Integration):
         """Whether the Rosenbrock steps use the node flow's whole Jacobian (few nodes) or only its local,
         block-diagonal part, the perceptron's (``solvers.atomic.drift_jacobians``): a W-method keeps its
         order with either, and the perceptron is where the stiffness of many nodes comes from."""
-        return len(self.nodes) * (self.nodes.x.shape[1] - 1) <= IMPLICIT_DIMENSIONS
+        return self.atoms_mode or len(self.nodes) * (self.nodes.x.shape[1] - 1) <= IMPLICIT_DIMENSIONS
 
     def _check_stiffness(self) -> None:
         """After an accepted step: switch to the Rosenbrock steps when the explicit ones are stiff (every
-        STIFFNESS_CHECK steps), back when the Rosenbrock step is no longer (its last factorisation)."""
-        if self.implicit:
+        STIFFNESS_CHECK steps), back when the Rosenbrock step is no longer (its last factorisation). The atom
+        system always steps with them: its slow drifts outlast every other rate by many decades."""
+        if self.atoms_mode:
+            self.implicit = True
+        elif self.implicit:
             if self._stiff_h is not None and self._stiff_h < NONSTIFF:
                 self.implicit = False
         elif self.nsteps % STIFFNESS_CHECK == 0 and self.dt:
@@ -497,9 +516,13 @@ class LagrangianPhase(Integration):
         return self.nodes.x
 
     def rhs(self, t: float, u: np.ndarray, last: bool = False) -> np.ndarray:
-        """F(u) = v(u / |u|): the field extended off the sphere (its flow keeps |u|)."""
-        return measure_velocity(self.model, self.sums, u / np.linalg.norm(u, axis=1, keepdims=True),
-                                self.nodes.w)[0]
+        """F(u) = v(u / |u|): the field extended off the sphere (its flow keeps |u|). The atom system sums
+        directly, each atom's own term exact (``Model.velocity_at_atoms``): a fast sum's error is relative to
+        the largest field, and an atom held by forces of 1e-14 would move with that error instead."""
+        x = u / np.linalg.norm(u, axis=1, keepdims=True)
+        if self.atoms_mode:
+            return self.model.velocity_at_atoms(x, self.nodes.w)
+        return measure_velocity(self.model, self.sums, x, self.nodes.w)[0]
 
     def rhs_at_state(self) -> np.ndarray:
         return self.velocity()
@@ -507,7 +530,10 @@ class LagrangianPhase(Integration):
     def velocity(self) -> np.ndarray:
         """v at the nodes (also kept as the first stage of the next step)."""
         if self.f is None:
-            self.f, self.psi = measure_velocity(self.model, self.sums, self.nodes.x, self.nodes.w)
+            if self.atoms_mode:
+                self.f, self.psi = self.model.velocity_at_atoms(self.nodes.x, self.nodes.w), None
+            else:
+                self.f, self.psi = measure_velocity(self.model, self.sums, self.nodes.x, self.nodes.w)
         return self.f
 
     def max_drift(self) -> float:
@@ -515,7 +541,29 @@ class LagrangianPhase(Integration):
         return float(np.sqrt(np.einsum("nd,nd->n", v, v).max())) if len(self.nodes) else 0.0
 
     def error_norm(self, err: np.ndarray, u: np.ndarray, u_new: np.ndarray) -> float:
+        if self.atoms_mode:
+            # the tangential part only: the step is normalised onto the sphere, and with steps that outlast
+            # the stiff rates by decades the embedded method's normal component is not an error of the flow
+            x = u_new / np.linalg.norm(u_new, axis=1, keepdims=True)
+            err = err - np.einsum("nd,nd->n", err, x)[:, None] * x
+            return float(np.sqrt(np.einsum("nd,nd->n", err, err).max())) / ATOM_TOLERANCE
         return float(np.sqrt(np.einsum("nd,nd->n", err, err).max())) / (self.atol + self.rtol)
+
+    def step_bound(self) -> float:
+        """The atom system's steps resolve every growing mode: h Re(lambda) <= ``UNSTABLE_STEP`` for the
+        eigenvalues of its Jacobian (bounded by Gershgorin's discs). An implicit step much longer than 1 / lambda
+        damps a growing mode instead of following it: an atom that has just crossed a ReLU unit's switching line
+        into the unit's push would be put back, step after step."""
+        if not self.atoms_mode:
+            return math.inf
+        J, _ = reduced_jacobian(self.model, self.nodes.x, self.nodes.w)
+        growth = float(np.max(np.diag(J) + np.abs(J).sum(axis=1) - np.abs(np.diag(J))))
+        return UNSTABLE_STEP / growth if growth > 0 else math.inf
+
+    def min_step(self) -> float:
+        """The atom system is autonomous and its late events are fast (two atoms that took 1e13 to approach
+        meet within a few time units): its steps may be finer than t resolves."""
+        return 1e-14 if self.atoms_mode else super().min_step()
 
     def jacobian_factor(self, u: np.ndarray, g: float):
         """(I - g W)^{-1} for the Rosenbrock steps, W = E J E^T with J the node flow's Jacobian on the nodes'
@@ -534,6 +582,19 @@ class LagrangianPhase(Integration):
                 return b + np.einsum("ndk,nk->nd", E, alpha - beta)
             return solve_local
         J, E = reduced_jacobian(self.model, x, self.nodes.w)
+        if self.atoms_mode:
+            # RODASP needs the exact Jacobian of F(u) = v(u / |u|): its tangent part E J E^T and, since <x, v> = 0
+            # on the sphere, the normal part -x_i <v_i, .> of each atom's own block (F ignores the normal
+            # direction of its argument). Few dimensions: an inverse instead of a solver's per-call overhead
+            Minv = np.linalg.inv(np.eye(J.shape[0]) - g * J)
+            v = self.model.velocity_at_atoms(x, self.nodes.w)
+
+            def solve_small(b: np.ndarray) -> np.ndarray:
+                beta = np.einsum("nd,ndk->nk", b, E)
+                alpha = np.einsum("ndk,nk->nd", E, (Minv @ beta.ravel()).reshape(beta.shape))
+                normal = np.einsum("nd,nd->n", b, x) - g * np.einsum("nd,nd->n", v, alpha)
+                return alpha + normal[:, None] * x
+            return solve_small
         self._stiff_h = self._stiffness(J, h)
         lu = lu_factor(np.eye(J.shape[0]) - g * J, check_finite=False)
 
@@ -548,15 +609,14 @@ class LagrangianPhase(Integration):
         """The snapshot of the node measure: the PDE's per-snapshot fields and the nodes themselves."""
         n = self.nodes
         v = self.velocity()
-        if self.psi is None and self.sums is not None:
+        if self.psi is None and self.sums is not None and not self.atoms_mode:
             self.f = None
             v = self.velocity()
         space = self.space
         c = space.particle_coefficients(n.x, n.w, self.degree)
         density = space.on_output_grid(space.heat_smooth(c, smoothing), output_points)
         speed2 = np.einsum("nd,nd->n", v, v)
-        return {"t": self.t, "coeffs": c, "degree": self.degree,
-                "energy": measure_energy(self.model, self.sums, n.x, n.w, self.psi), "mass": float(n.w.sum()),
+        return {"t": self.t, "coeffs": c, "degree": self.degree, "energy": self._energy(), "mass": float(n.w.sum()),
                 "min_density": float(np.min(density)), "tail": float(space.tail(c)),
                 "dissipation": float(self.model.sign * (n.w @ speed2)), "density": density,
                 "nodes": {"x": n.x.copy(), "w": n.w.copy(), "count": n.count.copy(),
@@ -572,7 +632,8 @@ class LagrangianPhase(Integration):
             node_facold=self.controller.facold, implicit=self.implicit, t_begin=self.t_begin,
             next_attempt=self.next_attempt, quiet=self.quiet, samples=list(self.samples),
             plateaus=list(self.plateaus), diffuse_log=list(self.diffuse_log), terminal=self.terminal,
-            ended=self.ended)
+            ended=self.ended, stages=list(self.stages), atoms_mode=self.atoms_mode, forced=self.forced,
+            kink_crossings=self.kink_crossings)
 
     # --- the protocol of Integration ----------------------------------------------------------------
     def save_time(self) -> float:
@@ -581,19 +642,24 @@ class LagrangianPhase(Integration):
     def before_step(self) -> tuple[str, str] | None:
         if self.ended is not None:
             return self.ended
+        self._t_step = self.t
         drift = self.max_drift()
         if not math.isfinite(drift):
             return "non-finite", f"non-finite node velocity at t = {self.t:.6g}"
-        if self.stationary and drift <= self.drift_tol:
+        if self.stationary and drift <= self.drift_tol and not self.forced:
+            if not self.certify:
+                return "stationary", f"max |v| over the {len(self.nodes)} nodes = {drift:.3g} <= drift_tol {self.drift_tol:g}"
             plateaus = len(self.plateaus)
-            stop = self._attempt(force=True) if self.certify else None
+            stop = self._attempt(force=True, slow=True)
             if stop is not None:
                 return stop
-            if len(self.plateaus) == plateaus:
-                return "stationary", (f"max |v| over the {len(self.nodes)} nodes = {drift:.3g} <= drift_tol "
-                                      f"{self.drift_tol:g}" + (f", not certified: {self.why_not}" if self.certify
-                                                               else ""))
-            drift = self.max_drift()            # kicked off a plateau: the run goes on
+            # slow and not balanced: a slow stage, and the flow goes on; it is forced again once the atoms change
+            self.forced = len(self.plateaus) == plateaus
+            drift = self.max_drift()
+            if drift == 0.0:
+                # nothing moves, exactly: no later state can differ from this one
+                return "stationary", (f"every node is at rest exactly (max |v| = 0) but the state is not "
+                                      f"certified: {self.why_not}")
         if self.t >= self.t_final:
             message = f"reached t_final (max |v| over the nodes {drift:.3g})"
             if self.certify:
@@ -610,17 +676,21 @@ class LagrangianPhase(Integration):
 
     # --- certification (solvers.terminal) --------------------------------------------------------------
     def _energy(self) -> float:
+        if self.atoms_mode:
+            return self.model.energy_direct(self.nodes.x, self.nodes.w)
         self.velocity()
         if self.psi is None and self.sums is not None:
             self.f = None
             self.velocity()
         return measure_energy(self.model, self.sums, self.nodes.x, self.nodes.w, self.psi)
 
-    def _attempt(self, force: bool = False, final: bool = False) -> tuple[str, str] | None:
+    def _attempt(self, force: bool = False, final: bool = False, slow: bool = False) -> tuple[str, str] | None:
         """A certification attempt (:func:`solvers.terminal.certify`) when one is due (or ``force``). A
         stable (or marginal) state ends the run: ("stationary", message), ``terminal`` set; ``final`` (at
         t_final) records any certified state as ``terminal`` and returns None. An unstable one is a plateau:
-        recorded, the nodes kicked off it, None."""
+        recorded, the nodes kicked off it, None. A state that is not certified while its nodes are ``slow``
+        is a slow stage; once every node group is an atom (:meth:`_to_atoms`) the flow goes on as the atom
+        system."""
         if not force and self.t < self.next_attempt:
             return None
         self.next_attempt = self.t + max(ATTEMPT_MIN_GAP, ATTEMPT_GROWTH * (self.t - self.t_begin))
@@ -636,10 +706,15 @@ class LagrangianPhase(Integration):
                 self.why_not = "leaving a plateau"
                 return None
             self.quiet = None
-        cert, self.why_not = term.certify(self.model, groups, self.atom_radius, self.t, self._stays_put,
-                                          self._energy_of)
+        cert, self.why_not, info = term.certify(self.model, groups, self.atom_radius, self.t, self._stays_put,
+                                                self._energy_of)
         if cert is None:
+            if slow:
+                self._slow_stage(groups, info)
+            if not self.atoms_mode and self._all_atoms(groups):
+                self._to_atoms(groups)
             return None
+        self._leave_stage()
         verdict = cert.verdict
         word = f"certified stationary ({len(cert.masses)} atom(s), {verdict}, growth {cert.growth:.3e})"
         if final or verdict != "unstable":
@@ -658,9 +733,151 @@ class LagrangianPhase(Integration):
         self.f = self.psi = None
         self._merge_slack = None
         self.quiet = (len(cert.masses), self.t + LEAVE_GROWTHS / max(plateau.growth, 1e-300))
+        self.forced = False
         self._choose_method()
         self.why_not = "leaving a plateau"
         return None
+
+    def _slow_stage(self, groups: "term.Groups", info) -> None:
+        """Open a slow stage (none is open): the nodes are slow and the forces do not balance. Its atom is the
+        slowest of the unbalanced groups (by their centres' residuals before Newton's method), or the group
+        farthest from balance when Newton's method was not run or failed for another reason."""
+        if self.stages and not math.isfinite(self.stages[-1].t_left):
+            return
+        if info is not None:
+            r, S = info.initial_residuals, info.initial_scales
+        else:
+            v = self.model.velocity_at_atoms(groups.centres, groups.masses)
+            r = np.sqrt(np.einsum("kd,kd->k", v, v))
+            S = force_scales(self.model, groups.centres, groups.masses)[0]
+        off = ~balanced(r, S, term.CERTIFICATE, term.BALANCE_RTOL)
+        if np.any(off):
+            i = int(np.flatnonzero(off)[np.argmin(r[off])])
+        else:
+            i = int(np.argmax(np.divide(r, S, out=np.zeros_like(r), where=S > 0)))
+        speed = float(r[i])
+        self.stages.append(term.Stage("slow", self.t, math.nan, len(groups), i, groups.centres[i].copy(),
+                                      float(groups.masses[i]), speed, float(S[i]),
+                                      self.atom_radius / speed if speed > 0 else math.inf, why=self.why_not))
+
+    def _leave_stage(self, t: float | None = None) -> None:
+        """Close the open slow stage (if any) at ``t`` (default now): the atoms changed, or the end came."""
+        if self.stages and not math.isfinite(self.stages[-1].t_left):
+            self.stages[-1].t_left = self.t if t is None else t
+
+    def _all_atoms(self, groups: "term.Groups") -> bool:
+        """Whether every node group is an atom within the grouping radius (its nodes within ``atom_radius`` of
+        its centre), few enough for the atom system's dense implicit steps."""
+        d = self.nodes.x.shape[1]
+        return (len(groups) * (d - 1) <= IMPLICIT_DIMENSIONS and bool(np.all(groups.extents <= self.atom_radius))
+                and bool(np.all(groups.resultant >= 0.5)))
+
+    def _to_atoms(self, groups: "term.Groups") -> None:
+        """Replace every node group by one node at its centre (the normalised weighted mean, with the group's
+        mass and initial nodes): the node measure is then the atomic measure it has become, to within the
+        grouping radius, and its flow is the k-atom system, stepped from here with ROS34PW2 and its dense
+        Jacobian to ``ATOM_TOLERANCE``, summed directly, and (in ascent) merging atoms that meet within the
+        grouping radius."""
+        first = np.full(len(groups), len(self.nodes))
+        np.minimum.at(first, groups.labels, np.arange(len(self.nodes)))
+        order = np.argsort(first, kind="stable")       # the nodes' own order, as _merge keeps it
+        self.nodes = Nodes(np.ascontiguousarray(groups.centres[order]), groups.masses[order].copy(),
+                           groups.counts[order].copy())
+        self.atoms_mode = True
+        self.f = self.psi = None
+        self._merge_slack = None
+        self.forced = False
+        self._check_stiffness()
+        self._choose_method()
+
+    def _meetings(self, x_old: np.ndarray, x_new: np.ndarray) -> tuple[list, bool]:
+        """The pairs (i, j) of atoms within the grouping radius after the step and closer than before it (they
+        meet: in ascent they merge), and whether some pair crossed the radius during the step."""
+        link = 2.0 * math.sin(self.atom_radius / 2.0)
+        new = np.linalg.norm(x_new[:, None, :] - x_new[None, :, :], axis=2)
+        old = np.linalg.norm(x_old[:, None, :] - x_old[None, :, :], axis=2)
+        i, j = np.nonzero(np.triu((new <= link) & (new < old), 1))
+        return list(zip(i.tolist(), j.tolist())), bool(np.any(old[i, j] > link))
+
+    def _meeting_time(self, x_old: np.ndarray, f_old: np.ndarray, h: float, pairs: list) -> float:
+        """The time within the step from (``_t_step``, x_old) at which the first of ``pairs`` came within the
+        grouping radius: the step taken again with shorter lengths, bisection and secant on its length."""
+        link = 2.0 * math.sin(self.atom_radius / 2.0)
+        stepper = Rosenbrock(self.rhs, self.tableau, self.jacobian_factor)
+        i, j = np.array(pairs).T
+
+        def gap(s: float) -> float:
+            u = stepper.step(self._t_step, x_old, s, f_old)[0]
+            u = u / np.linalg.norm(u, axis=1, keepdims=True)
+            return float(np.min(np.linalg.norm(u[i] - u[j], axis=1))) - link
+
+        lo, hi = 0.0, h
+        g_lo, g_hi = float(np.min(np.linalg.norm(x_old[i] - x_old[j], axis=1))) - link, gap(hi)
+        for _ in range(60):
+            if hi - lo <= 1e-13 * h:
+                break
+            s = hi - g_hi * (hi - lo) / (g_hi - g_lo) if g_hi != g_lo else 0.5 * (lo + hi)
+            if not lo < s < hi:
+                s = 0.5 * (lo + hi)
+            g = gap(s)
+            if g > 0.0:
+                lo, g_lo = s, g
+            else:
+                hi, g_hi = s, g
+            if abs(g) <= 1e-15:
+                break
+        return self._t_step + hi
+
+    def _off_kinks(self, x: np.ndarray) -> np.ndarray:
+        """Atoms within ``KINK`` of a ReLU unit's switching line and carried into the unit's active side, placed
+        on that side at ``KINK`` (counted in ``kink_crossings``). Past the line the unit's push grows the
+        distance at its own rate from wherever the atom is; from within round-off of the line that growth moves
+        the atom by less than its coordinates resolve, and steps short enough to follow the growth would
+        leave it there for ever."""
+        p = self.model.perceptron
+        if p is None or p.activation != "relu":
+            return x
+        z = x @ p.a.T + p.b                                                 # (k, m)
+        near = np.abs(z) <= KINK
+        if not near.any():
+            return x
+        v = self.model.velocity_at_atoms(x, self.nodes.w)
+        push = near & ((v @ p.a.T) > 0.0)
+        if not push.any():
+            return x
+        x = x.copy()
+        for i, u in zip(*np.nonzero(push)):
+            t = p.a[u] - (p.a[u] @ x[i]) * x[i]                             # grad of <a_u, x> on the sphere
+            x[i] += (KINK - z[i, u]) * t / (t @ t)
+            x[i] /= np.linalg.norm(x[i])
+            self.kink_crossings += 1
+        return x
+
+    def _merge_atoms(self, x: np.ndarray, pairs: list) -> Nodes:
+        """The atoms with each linked set of ``pairs`` joined into one (normalised weighted mean, summed mass
+        and initial nodes), in the order of their first member."""
+        N = len(x)
+        parent = list(range(N))
+
+        def root(a: int) -> int:
+            while parent[a] != a:
+                parent[a] = parent[parent[a]]
+                a = parent[a]
+            return a
+        for a, b in pairs:
+            ra, rb = root(a), root(b)
+            if ra != rb:
+                parent[max(ra, rb)] = min(ra, rb)
+        labels = np.array([root(a) for a in range(N)])
+        keep = np.unique(labels)
+        index = np.searchsorted(keep, labels)
+        w, count = self.nodes.w, self.nodes.count
+        mass = np.bincount(index, weights=w, minlength=len(keep))
+        centre = np.zeros((len(keep), x.shape[1]))
+        np.add.at(centre, index, w[:, None] * x)
+        centre /= np.linalg.norm(centre, axis=1, keepdims=True)
+        counts = np.bincount(index, weights=count, minlength=len(keep)).astype(np.int64)
+        return Nodes(np.ascontiguousarray(centre), mass, counts)
 
     def _end(self, cert, message: str | None) -> tuple[str, str] | None:
         """Keep ``cert`` as the terminal state; with a message, the run ends there ("stationary")."""
@@ -690,17 +907,31 @@ class LagrangianPhase(Integration):
         if not np.all(np.isfinite(x)):
             return "non-finite", f"non-finite node positions after the step to t = {self.t:.6g}"
         before = len(self.nodes)
-        self.nodes, merged, self._merge_slack = _merge(Nodes(x, self.nodes.w, self.nodes.count), self.merge_tol,
-                                                       _moved(self._merge_slack, x, self.nodes.x))
-        # F(u) = v(u / |u|): the velocity at the new nodes, unless merges changed the measure
-        self.f, self.psi = (None, None) if merged else (f_new, None)
-        if merged:
-            self.merges.append((self.t, before, len(self.nodes)))
+        if self.atoms_mode:
+            merged = 0
+            pairs, crossed = self._meetings(self.nodes.x, x) if self.model.sign > 0 else ([], False)
+            if pairs:
+                t_meet = self._meeting_time(self.nodes.x, self.f, h, pairs) if crossed else self.t
+                self.nodes = self._merge_atoms(x, pairs)
+                merged = before - len(self.nodes)
+                self.merges.append((t_meet, before, len(self.nodes)))
+                self._leave_stage(t_meet)
+                self.forced = False
+            else:
+                self.nodes = Nodes(self._off_kinks(x), self.nodes.w, self.nodes.count)
+            self.f, self.psi = None, None
+        else:
+            self.nodes, merged, self._merge_slack = _merge(Nodes(x, self.nodes.w, self.nodes.count), self.merge_tol,
+                                                           _moved(self._merge_slack, x, self.nodes.x))
+            # F(u) = v(u / |u|): the velocity at the new nodes, unless merges changed the measure
+            self.f, self.psi = (None, None) if merged else (f_new, None)
+            if merged:
+                self.merges.append((self.t, before, len(self.nodes)))
         self._check_stiffness()
         if lands and self._on_save is not None and self._save_time is not None:
             self._on_save()
         if self.certify and self.t < self.t_final:
-            return self._attempt()
+            return self._attempt(force=merged > 0 and self.atoms_mode)
         return None
 
     def diffuse_rate(self) -> tuple[float, float] | None:

@@ -393,6 +393,19 @@ class Model:
             psi = psi[:, None]
         return self.velocity(G, psi, self.drift(x))
 
+    def velocity_at_atoms(self, x: np.ndarray, w: np.ndarray) -> np.ndarray:
+        """v[mu](x_i) at the atoms of mu = sum_j w_j delta_{x_j} themselves, by direct summation with each
+        atom's own term exact (P_x x = 0, K(x, x) = 1): summed, it would add round-off of its own size, which
+        can be far larger than the forces between atoms far apart."""
+        x = np.asarray(x, dtype=float)
+        w = np.asarray(w, dtype=float)
+        if self.attention == "none":
+            return self.velocity(np.zeros_like(x), None, self.drift(x))
+        K = self.kernel(x @ x.T) * w
+        np.fill_diagonal(K, 0.0)
+        psi = (K.sum(axis=1) + w)[:, None]
+        return self.velocity(tangent_project(x, K @ x), psi, self.drift(x))
+
     def first_variation_direct(self, x: np.ndarray, y: np.ndarray, w: np.ndarray,
                                block: int = 2048) -> tuple[np.ndarray, np.ndarray]:
         """The first variation of E at mu = sum_j w_j delta_{y_j} and its gradient, at unit vectors x (n, d).

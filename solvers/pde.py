@@ -33,7 +33,7 @@ from .model import Model, density_values
 from .eulerian import EulerianPhase, grid_rows
 from .restart import GoodState, LagrangianState, pde_state_from_dict
 from .stepping import Progress
-from .terminal import TerminalState
+from .terminal import Stage, TerminalState
 
 __all__ = ["solve_pde", "prepare_pde", "PDERun", "PDEResult", "PDEOptions", "STOP_REASONS", "space_for",
            "snapshot_time"]
@@ -286,6 +286,14 @@ class PDEResult:
     lagrangian: dict | None = field(default=None, repr=False)
     terminal: TerminalState | None = None
     plateaus: list = field(default_factory=list)
+    slow_stages: list = field(default_factory=list)
+
+    @property
+    def stages(self) -> list:
+        """The slow stages (``slow_stages``) and the plateaus (``plateaus``) as :class:`~solvers.terminal.Stage`
+        records, in the order the flow met them (solvers.terminal)."""
+        out = list(self.slow_stages) + [Stage.of_plateau(p) for p in self.plateaus]
+        return sorted(out, key=lambda s: (s.t_entered, s.kind))
 
     @property
     def space(self):
@@ -363,7 +371,7 @@ class PDEResult:
             check = self.lagrangian.get("check")
             # the rerun ends at the same time, or, for a certified run, at its own certified end: end against end
             same_end = check is not None and (float(check["t"]) == float(self.t[i]) or (
-                self.terminal is not None and check.get("terminal") is not None))
+                self.terminal is not None and check.get("stop_reason") == "stationary"))
             if i == len(self.t) - 1 and same_end:
                 fine = lagrangian.Nodes(np.asarray(check["x"]), np.asarray(check["w"]), np.asarray(check["count"]))
                 n2 = int(check["initial_nodes"])
@@ -410,6 +418,8 @@ class PDEResult:
             lines.append(f"  plateau {k + 1}: entered t={pl.t_entered:.6g}, certified t={pl.t_certified:.6g}, "
                          f"{len(pl.masses)} atom(s), energy {pl.energy:.10g}, growth {pl.growth:.3e} ({pl.part}), "
                          f"left by a kick of {pl.kick:.1e} rad")
+        for st in self.slow_stages:
+            lines.append(f"  {st.summary()}")
         if self.terminal is not None:
             lines += ["  " + line for line in self.terminal.summary_lines()]
         elif self.lagrangian is not None:
@@ -444,6 +454,25 @@ class PDEResult:
         else:
             lines.append("  atoms (rho >= 10): none")
         return "\n".join(lines)
+
+
+def _beside_extremum(model: Model, terminal: TerminalState) -> TerminalState:
+    """The certified end with its distance to the global extremum of the energy (:func:`solvers.compare_end`:
+    ``energy_gap``, ``is_global``), or the reason there is none (a model the extremum does not cover)."""
+    from .landscape_end import compare_end
+    out = dataclasses.replace(terminal)
+    perr = terminal.position_errors
+    if perr is not None:
+        # an atom without a partner in the rerun: its position is not known to any tolerance
+        perr = np.where(np.isfinite(perr), perr, math.pi)
+    try:
+        c = compare_end(model, terminal.positions, terminal.masses, perr, terminal.mass_errors)
+    except ValueError as e:
+        out.global_note = f"not compared: {e}"
+        return out
+    out.energy_gap, out.is_global, out.extremum_energy = float(c.energy_gap), bool(c.is_global), float(c.energy_star)
+    out.extremum_kind, out.global_note = c.kind, c.reason
+    return out
 
 
 def _check_restart_settings(saved: dict | None, now: dict) -> None:
@@ -597,8 +626,7 @@ def prepare_pde(model: Model, t_final: float, degree: int, initial="uniform", sa
         raise TypeError(f"model must be a solvers.Model, got {type(model).__name__}")
     Disc, space = space_for(model.d)
     opts = PDEOptions.from_kwargs(options, check.named_parameters(solve_pde))
-    if not (check.is_number(t_final) and t_final == math.inf):
-        check.number("t_final", t_final, gt=0)
+    check.number("t_final", t_final, gt=0, infinite=check.UNTIL_CERTIFIED)
     check.number("save_every", save_every, gt=0, allow_none=True)
     max_degree = opts.max_degree or space.default_max_degree
     check.integer("degree", degree, ge=space.min_degree)
@@ -1004,19 +1032,22 @@ class PDERun:
         if self.lag is not None:
             lag = {"handoff": dict(self.handoff), "merges": np.array(self.lag.merges, dtype=float).reshape(-1, 3),
                    "node_nsteps": self.lag.nsteps, "node_nrejected": self.lag.nrejected, "check": self.check,
+                   "kink_crossings": self.lag.kink_crossings,
                    "diffuse_rate": self.lag.diffuse_rate(),
                    # the solution reached its end and only the error-estimate rerun was cut: its atoms hold,
                    # without error bars
                    "check_interrupted": bool(self.checking)}
-        terminal = plateaus = None
+        terminal = plateaus = slow = None
         if self.lag is not None:
-            terminal, plateaus = self.lag.terminal, list(self.lag.plateaus)
+            terminal, plateaus, slow = self.lag.terminal, list(self.lag.plateaus), list(self.lag.stages)
             if terminal is not None and self.check is not None and self.check.get("terminal") is not None:
                 terminal = self._terminal_errors(terminal, TerminalState.from_dict(self.check["terminal"]),
                                                  int(self.check["initial_nodes"]))
+        if terminal is not None and stop == "stationary":
+            terminal = _beside_extremum(self.model, terminal)
         nsteps, nrejected, _ = self._spectral()
         return PDEResult(
-            terminal=terminal, plateaus=plateaus or [],
+            terminal=terminal, plateaus=plateaus or [], slow_stages=slow or [],
             model=self.model, t=a["t"], coeffs=a["coeffs"], degree=a["degree"], grid=self.grid,
             density=a["density"], energy=a["energy"], mass=a["mass"], min_density=a["min_density"],
             tail=a["tail"], dissipation=a["dissipation"], steps=steps, refinements=list(self.refinements),

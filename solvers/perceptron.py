@@ -291,6 +291,13 @@ class Perceptron:
             raise ValueError("the general-form perceptron (vector weights w) has no potential")
         return self.c @ activation_primitive(self._preactivation(x), self.activation)
 
+    def unit_forces(self, x: np.ndarray) -> np.ndarray:
+        """|sigma(<a_k, x_i> + b_k)| |W_k| (n, m): the size of each unit's term of the drift at unit vectors x
+        before its tangent projection (W_k = c_k a_k in the gradient form, w_k in the general form). Zero
+        exactly where a ReLU unit is off."""
+        mag = np.abs(activation(self._preactivation(x), self.activation))
+        return (mag * np.linalg.norm(self._W, axis=1)[:, None]).T
+
     def curvature_bounds(self) -> tuple[float, float]:
         """(lo, hi) with lo <= d^2/ds^2 V(x(s)) <= hi along every unit-speed great circle x(s) of S^{d-1}.
 

@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from .terminal import Plateau, TerminalState
+from .terminal import Plateau, Stage, TerminalState
 
 __all__ = ["RunState", "EulerianState", "LagrangianState", "ParticleState", "pde_state_from_dict"]
 
@@ -223,6 +223,14 @@ class LagrangianState(_SpectralPart):
         The certified terminal state.
     ended : (str, str) or None
         (stop reason, message) once certified stationary.
+    stages : list of Stage
+        The slow stages so far (the last one may be open).
+    atoms_mode : bool
+        Every node is an atom: the flow is the atom system.
+    forced : bool
+        A forced certification attempt failed and nothing has changed since.
+    kink_crossings : int
+        Atoms placed off a ReLU switching line (``solvers.lagrangian.KINK``).
     """
 
     handoff: dict
@@ -246,6 +254,10 @@ class LagrangianState(_SpectralPart):
     diffuse_log: list = field(default_factory=list)
     terminal: TerminalState | None = None
     ended: tuple | None = None
+    stages: list = field(default_factory=list)
+    atoms_mode: bool = False
+    forced: bool = False
+    kink_crossings: int = 0
 
     def to_dict(self) -> dict:
         return {**self._spectral_dict(), "phase": "lagrangian", "degree": self.degree, "coeffs": self.coeffs,
@@ -258,7 +270,10 @@ class LagrangianState(_SpectralPart):
                 "samples": [list(s) for s in self.samples], "plateaus": [p.to_dict() for p in self.plateaus],
                 "diffuse_log": [list(d) for d in self.diffuse_log],
                 "terminal": None if self.terminal is None else self.terminal.to_dict(),
-                "ended": None if self.ended is None else list(self.ended), "version": self.version}
+                "ended": None if self.ended is None else list(self.ended),
+                "stages": [st.to_dict() for st in self.stages], "atoms_mode": self.atoms_mode, "forced": self.forced,
+                "kink_crossings": self.kink_crossings,
+                "version": self.version}
 
     @classmethod
     def from_dict(cls, d: dict) -> "LagrangianState":
@@ -278,7 +293,9 @@ class LagrangianState(_SpectralPart):
             plateaus=[Plateau.from_dict(p) for p in d.get("plateaus", [])],
             diffuse_log=[(float(a), float(b)) for a, b in d.get("diffuse_log", [])],
             terminal=None if d.get("terminal") is None else TerminalState.from_dict(d["terminal"]),
-            ended=None if d.get("ended") is None else tuple(d["ended"]))
+            ended=None if d.get("ended") is None else tuple(d["ended"]),
+            stages=[Stage.from_dict(st) for st in d.get("stages", [])], atoms_mode=bool(d.get("atoms_mode", False)),
+            forced=bool(d.get("forced", False)), kink_crossings=int(d.get("kink_crossings", 0)))
 
 
 def pde_state_from_dict(d: dict) -> EulerianState | LagrangianState:

@@ -148,6 +148,34 @@ ROS34PW2 = RosenbrockTableau(
     order=3, error_order=2)
 
 
+_RODASP_ALPHA = (
+    (0.0, 0.0, 0.0, 0.0, 0.0, 0.0),
+    (0.75, 0.0, 0.0, 0.0, 0.0, 0.0),
+    (8.6120400814152190e-02, 0.1238795991858478, 0.0, 0.0, 0.0, 0.0),
+    (0.7749345355073236, 0.1492651549508680, -0.2941996904581916, 0.0, 0.0, 0.0),
+    (5.308746682646142, 1.330892140037269, -5.374137811655562, -0.2655010110278497, 0.0, 0.0),
+    (-1.764437648774483, -0.4747565572063027, 2.369691846915802, 0.6195023590649829, 0.25, 0.0))
+#: beta = alpha + Gamma below the diagonal (the published form)
+_RODASP_BETA = (
+    (0.0, 0.0, 0.0, 0.0, 0.0),
+    (0.0, 0.0, 0.0, 0.0, 0.0),
+    (-0.049392, -0.014112, 0.0, 0.0, 0.0),
+    (-0.4820494693877561, -0.1008795555555556, 0.9267290249433117, 0.0, 0.0),
+    (-1.764437648774483, -0.4747565572063027, 2.369691846915802, 0.6195023590649829, 0.0),
+    (-8.0368370789113464e-02, -5.6490613592447572e-02, 0.4882856300427991, 0.5057162114816189,
+     -0.1071428571428569))
+#: RODASP (Steinebach, 1995; Hairer & Wanner, IV.7): a Rosenbrock method of order 4 with an embedded method of
+#: order 3, both L-stable and stiffly accurate (the new state and the embedded one are stages), gamma = 1/4. It
+#: needs the exact Jacobian (it is not a W-method); for a few atoms that is cheap, and its order gives the long
+#: slow drifts of the atom system a quarter of ROS34PW2's steps.
+RODASP = RosenbrockTableau(
+    name="RODASP", alpha=_RODASP_ALPHA,
+    Gamma=tuple(tuple((_RODASP_BETA[i][j] - _RODASP_ALPHA[i][j]) if j < i else (0.25 if j == i else 0.0)
+                      for j in range(6)) for i in range(6)),
+    b=(*_RODASP_BETA[5], 0.25),
+    bhat=(*_RODASP_BETA[4][:4], 0.25, 0.0),
+    order=4, error_order=3)
+
 class Rosenbrock:
     """One step of a :class:`RosenbrockTableau` method.
 
@@ -686,6 +714,7 @@ class Integration:
                              makes the base rebuild its stepper, e.g. after a refinement)
     ``error_norm(err, u, u_new)``  the scaled error of an adaptive step (<= 1 accepts)
     ``step_bound()``             the largest step allowed now (a CFL bound; default: none)
+    ``min_step()``               below this a rejected step is a step size underflow (default 1e-14 |t|)
     ``next_landing()``           the next time steps must land on (default: :meth:`save_time`)
     ``save_time()``              the next snapshot time (default: t_final)
     ``before_step()``            a stop (reason, message) for the current state, or None (default)
@@ -736,6 +765,12 @@ class Integration:
 
     def step_bound(self) -> float:
         return math.inf
+
+    def min_step(self) -> float:
+        """A rejected step proposing less than this is a step size underflow: 1e-14 of the time (below it t + h
+        rounds to t). An autonomous system whose late events are fast may take steps that t cannot resolve:
+        its state still moves (the Lagrangian continuation's atoms, :mod:`solvers.lagrangian`)."""
+        return 1e-14 * max(1.0, abs(self.t))
 
     def rhs_scaled(self) -> tuple | None:
         """None, or (n, D) with N(t, u) = D * n(t, u, last), or (n, D, True): see :class:`IFRungeKutta`."""
@@ -823,7 +858,7 @@ class Integration:
                 if not ok:
                     self.nrejected += 1
                     bad = bad + 1 if not math.isfinite(errn) else 0
-                    if bad >= 20 or not math.isfinite(dt_new) or dt_new < 1e-14 * max(1.0, abs(self.t)):
+                    if bad >= 20 or not math.isfinite(dt_new) or dt_new < self.min_step():
                         return "non-finite", ("step size underflow" if math.isfinite(errn)
                                               else "non-finite right-hand side on 20 successive attempts"
                                               if bad >= 20 else "non-finite right-hand side")

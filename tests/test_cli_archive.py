@@ -915,7 +915,7 @@ def test_info_of_a_certified_end_says_where_all_the_mass_is():
     from solvers.app.info import _terminal_lines
     from solvers.lagrangian import DUST
     masses = np.array([0.5616, 0.4379, 0.0005])
-    T = SimpleNamespace(t=22060.0, verdict="stable", growth=-6.7e-4, max_speed=7.7e-15, neutral=0, dust_unstable=0,
+    T = SimpleNamespace(t=22060.0, verdict="stable", growth=-6.7e-4, max_speed=7.7e-15, neutral=0,
                         positions=np.eye(3), masses=masses, mass_errors=np.array([1.2e-3, 1.0e-3, 2.0e-4]),
                         counts=np.array([4815, 3374, 3]))
     lines = _terminal_lines(T, {"kind": "node groups", "radius": 0.0039, "check_nodes": 16928})

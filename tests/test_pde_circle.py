@@ -383,8 +383,8 @@ def test_atoms_of_a_known_density():
 
 
 @pytest.mark.parametrize("call, match", [
-    (lambda m: solve_pde(m, -1.0, 32), "t_final must be a finite number > 0"),
-    (lambda m: solve_pde(m, float("nan"), 32), "t_final must be a finite number > 0"),
+    (lambda m: solve_pde(m, -1.0, 32), r"t_final must be a number > 0 or infinity .*, got -1.0"),
+    (lambda m: solve_pde(m, float("nan"), 32), r"t_final must be a number > 0 or infinity .*, got nan"),
     (lambda m: solve_pde(m, float("inf"), 32, continuation="none"), "t_final = inf runs until the terminal"),
     (lambda m: solve_pde(m, 1.0, 1), "degree must be an integer >= 4"),
     (lambda m: solve_pde(m, 1.0, 64, max_degree=32), "degree 64 exceeds max_degree 32"),

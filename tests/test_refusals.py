@@ -641,8 +641,6 @@ def test_a_configuration_refuses_t_final_in_the_words_of_the_python_check(v):
     assert validators.number("t_final", np.inf, gt=0, infinite=validators.UNTIL_CERTIFIED) == np.inf
 
 
-@pytest.mark.xfail(strict=True, reason="solvers/pde.py checks t_final with check.number(..., gt=0) without "
-                                       "infinite=UNTIL_CERTIFIED (file of the terminal-state rewrite, not edited here)")
 def test_solve_pde_refuses_t_final_in_the_words_of_the_configuration():
     from solvers.app.config import ConfigError
     from solvers.pde import prepare_pde

@@ -20,9 +20,11 @@ the layout of a given archive)::
                            attrs: stop_reason ("" while running), message, t_stop, nsteps, nrejected,
                            options (JSON: every option as the run resolved it), initial, wall_time, complete
     /pde/terminal          the certified terminal state (PDEResult.terminal): positions (k, d), masses,
-                           counts, extents, displacement, eigenvalues[_imag], mass_errors, position_errors;
-                           attrs t, verdict, stable, growth, neutral, energy, max_speed, check_nodes,
-                           dust_unstable
+                           counts, extents, displacement, eigenvalues[_imag], mass_errors, position_errors,
+                           residuals, scales (the balance of the forces), dead, underflow (0/1); attrs t,
+                           verdict, stable, growth, neutral, energy, max_speed, check_nodes, newton_steps
+    /pde/stages            the slow stages (PDEResult.slow_stages): per stage t_entered, t_left, atoms, atom,
+                           atom_mass, position, speed, scale, t_move, why
     /pde/plateaus          the plateaus the run left (PDEResult.plateaus): per plateau t_entered,
                            t_certified, energy, growth, kick, atom, part, natoms; their atoms' positions,
                            masses, direction one plateau after another (ragged by natoms)

@@ -393,9 +393,9 @@ def read_pde(g: h5py.Group, model: Model, cache: dict | None = None, all_rows: b
                  for k, v in g["steps"].items() if isinstance(v, h5py.Dataset) and not is_dimension(v)}
     restart = read_restart(g) if state is not None else None
     nodes, lagrangian = _read_nodes(g, T, restart, limit, cache)
-    terminal, plateaus = _read_terminal(g)
+    terminal, plateaus, slow_stages = _read_terminal(g)
     return PDEResult(
-        nodes=nodes, lagrangian=lagrangian, terminal=terminal, plateaus=plateaus,
+        nodes=nodes, lagrangian=lagrangian, terminal=terminal, plateaus=plateaus, slow_stages=slow_stages,
         model=model, t=get("t"), coeffs=get("coeffs"), degree=get("degree"),
         grid=value(g["grid"]) if "grid" in g else None,
         density=get("density"), energy=get("energy"), mass=get("mass"), min_density=get("min_density"),
@@ -414,7 +414,7 @@ def read_pde(g: h5py.Group, model: Model, cache: dict | None = None, all_rows: b
 def _read_terminal(g: h5py.Group) -> tuple:
     """The certified terminal state and the plateaus of /pde (None and [] when absent), parsed by their
     ``from_dict``."""
-    from ..terminal import Plateau, TerminalState
+    from ..terminal import Plateau, Stage, TerminalState
     terminal = None
     if "terminal" in g:
         t = g["terminal"]
@@ -422,6 +422,8 @@ def _read_terminal(g: h5py.Group) -> tuple:
         d.update({k: value(v) for k, v in t.items() if isinstance(v, h5py.Dataset) and not is_dimension(v)})
         if int(d.get("check_nodes", -1)) < 0:
             d["check_nodes"] = None
+        if int(d.get("is_global", -1)) < 0:
+            d["is_global"] = None
         terminal = TerminalState.from_dict(d)
     plateaus = []
     if "plateaus" in g:
@@ -432,7 +434,17 @@ def _read_terminal(g: h5py.Group) -> tuple:
             plateaus.append(Plateau.from_dict({**{k: plain(p[k][i]) for k in ("t_entered", "t_certified", "energy",
                                                                                  "growth", "kick", "atom", "part")},
                                                **{k: p[k][rows] for k in ("positions", "masses", "direction")}}))
-    return terminal, plateaus
+    stages = []
+    if "stages" in g:
+        p = {k: value(v) for k, v in g["stages"].items() if isinstance(v, h5py.Dataset) and not is_dimension(v)}
+        for i in range(len(p["t_entered"])):
+            why = p["why"][i]
+            stages.append(Stage.from_dict({"kind": "slow", "growth": math.nan, "position": p["position"][i],
+                                           "mass": plain(p["atom_mass"][i]),
+                                           "why": why.decode() if isinstance(why, bytes) else str(why),
+                                           **{k: plain(p[k][i]) for k in ("t_entered", "t_left", "atoms", "atom",
+                                                                          "speed", "scale", "t_move")}}))
+    return terminal, plateaus, stages
 
 
 def _record(g: h5py.Group, name: str, cache: dict) -> np.ndarray:

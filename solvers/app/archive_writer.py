@@ -749,10 +749,10 @@ class ArchiveWriter:
             self._record_stage("pde", result)
 
     def _write_terminal(self, g: h5py.Group, result) -> None:
-        """/pde/terminal (the certified state: arrays as datasets, scalars as attributes) and /pde/plateaus (a
-        ragged table: natoms per plateau, their atoms one plateau after another), each replaced whole and
-        covered by the stage's last commit."""
-        for name in ("terminal", "plateaus"):
+        """/pde/terminal (the certified state: arrays as datasets, scalars as attributes), /pde/plateaus (a
+        ragged table: natoms per plateau, their atoms one plateau after another) and /pde/stages (the slow
+        stages, one row each), each replaced whole and covered by the stage's last commit."""
+        for name in ("terminal", "plateaus", "stages"):
             if name in g:
                 del g[name]
                 self._datasets.clear()
@@ -761,18 +761,22 @@ class ArchiveWriter:
         if term is not None:
             t = g.create_group("terminal")
             ev = np.asarray(term.eigenvalues)
-            arrays = {"positions": term.positions, "masses": term.masses, "counts": term.counts,
-                      "extents": term.extents, "displacement": term.displacement, "eigenvalues": ev.real,
-                      "mass_errors": term.mass_errors, "position_errors": term.position_errors}
+            arrays = {k: getattr(term, k) for k in term._ARRAYS}
+            arrays["eigenvalues"] = ev.real
             if np.iscomplexobj(ev):
                 arrays["eigenvalues_imag"] = ev.imag
             for k, v in arrays.items():
                 if v is not None:
-                    self._cover("pde", put(t, k, np.asarray(v)))
+                    v = np.asarray(v)
+                    self._cover("pde", put(t, k, v.astype(np.int8) if v.dtype == bool else v))
             t.attrs.update({"t": term.t, "max_speed": term.max_speed, "stable": bool(term.stable),
                             "verdict": term.verdict, "growth": term.growth, "neutral": int(term.neutral),
                             "energy": term.energy, "check_nodes": -1 if term.check_nodes is None else term.check_nodes,
-                            "dust_unstable": int(term.dust_unstable)})
+                            "newton_steps": int(term.newton_steps),
+                            "energy_gap": math.nan if term.energy_gap is None else term.energy_gap,
+                            "is_global": -1 if term.is_global is None else int(term.is_global),
+                            "extremum_energy": math.nan if term.extremum_energy is None else term.extremum_energy,
+                            "extremum_kind": term.extremum_kind, "global_note": term.global_note})
             seal(t)
             self._label_group(t, "pde/terminal")
         plateaus = getattr(result, "plateaus", None) or []
@@ -788,6 +792,19 @@ class ArchiveWriter:
             for k, v in columns.items():
                 self._cover("pde", put(p, k, v))
             self._label_group(p, "pde/plateaus")
+        stages = getattr(result, "slow_stages", None) or []
+        if stages:
+            p = g.create_group("stages")
+            columns = {k: np.array([getattr(q, k) for q in stages], dtype=float)
+                       for k in ("t_entered", "t_left", "speed", "scale", "t_move")}
+            columns["atom_mass"] = np.array([q.mass for q in stages], dtype=float)
+            columns.update(atoms=np.array([q.atoms for q in stages], dtype=np.int64),
+                           atom=np.array([q.atom for q in stages], dtype=np.int64),
+                           position=np.array([q.position for q in stages], dtype=float),
+                           why=np.array([q.why.encode() for q in stages], dtype=h5py.string_dtype()))
+            for k, v in columns.items():
+                self._cover("pde", put(p, k, v))
+            self._label_group(p, "pde/stages")
 
     def _record_results(self, prefix: str, entries: dict) -> None:
         """The root's ``results``: what the archive holds complete (a stage: the digest of its last restart

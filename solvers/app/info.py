@@ -108,6 +108,8 @@ def describe_pde(r, atoms: dict) -> list[str]:
         out.append(f"  plateau {k + 1}: entered t = {pl.t_entered:.6g}, certified t = {pl.t_certified:.6g}, "
                    f"{len(pl.masses)} atom(s), energy {pl.energy:.10g}, growth {pl.growth:.3e} ({pl.part}"
                    + (f", atom {pl.atom + 1}" if pl.atom >= 0 else "") + f"), left by a kick of {pl.kick:.1e} rad")
+    for st in getattr(r, "slow_stages", None) or []:
+        out.append(f"  {st.summary()}")
     terminal = getattr(r, "terminal", None)
     if terminal is not None:
         out += _terminal_lines(terminal, atoms.get("pde:attrs", {}))
@@ -134,16 +136,31 @@ def _terminal_lines(T, attrs: dict) -> list[str]:
     diffuse = max(0.0, 1.0 - heavy - light)
     n, k = int(np.sum(~dust)), int(np.sum(dust))
     lines = [f"  terminal state: certified at t = {T.t:.6g}, {word}, growth {T.growth:.3e}, max |v| {T.max_speed:.1e}"
-             + (f", {T.neutral} neutral (symmetry)" if T.neutral else "")
-             + (f"; {T.dust_unstable} dust atom(s) repel the mass near them (not counted in the verdict)"
-                if getattr(T, "dust_unstable", 0) else ""),
+             + (f", {T.neutral} neutral (symmetry)" if T.neutral else ""),
              (f"  {len(masses)} atoms: total mass {heavy:.4f} in {n} atom(s) + {light:.4f} in {k} dust atom(s) "
               f"(each below {DUST:g} of the mass, what the nodes barely resolve)" if k else
               f"  total mass {heavy:.4f} in {n} atom(s)") + f"; diffuse {diffuse:.4f}"]
+    scales, residuals = getattr(T, "scales", None), getattr(T, "residuals", None)
+    if scales is not None:
+        on = scales > 0
+        ratio = float(np.max(residuals[on] / scales[on])) if np.any(on) else 0.0
+        lines.append(f"  balanced: the forces at every atom cancel to {ratio:.1e} of their size (max |v| / S) after "
+                     f"{T.newton_steps} Newton step(s), which moved the atoms by at most "
+                     f"{float(np.max(T.displacement, initial=0.0)):.1e} rad")
+    if getattr(T, "energy_gap", None) is not None:
+        lines.append(f"  against the global {T.extremum_kind} of the energy (E* = {T.extremum_energy:.10g}): energy gap "
+                     f"{T.energy_gap:.3e}; " + ("the end IS the global " if T.is_global else "not the global ")
+                     + f"{T.extremum_kind} ({T.global_note})")
+    elif getattr(T, "global_note", ""):
+        lines.append(f"  global extremum: {T.global_note}")
     for i, (p, m) in enumerate(zip(T.positions, masses)):
         pm = f" ± {errs[i]:.1e}" if errs is not None and np.isfinite(errs[i]) else ""
-        lines.append(f"      {'dust ' if dust[i] else ''}atom mass {m:.4f}{pm} at {_vec(p)} "
-                     f"({int(T.counts[i])} initial nodes)")
+        notes = [f"{int(T.counts[i])} initial nodes"]
+        if getattr(T, "dead", None) is not None and T.dead[i]:
+            notes.append("in a dead zone")
+        if getattr(T, "underflow", None) is not None and T.underflow[i]:
+            notes.append("every force on it underflows: balanced only to the floating-point range")
+        lines.append(f"      {'dust ' if dust[i] else ''}atom mass {m:.4f}{pm} at {_vec(p)} ({'; '.join(notes)})")
     if attrs.get("kind") == "node groups":
         est = (f"; error bars from the rerun with {int(attrs['check_nodes'])} nodes" if errs is not None
                and "check_nodes" in attrs else "")
