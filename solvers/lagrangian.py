@@ -65,14 +65,14 @@ from typing import Callable
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
-from scipy.linalg import lu_factor, lu_solve
-
 from . import terminal as term
-from .atomic import drift_jacobians, reduced_jacobian
+from .atomic import reduced_jacobian
 from .balance import balanced, force_scales
 from .atoms import Atoms, circle_closest_chord, circle_neighbour_chords, single_linkage_clusters
 from .interaction import InteractionSums
 from .model import Model
+from .node_jacobian import (DENSE_DIMENSIONS, GroupedJacobian, atoms_factor, growth_bound, spectral_bound,
+                            tangent_solver)
 from .particles import measure_energy, measure_velocity
 from .restart import LagrangianState
 from .stepping import RODASP, ROS34PW2, TABLEAUS, Integration, Rosenbrock, StepController
@@ -345,21 +345,11 @@ def _closest_chord(x: np.ndarray, near: tuple | None = None) -> float:
 # ----------------------------------------------------------------------------------------------
 # the continuation
 # ----------------------------------------------------------------------------------------------
-#: node systems of at most this many tangent dimensions take Rosenbrock steps with the dense Jacobian of the
-#: node flow (L-stable: the step follows the slow collapse, not the fastest atom's rate); larger ones with its
-#: block-diagonal perceptron part
+#: node groups of at most this many tangent dimensions, each within the grouping radius of its centre, are the
+#: atom system (LagrangianPhase._all_atoms), stepped with its dense Jacobian
 IMPLICIT_DIMENSIONS = 768
-
-
-def _block_norm(B: np.ndarray) -> float:
-    """max_i ||B_i||_2 of blocks (k, n, n): the spectral radius bound of a block-diagonal matrix."""
-    if B.size == 0:
-        return 0.0
-    if B.shape[1] == 1:
-        return float(np.abs(B).max())
-    return float(np.linalg.norm(B, ord=2, axis=(1, 2)).max())
-#: the explicit steps are checked for stiffness every this many steps: h rho(J) above STIFF (DP54's real
-#: stability bound is 3.3) switches to ROS34PW2, and a Rosenbrock step with h rho(J) below NONSTIFF back
+#: the steps are checked for stiffness every this many steps: h rho(W) above STIFF (DP54's real stability
+#: bound is 3.3) switches from DP54 to ROS34PW2, and below NONSTIFF back
 STIFFNESS_CHECK = 25
 STIFF = 2.0
 NONSTIFF = 0.5
@@ -438,7 +428,7 @@ class LagrangianPhase(Integration):
         self.stationary = True
         self._merge_slack = None          # see _merge (not part of the restart state: it only skips searches)
         self.implicit = False             # Rosenbrock steps (see _check_stiffness)
-        self._stiff_h = None              # h rho(J) of the last Rosenbrock factorisation
+        self._jac = None                  # (x, w, kind, W) of the last W (see _jacobian)
         self.terminal = None              # the certified state (solvers.terminal.TerminalState)
         self.ended = None                 # (stop reason, message) once certified stationary
         self.plateaus: list = []
@@ -473,41 +463,39 @@ class LagrangianPhase(Integration):
             self.tableau = tab
             self.controller = StepController(tab.error_order)
 
-    def _stiffness(self, J: np.ndarray, h: float) -> float:
-        """h rho(J), rho estimated by the power method on J^T J (an upper bound: the largest singular value)."""
-        v = np.ones(J.shape[0]) / math.sqrt(J.shape[0])
-        sigma = 0.0
-        for _ in range(12):
-            w = J.T @ (J @ v)
-            norm = float(np.linalg.norm(w))
-            if norm == 0.0:
-                return 0.0
-            sigma, v = math.sqrt(norm), w / norm
-        return h * sigma
+    def _w_kind(self) -> str:
+        """Which W the Rosenbrock steps use (:mod:`solvers.node_jacobian`): "atoms" (the atom system's exact
+        Jacobian), "dense" (the node flow's whole Jacobian, few nodes) or "grouped" (each node's own block and
+        the attention of sources aggregated over cells half a kernel width wide). A W-method keeps its order
+        with either."""
+        if self.atoms_mode:
+            return "atoms"
+        return "dense" if len(self.nodes) * (self.nodes.x.shape[1] - 1) <= DENSE_DIMENSIONS else "grouped"
 
-    def _dense(self) -> bool:
-        """Whether the Rosenbrock steps use the node flow's whole Jacobian (few nodes) or only its local,
-        block-diagonal part, the perceptron's (``solvers.atomic.drift_jacobians``): a W-method keeps its
-        order with either, and the perceptron is where the stiffness of many nodes comes from."""
-        return self.atoms_mode or len(self.nodes) * (self.nodes.x.shape[1] - 1) <= IMPLICIT_DIMENSIONS
+    def _jacobian(self, kind: str, x: np.ndarray | None = None):
+        """The W of ``kind`` at the current nodes (or at ``x``, not kept): a :class:`GroupedJacobian`, or
+        (J, frames) with J the dense reduced Jacobian. Computed once per state: the step bound, the
+        factorisation and the retries of a rejected step share it."""
+        n = self.nodes
+        if x is not None:
+            return GroupedJacobian(self.model, x, n.w) if kind == "grouped" else reduced_jacobian(self.model, x, n.w)
+        c = self._jac
+        if c is not None and c[0] is n.x and c[1] is n.w and c[2] == kind:
+            return c[3]
+        W = GroupedJacobian(self.model, n.x, n.w) if kind == "grouped" else reduced_jacobian(self.model, n.x, n.w)
+        self._jac = (n.x, n.w, kind, W)
+        return W
 
     def _check_stiffness(self) -> None:
-        """After an accepted step: switch to the Rosenbrock steps when the explicit ones are stiff (every
-        STIFFNESS_CHECK steps), back when the Rosenbrock step is no longer (its last factorisation). The atom
-        system always steps with them: its slow drifts outlast every other rate by many decades."""
+        """After an accepted step, every STIFFNESS_CHECK steps: switch to the Rosenbrock steps when the explicit
+        ones are stiff, h rho(W) > STIFF for the next step h, and back when they are no longer, h rho(W) <
+        NONSTIFF. The atom system always steps with them: its slow drifts outlast every other rate by many
+        decades."""
         if self.atoms_mode:
             self.implicit = True
-        elif self.implicit:
-            if self._stiff_h is not None and self._stiff_h < NONSTIFF:
-                self.implicit = False
         elif self.nsteps % STIFFNESS_CHECK == 0 and self.dt:
-            if self._dense():
-                J, _ = reduced_jacobian(self.model, self.nodes.x, self.nodes.w)
-                stiff = self._stiffness(J, self.dt)
-            else:
-                stiff = self.dt * _block_norm(drift_jacobians(self.model, self.nodes.x)[0])
-            if stiff > STIFF:
-                self.implicit = True
+            stiff = self.dt * self._rate(self._jacobian(self._w_kind()))
+            self.implicit = stiff > NONSTIFF if self.implicit else stiff > STIFF
         self._choose_method()
 
     # --- the field --------------------------------------------------------------------------------
@@ -551,13 +539,14 @@ class LagrangianPhase(Integration):
 
     def step_bound(self) -> float:
         """The atom system's steps resolve every growing mode: h Re(lambda) <= ``UNSTABLE_STEP`` for the
-        eigenvalues of its Jacobian (bounded by Gershgorin's discs). An implicit step much longer than 1 / lambda
-        damps a growing mode instead of following it: an atom that has just crossed a ReLU unit's switching line
-        into the unit's push would be put back, step after step."""
+        eigenvalues of its Jacobian. An implicit step much longer than 1 / lambda damps a growing mode instead of
+        following it: an atom that has just crossed a ReLU unit's switching line into the unit's push would be
+        put back, step after step. (:func:`~solvers.node_jacobian.growth_bound`: the largest real part of the
+        eigenvalues, or a bound of it.)"""
         if not self.atoms_mode:
             return math.inf
-        J, _ = reduced_jacobian(self.model, self.nodes.x, self.nodes.w)
-        growth = float(np.max(np.diag(J) + np.abs(J).sum(axis=1) - np.abs(np.diag(J))))
+        J, _ = self._jacobian("atoms")
+        growth = growth_bound(J, self.nodes.w, self.model.has_energy, UNSTABLE_STEP / self.dt if self.dt else 0.0)
         return UNSTABLE_STEP / growth if growth > 0 else math.inf
 
     def min_step(self) -> float:
@@ -566,43 +555,22 @@ class LagrangianPhase(Integration):
         return 1e-14 if self.atoms_mode else super().min_step()
 
     def jacobian_factor(self, u: np.ndarray, g: float):
-        """(I - g W)^{-1} for the Rosenbrock steps, W = E J E^T with J the node flow's Jacobian on the nodes'
-        tangent frames E (:meth:`_dense`), or its block-diagonal perceptron part; the normal components of a
-        vector pass through unchanged (the flow keeps |x|)."""
-        x = u / np.linalg.norm(u, axis=1, keepdims=True)
-        h = g / self.tableau.gamma
-        if not self._dense():
-            B, E = drift_jacobians(self.model, x)
-            self._stiff_h = h * _block_norm(B)
-            M = np.eye(B.shape[1]) - g * B
+        """(I - g W)^{-1} for the Rosenbrock steps (:meth:`_w_kind`, :mod:`solvers.node_jacobian`): W = E J E^T
+        with J the node flow's Jacobian on the nodes' tangent frames E, or its near-neighbour part; the normal
+        components of a vector pass through unchanged (the flow keeps |x|). The atom system's W is the exact
+        Jacobian of F(u) = v(u / |u|), its normal part included (RODASP needs it)."""
+        kind = self._w_kind()
+        x = u if u is self.nodes.x else u / np.linalg.norm(u, axis=1, keepdims=True)
+        W = self._jacobian(kind, None if u is self.nodes.x else x)
+        if kind == "atoms":
+            v = self.f if u is self.nodes.x and self.f is not None else self.model.velocity_at_atoms(x, self.nodes.w)
+            return atoms_factor(*W, x, v, g)
+        return W.solver(g) if kind == "grouped" else tangent_solver(*W, g)
 
-            def solve_local(b: np.ndarray) -> np.ndarray:
-                beta = np.einsum("nd,ndk->nk", b, E)
-                alpha = np.linalg.solve(M, beta[:, :, None])[:, :, 0]
-                return b + np.einsum("ndk,nk->nd", E, alpha - beta)
-            return solve_local
-        J, E = reduced_jacobian(self.model, x, self.nodes.w)
-        if self.atoms_mode:
-            # RODASP needs the exact Jacobian of F(u) = v(u / |u|): its tangent part E J E^T and, since <x, v> = 0
-            # on the sphere, the normal part -x_i <v_i, .> of each atom's own block (F ignores the normal
-            # direction of its argument). Few dimensions: an inverse instead of a solver's per-call overhead
-            Minv = np.linalg.inv(np.eye(J.shape[0]) - g * J)
-            v = self.model.velocity_at_atoms(x, self.nodes.w)
-
-            def solve_small(b: np.ndarray) -> np.ndarray:
-                beta = np.einsum("nd,ndk->nk", b, E)
-                alpha = np.einsum("ndk,nk->nd", E, (Minv @ beta.ravel()).reshape(beta.shape))
-                normal = np.einsum("nd,nd->n", b, x) - g * np.einsum("nd,nd->n", v, alpha)
-                return alpha + normal[:, None] * x
-            return solve_small
-        self._stiff_h = self._stiffness(J, h)
-        lu = lu_factor(np.eye(J.shape[0]) - g * J, check_finite=False)
-
-        def solve(b: np.ndarray) -> np.ndarray:
-            beta = np.einsum("nd,ndk->nk", b, E)
-            alpha = lu_solve(lu, beta.ravel(), check_finite=False).reshape(beta.shape)
-            return b + np.einsum("ndk,nk->nd", E, alpha - beta)
-        return solve
+    @staticmethod
+    def _rate(W) -> float:
+        """rho(W) bounded by its largest singular value (the power method)."""
+        return W.spectral_bound() if isinstance(W, GroupedJacobian) else spectral_bound(W[0])
 
     # --- snapshots --------------------------------------------------------------------------------
     def row(self, output_points: int, smoothing: float) -> dict:
