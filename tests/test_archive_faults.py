@@ -159,6 +159,7 @@ def test_a_failed_write_leaves_the_archive_as_its_last_commit(tmp_path):
     assert load(tmp_path / "e.h5").status == "failed"
 
 
+@pytest.mark.cpu_dependent
 @pytest.mark.slow
 def test_out_of_room_is_an_ordinary_failure_and_the_run_resumes(tmp_path, runs):
     """The file size limit (RLIMIT_FSIZE, the portable stand-in for a full disk) met halfway: exit 1, one
@@ -377,6 +378,7 @@ def test_a_format_from_the_future_names_the_version(tmp_path, runs):
         load(path)
 
 
+@pytest.mark.cpu_dependent
 def test_an_archive_of_the_writer_before_the_checksums_loads_and_resumes(tmp_path):
     """An archive the previous writer made (format 3 without checksums, commit 862866c, from
     tests/data/format_v3_unchecked.toml, which sets the node tolerances and drift_tol that version had as
@@ -426,6 +428,7 @@ def test_the_options_are_stored_as_resolved(runs):
     assert particles["sum"] == "auto" and particles["sum_method"] in ("direct", "fast", "nufft")
 
 
+@pytest.mark.cpu_dependent
 def test_a_resume_across_a_changed_default_is_refused_naming_the_version(tmp_path, runs, monkeypatch):
     """A version whose default differs (here the output grid of S^1) would resume another run: refused, with
     both values and the version that started it; the same archive resumes as before once the default is
@@ -452,6 +455,7 @@ def test_a_changed_node_tolerance_default_is_refused_naming_both_options(tmp_pat
         check_resumable(path, parse_config(CFG))
 
 
+@pytest.mark.cpu_dependent
 def test_a_resume_with_an_option_given_explicitly_is_exact_across_a_changed_default(tmp_path, monkeypatch):
     """The option written in the configuration: another default changes nothing; the resume is exact."""
     from solvers.pde_circle import CircleSpace

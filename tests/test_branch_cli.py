@@ -34,6 +34,7 @@ def _write(tmp_path, d=2, lo=0.03, hi=0.07, degree=32, name="b.toml"):
     return p
 
 
+@pytest.mark.cpu_dependent
 def test_branch_command_writes_the_archive_the_diagram_and_the_summary(tmp_path, capsys):
     cfg = _write(tmp_path)
     assert main(["branch", str(cfg)]) == 0
@@ -67,6 +68,7 @@ def _stop_after(n):
     yield Request()
 
 
+@pytest.mark.cpu_dependent
 @pytest.mark.parametrize("d, degree, n", [(2, 32, 12), (2, 32, 30), (3, 16, 8)])
 def test_an_interrupted_branch_resumes_to_the_uninterrupted_numbers(tmp_path, monkeypatch, d, degree, n):
     hi = 0.07 if d == 2 else 0.045
