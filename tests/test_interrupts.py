@@ -406,3 +406,44 @@ def test_validate_marks_its_part_archive_interrupted_whichever_step_the_signal_c
     assert proc.returncode == 130, proc.stderr
     part = load(tmp_path / "v.h5.part")
     assert part.status == "interrupted" and part.pde.stop_reason == "t_final" and not out.exists()
+
+
+_TO_THE_END = ('[model]\nd = 2\nbeta = 1.0\nflow = "ascent"\n[initial]\nkind = "zonal_harmonic"\ndegree = 2\n'
+               'amplitude = 0.5\n[pde]\ndegree = 32\nt_final = inf\nsave_every = 1.0\nnodes = 256\n'
+               'handoff_degree = 128\n')
+
+
+def _all_datasets(path: Path) -> dict:
+    out = {}
+    with h5py.File(path, "r") as f:
+        f.visititems(lambda name, obj: out.__setitem__(name, obj[()]) if isinstance(obj, h5py.Dataset) else None)
+    return out
+
+
+@pytest.mark.cpu_dependent
+@pytest.mark.slow
+@pytest.mark.parametrize("sig, t_signal", [(signal.SIGINT, 6.0), (signal.SIGTERM, 30.0)])
+def test_a_run_to_its_end_resumed_keeps_every_dataset_of_the_uninterrupted_one(tmp_path, uninterrupted, sig,
+                                                                               t_signal):
+    """A t_final = inf run (the antipodal pair of tests/test_terminal.py: a plateau, its kick, the merge, the
+    certified end) cut in its continuation, before and after the plateau, and resumed: the archive holds every
+    dataset of the uninterrupted run with the same values, the atoms' error bars of /atoms/pde included (a
+    resume read the atoms back and lost them)."""
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(_TO_THE_END)
+    full, cut = uninterrupted(_TO_THE_END), tmp_path / "cut.h5"
+    proc = _command("run", cfg, "--out", cut, "--quiet", signal_at=(t_signal, sig))
+    assert proc.returncode == 128 + sig, proc.stderr
+    assert load(cut).status == "interrupted"
+    r = _command("run", cfg, "--out", cut, "--resume", "--quiet")
+    assert r.returncode == 0, r.stderr
+    a, b = _all_datasets(cut), _all_datasets(full)
+    assert sorted(a) == sorted(b)
+    # the step log of an interrupted run repeats the attempt it was stopped in; every other dataset is equal
+    differ = [k for k in b if not (np.array_equal(a[k], b[k]) if a[k].dtype.kind != "f" else
+                                   np.array_equal(a[k], b[k], equal_nan=True))]
+    assert differ == [], differ
+    for k in ("mass_errors", "position_errors"):
+        assert f"atoms/pde/{k}" in a
+    assert "terminal: certified" in _command("info", cut).stdout or "terminal state: certified" in _command(
+        "info", cut).stdout
