@@ -49,8 +49,11 @@ _ROUND_OFF_FLOOR = 1e-14
 NODE_TOLERANCE = 2.5e-3
 
 #: with t_final = inf, snapshots are save_every apart for the first hundred, then twice as far apart for
-#: every next hundred: a run of unknown length keeps a bounded number of them per decade of time
+#: every next hundred, and past DENSE_DOUBLINGS doublings ten per doubling: a run of unknown length keeps a
+#: bounded number of them per decade of time (a slow stage can last to t = 1e40)
 SNAPSHOTS_PER_DOUBLING = 100
+DENSE_DOUBLINGS = 8
+LATE_PER_DOUBLING = 10
 
 
 def snapshot_time(k: int, save_every: float | None, t_final: float) -> float:
@@ -60,9 +63,13 @@ def snapshot_time(k: int, save_every: float | None, t_final: float) -> float:
         return t_final
     if math.isfinite(t_final):
         return min(k * save_every, t_final)
-    b, j = divmod(k - 1, SNAPSHOTS_PER_DOUBLING)
     n = SNAPSHOTS_PER_DOUBLING
-    return save_every * (n * (2.0 ** b - 1.0) + 2.0 ** b * (j + 1))
+    if k - 1 < n * DENSE_DOUBLINGS:
+        b, j = divmod(k - 1, n)
+        return save_every * (n * (2.0 ** b - 1.0) + 2.0 ** b * (j + 1))
+    b, j = divmod(k - 1 - n * DENSE_DOUBLINGS, LATE_PER_DOUBLING)
+    b += DENSE_DOUBLINGS
+    return save_every * (n * (2.0 ** b - 1.0) + (n // LATE_PER_DOUBLING) * 2.0 ** b * (j + 1))
 
 
 def space_for(d: int):
@@ -740,8 +747,8 @@ class PDERun:
         if self.save_every is None:
             n_snap = 2
         elif math.isinf(left):
-            # the schedule of snapshot_time: ~100 per doubling of time; counted to 2^20 save_every
-            n_snap = 2 + SNAPSHOTS_PER_DOUBLING * 13
+            # the schedule of snapshot_time, counted to t = 1e40 save_every
+            n_snap = 2 + SNAPSHOTS_PER_DOUBLING * DENSE_DOUBLINGS + LATE_PER_DOUBLING * 126
         else:
             n_snap = 2 + math.ceil(left / self.save_every)
         grid_points = space.output_grid_size(self.output_points)

@@ -35,7 +35,6 @@ from __future__ import annotations
 import math
 import os
 import re
-import reprlib
 import stat
 import sys
 import unicodedata
@@ -57,7 +56,7 @@ from ..particles import INITS, INTEGRATORS, STOP_WINDOW_MIN
 from ..interaction import SUM_METHODS
 from ..pde import CONTINUATIONS, METHODS
 from ..spaces import MIN_DEGREE
-from ..validators import UNTIL_CERTIFIED, is_integer, is_number, number_problem, spells_infinity
+from ..validators import UNTIL_CERTIFIED, is_integer, is_number, number_problem, shown, spells_infinity
 from ..perceptron import ACTIVATION_ARRAYS, ACTIVATIONS, BIAS_MAX, SCALE_MAX, Perceptron
 
 __all__ = ["ConfigError", "RunConfig", "load_config", "parse_config", "initial_density", "dump_toml",
@@ -66,15 +65,6 @@ __all__ = ["ConfigError", "RunConfig", "load_config", "parse_config", "initial_d
 #: the largest configuration file read (bytes): the largest of runs/ is ~1.5 KiB; 1 MiB holds explicit
 #: perceptron weights of ~10^5 numbers, and keeps any value's check and message cheap
 MAX_CONFIG_BYTES = 1 << 20
-
-
-def _show(v: Any) -> str:
-    """repr(v) shortened for a one-line message (a long list or string, a deeply nested array)."""
-    r = reprlib.Repr()
-    r.maxlist = r.maxtuple = r.maxdict = 8
-    r.maxlevel = 3
-    r.maxstring = r.maxother = 60
-    return r.repr(v)
 
 
 class ConfigError(ValueError):
@@ -122,7 +112,7 @@ class Num:
             if isinstance(v, str):
                 hint = ("; infinity is not allowed here" if spells_infinity(v) else
                         "; write it without quotes" if _is_float_text(v) else "")
-            raise ConfigError(path, f"must be a number{self._range()}, got {_show(v)} ({type(v).__name__}){hint}")
+            raise ConfigError(path, f"must be a number{self._range()}, got {shown(v)} ({type(v).__name__}){hint}")
         if isinstance(v, int) and not INT64_MIN <= v <= INT64_MAX:
             raise ConfigError(path, f"must be a number{self._range()}, got an integer beyond TOML's 64 bits")
         v = float(v)
@@ -155,7 +145,7 @@ class Int:
 
     def check(self, path: str, v: Any) -> int:
         if not is_integer(v):
-            raise ConfigError(path, f"must be an integer{self._range()}, got {_show(v)} ({type(v).__name__})")
+            raise ConfigError(path, f"must be an integer{self._range()}, got {shown(v)} ({type(v).__name__})")
         if not INT64_MIN <= v <= INT64_MAX:
             raise ConfigError(path, f"must be an integer{self._range()}, got one beyond TOML's 64 bits")
         if self.min is not None and v < self.min:
@@ -176,7 +166,7 @@ class Choice:
 
     def check(self, path: str, v: Any) -> Any:
         if v not in self.options or isinstance(v, bool) != isinstance(self.options[0], bool):
-            raise ConfigError(path, f"must be one of {', '.join(repr(o) for o in self.options)}, got {_show(v)}")
+            raise ConfigError(path, f"must be one of {', '.join(repr(o) for o in self.options)}, got {shown(v)}")
         return v
 
 
@@ -190,17 +180,17 @@ class Str:
 
     def check(self, path: str, v: Any) -> str:
         if not isinstance(v, str):
-            raise ConfigError(path, f"must be a string, got {_show(v)}")
+            raise ConfigError(path, f"must be a string, got {shown(v)}")
         allowed = "" if self.name else "\t\n\r"
         bad = next((c for c in v if c not in allowed and unicodedata.category(c) in _CONTROL), None)
         if bad is not None:
             what = "NUL" if bad == "\0" else f"the control character U+{ord(bad):04X}"
             where = "a name" if self.name else "text kept in the archive's attributes (tab and line breaks are allowed)"
-            raise ConfigError(path, f"contains {what}, not allowed in {where}; got {_show(v)}")
+            raise ConfigError(path, f"contains {what}, not allowed in {where}; got {shown(v)}")
         if self.name:
             if "/" in v:
                 raise ConfigError(path, f"must not contain '/' (a sweep names its archives <name>_beta<beta>.h5 "
-                                        f"in its directory), got {_show(v)}")
+                                        f"in its directory), got {shown(v)}")
             size = len(v.encode("utf-8"))
             if size > NAME_MAX_BYTES:
                 raise ConfigError(path, f"is {size} bytes long in UTF-8, above {NAME_MAX_BYTES}: a sweep names its "
@@ -226,18 +216,18 @@ class Array:
     def check(self, path: str, v: Any) -> np.ndarray:
         what = "a list of numbers" if self.ndim == 1 else "a list of lists of numbers (one row per unit)"
         if not isinstance(v, list) or not v:
-            raise ConfigError(path, f"must be {what}, got {_show(v)}")
+            raise ConfigError(path, f"must be {what}, got {shown(v)}")
         rows = v if self.ndim == 2 else [v]
         width = None
         for row in rows:
             if not isinstance(row, list) or not row:
-                raise ConfigError(path, f"must be {what}, got {_show(v)}")
+                raise ConfigError(path, f"must be {what}, got {shown(v)}")
             if width is not None and len(row) != width:
-                raise ConfigError(path, f"rows must all have the same length, got {_show([len(r) for r in rows])}")
+                raise ConfigError(path, f"rows must all have the same length, got {shown([len(r) for r in rows])}")
             width = len(row)
             for x in row:
                 if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x):
-                    raise ConfigError(path, f"must be {what} (finite), got an entry {_show(x)}")
+                    raise ConfigError(path, f"must be {what} (finite), got an entry {shown(x)}")
         return np.array(v, dtype=float)
 
 
@@ -249,7 +239,7 @@ class Table:
     def check(self, path: str, v: Any) -> dict:
         if not isinstance(v, dict):
             # the hint only where it holds: a table without required keys takes its defaults when empty
-            raise ConfigError(path, f"must be a table, got {_show(v)}" + (
+            raise ConfigError(path, f"must be a table, got {shown(v)}" + (
                 f": write it as [{path}] (an empty one takes the defaults)" if path and not self.required else ""))
         unknown = sorted(set(v) - set(self.fields))
         if unknown:
