@@ -223,6 +223,8 @@ class LagrangianPhase(AtomSystem, Integration):
         certification replace ``nodes``, ``t``, ``dt``, ``nsteps``, ``nrejected`` and ``merges``)
     """
 
+    HOLD_AFTER_REJECT = True
+
     def __init__(self, model: Model, space, nodes: Nodes | None, t: float, degree: int, rtol: float, atol: float,
                  merge_tol: float, drift_tol: float, sums: InteractionSums | None = None, dt: float | None = None,
                  nsteps: int = 0, nrejected: int = 0, merges: list | None = None, certify: bool = False,

@@ -125,21 +125,30 @@ class GroupedJacobian:
             Exc = (rows @ c.T).reshape(N, n, k)                         # [i, a, H] = E_i^T c_H
             A = model.beta * np.matmul(Exc * Km[:, None, :], Exc.transpose(0, 2, 1))
             A -= (Km * cos).sum(axis=1)[:, None, None] * np.eye(n)
-            Fcols = F.transpose(1, 0, 2).reshape(d, k * n)              # column H n + b: column b of F_H
-            G = rows @ Fcols                                            # [(i, a), (H, b)] = E_i^T F_H
-            G += model.beta * np.repeat(Exc.reshape(N * n, k), n, axis=1) * np.repeat(x @ Fcols, n, axis=0)
-            Kr = np.repeat(np.repeat(K, n, axis=0), n, axis=1)
+            # U by the column b of the cells' frames, each (N, n, k) with the cells along the contiguous axis, then
+            # interleaved into the layout [(i, a), (H, b)]
+            Ks = (model.sign * K)[:, None, :]
+            bExc = model.beta * Exc
             if model.attention == "unnormalized":
-                U = model.strength * Kr * G
+                Ks = model.strength * Ks
                 B += model.strength * A
             else:
                 psi = Km.sum(axis=1)
                 g = np.einsum("idn,id->in", E, Km @ c)
-                xF = np.repeat(x @ Fcols, n, axis=0)
-                U = Kr * (G / np.repeat(psi, n)[:, None]
-                          - model.beta * g.reshape(N * n, 1) * xF / np.repeat(psi, n)[:, None] ** 2)
+                bg = (model.beta * g)[:, :, None]
                 B += A / psi[:, None, None] - model.beta * np.einsum("in,ip->inp", g, g) / psi[:, None, None] ** 2
-            self.U = model.sign * U                                     # (N n, k n)
+            U = np.empty((N, n, k, n))
+            for b in range(n):
+                Fb = F[:, :, b].T                                       # (d, k): column b of each F_H
+                Gb = (rows @ Fb).reshape(N, n, k)                       # E_i^T F_H e_b
+                xF = (x @ Fb)[:, None, :]                               # x_i^T F_H e_b
+                Gb += bExc * xF
+                if model.attention != "unnormalized":
+                    Gb /= psi[:, None, None]
+                    Gb -= bg * xF / (psi ** 2)[:, None, None]
+                Gb *= Ks
+                U[:, :, :, b] = Gb
+            self.U = U.reshape(N * n, k * n)                            # sign U
             self.V = w[:, None, None] * np.matmul(F[idx].transpose(0, 2, 1), E)     # (N, n, n): w_j F_H^T E_j
             # the sum over the nodes of each cell, as a sparse (k, N) incidence
             self.P = scipy.sparse.csr_matrix((np.ones(N), (idx, np.arange(N))), shape=(k, N))

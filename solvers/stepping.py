@@ -499,6 +499,9 @@ class Integration:
     #: fixed steps landing on a snapshot time are shortened; this relative slack keeps float round-off in t
     #: from adding a spurious tiny step
     LANDING_SLACK = 1e-9
+    #: the step after a rejected one does not grow (Hairer & Wanner's rule for stiff problems, where a step
+    #: held by stability, not accuracy, would otherwise grow into a rejection again and again)
+    HOLD_AFTER_REJECT = False
 
     def __init__(self, *, t: float, t_final: float, dt: float | None, tableau: "Tableau | RosenbrockTableau | None",
                  controller: StepController | None, max_steps: int, nsteps: int = 0, nrejected: int = 0,
@@ -565,6 +568,7 @@ class Integration:
         lin, scaled, tableau = self.lin, self.rhs_scaled(), self.tableau
         stepper = self._stepper(lin, scaled)
         bad = 0
+        held = False
         keeps = self.checkpoint is not None and math.isfinite(self.checkpoint_every)
         next_keep = time.perf_counter() + self.checkpoint_every if keeps else math.inf
         accepted = False
@@ -611,6 +615,7 @@ class Integration:
                 self.dt = dt_new
                 if not ok:
                     self.nrejected += 1
+                    held = self.HOLD_AFTER_REJECT
                     bad = bad + 1 if not math.isfinite(errn) else 0
                     if bad >= 20 or not math.isfinite(dt_new) or dt_new < self.min_step():
                         return "non-finite", ("step size underflow" if math.isfinite(errn)
@@ -624,6 +629,9 @@ class Integration:
                 if memory is not None and self.dt < h_free:
                     self.controller.restore(memory)
                     self.dt = h_free
+                elif held:
+                    self.dt = min(self.dt, h)
+                held = False
             bad = 0
             self.t = t_land if lands else self.t + h
             self.nsteps += 1
