@@ -52,7 +52,7 @@ from .balance import balanced, force_scales
 from .atoms import circle_closest_chord, circle_neighbour_chords, single_linkage_clusters
 from .interaction import InteractionSums
 from .model import Model
-from .node_jacobian import (DENSE_DIMENSIONS, GroupedJacobian, atoms_factor, growth_bound, spectral_bound,
+from .node_jacobian import (DENSE_DIMENSIONS, GroupedJacobian, atoms_factor, growth_bound, spectral_radius,
                             tangent_solver)
 from .particles import measure_energy, measure_velocity
 # the node measures are a module of their own; their names are also imported from here
@@ -388,8 +388,8 @@ class LagrangianPhase(AtomSystem, Integration):
 
     @staticmethod
     def _rate(W) -> float:
-        """rho(W) bounded by its largest singular value (the power method)."""
-        return W.spectral_bound() if isinstance(W, GroupedJacobian) else spectral_bound(W[0])
+        """rho(W), estimated by the power method (:func:`~solvers.node_jacobian.spectral_radius`)."""
+        return W.spectral_radius() if isinstance(W, GroupedJacobian) else spectral_radius(W[0])
 
     # --- snapshots --------------------------------------------------------------------------------
     def row(self, output_points: int, smoothing: float) -> dict:

@@ -57,3 +57,17 @@ def test_the_woodbury_solve_is_the_dense_solve_of_the_same_w(d):
     alpha = np.linalg.solve(np.eye(beta.size) - g * _dense(W), beta).reshape(len(x), d - 1)
     want = b + np.einsum("ndk,nk->nd", E, alpha - beta.reshape(len(x), d - 1))
     assert np.allclose(got, want, rtol=0, atol=1e-12 * np.abs(want).max())
+
+
+def test_the_stiffness_estimate_is_the_spectral_radius_not_the_largest_singular_value():
+    """A non-normal matrix (eigenvalues -1 and -2, a coupling of 1000: largest singular value ~1000) and a
+    rotation scaled by 3 (a complex pair, |lambda| = 3): the estimate is the modulus of the largest eigenvalue."""
+    from solvers.node_jacobian import spectral_radius
+    J = np.zeros((20, 20))
+    J[:10, :10] = np.diag(np.full(10, -2.0))
+    J[10:, 10:] = np.diag(np.full(10, -1.0))
+    J[:10, 10:] = 1000.0 * np.eye(10)
+    assert np.linalg.norm(J, 2) > 900
+    assert spectral_radius(J) == pytest.approx(2.0, rel=0.1)
+    R = 3.0 * np.array([[np.cos(1.0), -np.sin(1.0)], [np.sin(1.0), np.cos(1.0)]])
+    assert spectral_radius(np.kron(np.eye(5), R)) == pytest.approx(3.0, rel=1e-12)
