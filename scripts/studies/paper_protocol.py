@@ -672,12 +672,15 @@ def plot_energy_gaps(pde: list[dict], path: Path) -> None:
         glob = np.array([bool(p["terminal"].get("is_global")) for p in rows])
         c = SETUPS[s][3]
         ax.plot(x, gap, "-", color=c, lw=0.8, alpha=0.6)
-        ax.plot(x[glob], gap[glob], "o", color=c, ms=6, label=f"{s} ({SETUPS[s][0]}): the global extremum")
-        ax.plot(x[~glob], gap[~glob], "o", mfc="white", mec=c, mew=1.4, ms=6, label=f"{s}: not the global one")
+        if glob.any():
+            ax.plot(x[glob], gap[glob], "o", color=c, ms=6, label=f"{s} ({SETUPS[s][0]}): the global extremum")
+        if (~glob).any():
+            ax.plot(x[~glob], gap[~glob], "o", mfc="white", mec=c, mew=1.4, ms=6,
+                    label=f"{s} ({SETUPS[s][0]}): not the global one")
     ax.axhline(GAP_FLOOR, color="0.6", lw=0.8, ls=":")
     ax.set_yscale("log")
     ax.set_xlabel("sqrt(beta)")
-    ax.set_ylabel(f"E(certified end) - E*   (floor {GAP_FLOOR:g})")
+    ax.set_ylabel(f"|E(certified end) - E*|   (floor {GAP_FLOOR:g})")
     ax.set_title("The flow from uniform against the global extremum of the energy (Prop. 3.7)", fontsize=10)
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
     fig.tight_layout()
