@@ -184,8 +184,9 @@ ATTEMPT_GROWTH = 0.25
 ATTEMPT_MIN_GAP = 1.0
 #: a plateau's kick has had time to grow by e^LEAVE_GROWTHS before the same groups are polished again
 LEAVE_GROWTHS = 20.0
-#: the run stops at the state it is on after this many plateaus
-MAX_PLATEAUS = 64
+#: the run stops at the state it is on after this many plateaus: a guard against a cycle the check for a
+#: plateau met again misses; a dead-zone lattice's cascade of splits passes through dozens before its stable end
+MAX_PLATEAUS = 1024
 
 
 def diffuse_rate_of(log: list) -> tuple[float, float] | None:

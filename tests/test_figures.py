@@ -24,17 +24,9 @@ from solvers.app.archive import load  # noqa: E402
 from solvers.app.config import parse_config  # noqa: E402
 from solvers.app.runner import run_config  # noqa: E402
 
-CIRCLE = """[run]
-name = "circle"
-[model]
-d = 2
-beta = 5.0
-flow = "ascent"
-[model.perceptron]
-units = 2
-activation = "relu"
-seed = 111
-[pde]
+from configs import model_toml  # noqa: E402
+
+CIRCLE = '[run]\nname = "circle"\n' + model_toml(2, 5.0, "ascent", 2) + """[pde]
 degree = 64
 t_final = 60.0
 save_every = 2.0
@@ -50,17 +42,7 @@ save_every = 0.5
 [compare]
 moments = 8
 """
-SPHERE = """[run]
-name = "sphere"
-[model]
-d = 3
-beta = 5.0
-flow = "descent"
-[model.perceptron]
-units = 3
-activation = "relu"
-seed = 111
-[pde]
+SPHERE = '[run]\nname = "sphere"\n' + model_toml(3, 5.0, "descent", 3) + """[pde]
 degree = 16
 t_final = 40.0
 save_every = 2.0
@@ -78,15 +60,7 @@ moments = 4
 LONG = ('[run]\nname = "long"\n[model]\nd = 2\nbeta = 1.0\nflow = "ascent"\n[initial]\nkind = "zonal_harmonic"\n'
         'degree = 2\namplitude = 0.5\n[pde]\ndegree = 32\nt_final = inf\nsave_every = 0.05\nnodes = 256\n'
         'handoff_degree = 128\n')
-VALIDATE = """[model]
-d = 2
-beta = 1.0
-flow = "ascent"
-[model.perceptron]
-units = 2
-activation = "relu"
-seed = 111
-[pde]
+VALIDATE = model_toml() + """[pde]
 degree = 64
 t_final = 2.0
 save_every = 0.5
@@ -99,17 +73,7 @@ save_every = 0.5
 """
 BRANCH = ('[run]\nname = "branch"\n[model]\nd = 2\nbeta = 3.0\nflow = "ascent"\n[branch]\nmode = 1\n'
           'noise_range = [0.03, 0.07]\ndegree = 32\nmax_points = 100\n')
-SWEEP = """[run]
-name = "sweep"
-[model]
-d = 2
-beta = 1.0
-flow = "ascent"
-[model.perceptron]
-units = 2
-activation = "relu"
-seed = 111
-[pde]
+SWEEP = '[run]\nname = "sweep"\n' + model_toml() + """[pde]
 degree = 32
 t_final = 60.0
 save_every = 5.0
