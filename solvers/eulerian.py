@@ -134,8 +134,8 @@ class EulerianPhase(Integration):
             need = left * vmax / (opts.cfl * self.disc.spacing)
             if need > opts.max_steps:
                 raise ValueError(f"at t = {self.t:g} max |v| = {vmax:.3g} limits the step to cfl h / max|v| = "
-                                 f"{opts.cfl * self.disc.spacing / vmax:.3g}: t_final = {self.t_final:g} needs more than "
-                                 f"max_steps = {opts.max_steps} steps (check the model's perceptron scale and "
+                                 f"{opts.cfl * self.disc.spacing / vmax:.3g}: t_final = {self.t_final:g} needs more "
+                                 f"than max_steps = {opts.max_steps} steps (check the model's perceptron scale and "
                                  "strength, and the option cfl)")
 
     def _refuse_unusable_initial_state(self, diag: dict, miss: float) -> None:
@@ -148,13 +148,14 @@ class EulerianPhase(Integration):
         if self.degree >= self.cap and self.continues and tail > opts.tail_tol:
             raise ValueError(f"initial data refused before any step: the initial density is not resolved at the "
                              f"handoff degree {self.cap} (spectral tail or miss at check points "
-                             f"{_above(tail, opts.tail_tol)} > tail_tol {_sci(opts.tail_tol)}), so the continuation has no resolved state to start "
-                             "from; raise handoff_degree (and max_degree), or start from a smoother density")
+                             f"{_above(tail, opts.tail_tol)} > tail_tol {_sci(opts.tail_tol)}), so the continuation "
+                             "has no resolved state to start from; raise handoff_degree (and max_degree), or start "
+                             "from a smoother density")
         if self.degree >= self.cap and tail > opts.tail_max:
             raise ValueError(f"initial data refused before any step: the initial density is not resolved at "
                              f"max_degree = {self.max_degree} (spectral tail or miss at check points "
-                             f"{_above(tail, opts.tail_max)} > tail_max {_sci(opts.tail_max)}; the run would stop at once with 'resolution'); raise "
-                             "max_degree, or start from a smoother density")
+                             f"{_above(tail, opts.tail_max)} > tail_max {_sci(opts.tail_max)}; the run would stop at "
+                             "once with 'resolution'); raise max_degree, or start from a smoother density")
         chk = self._check_state(diag)
         if chk is not None:
             reason, message = chk

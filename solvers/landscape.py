@@ -85,7 +85,7 @@ from .landscape_bound import certified_minimum, cube_sphere_points, newton_minim
 from .landscape_descent import exchange, merge_atoms, newton_atoms, qp_data, simplex_qp, slide
 from .model import Model
 
-__all__ = ["Extremum", "ContinuousPart", "extremum", "ROUTES", "TARGET_GAP", "EndVsExtremum", "compare_end"]
+__all__ = ["Extremum", "ContinuousPart", "extremum", "ROUTES", "TARGET_GAP"]
 
 ROUTES = ("auto", "grid", "relu-qp")
 #: the gap the descent's loop aims at (absolute; the energies are O(1) above gamma g(1) / 2)

@@ -208,7 +208,8 @@ class Model:
         object.__setattr__(self, "noise", noise)
         if self.perceptron is not None:
             if not isinstance(self.perceptron, Perceptron):
-                raise ValueError(f"Model: perceptron must be a Perceptron or None, got {type(self.perceptron).__name__}")
+                raise ValueError("Model: perceptron must be a Perceptron or None, got "
+                                 f"{type(self.perceptron).__name__}")
             if self.perceptron.d != self.d:
                 raise ValueError(f"Model: perceptron dimension {self.perceptron.d} does not match d = {self.d}")
 

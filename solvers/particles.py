@@ -71,7 +71,8 @@ from .restart import ParticleState
 from .stepping import TABLEAUS, Integration, Progress, StepController
 
 __all__ = ["simulate_particles", "ParticleResult", "ParticleOptions", "StopRule", "initial_particles",
-           "cluster_radius", "measure_velocity", "measure_energy", "prepare_particles", "ParticleRun", "STOP_REASONS", "INTEGRATORS", "INITS"]
+           "cluster_radius", "measure_velocity", "measure_energy", "prepare_particles", "ParticleRun",
+           "STOP_REASONS", "INTEGRATORS", "INITS"]
 
 STOP_REASONS = ("t_final", "converged", "non-finite", "max_steps", "interrupted")
 INTEGRATORS = ("euler", "rk4", "adaptive")
@@ -358,7 +359,8 @@ def _sphere_quadrature(n: int, density: Callable | None) -> tuple[np.ndarray, np
         return x, q / q.sum(), f"quadrature (Gauss grid {nlat} x {nphi}, uniform)"
     vals = density_values(density, x)
     if np.any(vals <= 0):
-        raise ValueError("init='quadrature': the density must be > 0 at every Gauss-grid node (particle weights are > 0)")
+        raise ValueError("init='quadrature': the density must be > 0 at every Gauss-grid node (particle weights are "
+                         "> 0)")
     w = vals * q
     return x, w / w.sum(), f"quadrature (Gauss grid {nlat} x {nphi}, weights density x Gauss weight)"
 
@@ -559,8 +561,8 @@ class ParticleResult:
 # the solver
 # ----------------------------------------------------------------------------------------------
 #: arrays of N x d doubles a run holds at its peak besides its snapshots: the integrator's stages, the
-#: velocity and the sums' per-point arrays (tracemalloc, 10^6 particles on S^1: 17.3 rk4, 22.3 adaptive and
-#: 14.8 euler with the two snapshots' 5; on S^2 about 4 per particle besides ~0.5 GiB of fixed tables)
+#: velocity and the sums' per-point arrays: a bound of what the integrators hold on S^1 (on S^2 the sums hold
+#: fewer per particle, besides fixed tables); the figures are in docs/performance.md
 WORK_ARRAYS = 18.0
 
 
@@ -879,7 +881,8 @@ class ParticleRun(Integration):
             nrejected=self.nrejected, save_index=self.save_index,
             dt=float(self.dt) if self.dt is not None else float("nan"), rng_state=self.rng.bit_generator.state,
             stop_counts=list(self.counts), stiffness=(self.stiffness_since, self.stiffness_max,
-                                                      math.nan if self.stiffness_over_t is None else self.stiffness_over_t),
+                                                      math.nan if self.stiffness_over_t is None else
+                                                      self.stiffness_over_t),
             initial=self.initial, settings=self._settings(),
             facold=self.controller.facold if self.controller is not None else None).to_dict()
 

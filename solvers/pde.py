@@ -479,9 +479,10 @@ def _check_restart_settings(saved: dict | None, now: dict) -> None:
     """ValueError listing what differs between a restart state's settings and this run's."""
     if saved is None:
         return
-    norm = lambda v: tuple(v) if isinstance(v, list) else v
-    # a setting the saved state does not name was not recorded when it was written (an older archive's:
-    # "option threads" until 2026-11-27); it ran with that setting's behaviour then, which is not checked
+    def norm(v):
+        return tuple(v) if isinstance(v, list) else v
+    # a setting the saved state does not name was not recorded when it was written (an older archive's,
+    # "option threads" say); it ran with that setting's behaviour then, which is not checked
     diff = [f"{k}: {saved.get(k)!r} -> {now[k]!r}" for k in now
             if (k in saved or not k.startswith("option ")) and norm(saved.get(k)) != norm(now[k])]
     if diff:
@@ -511,7 +512,8 @@ def _initial_coefficients(space, initial, degree: int, tail_tol: float, max_degr
             if not mass > 0:
                 raise ValueError(f"initial density has mass {mass:.3g}; it must be positive")
             c = c / mass
-            miss = float(np.linalg.norm(space.evaluate(c, probe) - want / mass) / np.linalg.norm(want / mass)) if np.any(want) else math.inf
+            miss = (float(np.linalg.norm(space.evaluate(c, probe) - want / mass) / np.linalg.norm(want / mass))
+                    if np.any(want) else math.inf)
             if max(space.tail(c), miss) <= tail_tol or degree >= max_degree:
                 break
             degree = min(2 * degree, max_degree)
@@ -748,8 +750,8 @@ class PDERun:
         per_snap = 8.0 * grid_points + 16.0 * space.ncoef(self.cap)
         if self.continues:
             per_snap += 8.0 * (self.model.d + 2) * (opts.nodes or space.default_nodes)
-        # the snapshots are kept as rows, then stacked into the result's arrays (measured peak: 2.3 x their
-        # size, 1002 snapshots of 2^17 points on S^1)
+        # the snapshots are kept as rows, then stacked into the result's arrays: at the peak both, and the
+        # temporaries of the stacking
         parts = {f"{n_snap} snapshots kept and stacked": 2.5 * n_snap * per_snap,
                  "output grid": 8.0 * self.model.d * grid_points}
         parts[f"transforms at degree {self.cap}"] = space.transform_bytes(self.cap)
@@ -761,8 +763,7 @@ class PDERun:
 
     def _settings(self) -> dict:
         """What a restart must share with the run it continues (else it would not be that run); t_final
-        and the step budget may change. Fixed for the run: computed once (every restart state holds it;
-        14 us a snapshot otherwise, measured)."""
+        and the step budget may change. Fixed for the run: computed once (every restart state holds it)."""
         if self._settings_once is None:
             self._settings_once = self._compute_settings()
         return dict(self._settings_once)
@@ -778,8 +779,8 @@ class PDERun:
                 h.update(k.encode())
                 h.update(np.ascontiguousarray(v).tobytes() if isinstance(v, np.ndarray) else repr(v).encode())
             digest = h.hexdigest()[:16]
-        # threads count: on S^2 SHTns's transforms round differently with 1 and 2 threads (2.5e-16, measured),
-        # so a restart with other threads would not continue the run bit for bit
+        # threads count: on S^2 SHTns's transforms round differently with 1 and 2 threads, so a restart with
+        # other threads would not continue the run bit for bit
         opts = {k: v for k, v in self.opts.to_dict().items() if k != "max_steps"}
         return {"d": m.d, "beta": m.beta, "flow": m.flow, "attention": m.attention, "strength": m.strength,
                 "noise": m.noise, "perceptron": digest, "save_every": self.save_every,
@@ -1017,8 +1018,9 @@ class PDERun:
         n1 = int(self.handoff["nodes"])
         mine = lagrangian.NodeAtoms(terminal.positions, terminal.masses, terminal.counts, 0.0, 0.0)
         other = lagrangian.NodeAtoms(check.positions, check.masses, check.counts, 0.0, 0.0)
-        est = lagrangian.estimate_atoms(mine, other, n2, floor=self.space.basin_floor_nodes * self.handoff["max_weight"],
-                                        ratio=n2 / n1, order=1.0 / (self.model.d - 1))
+        est = lagrangian.estimate_atoms(mine, other, n2,
+                                        floor=self.space.basin_floor_nodes * self.handoff["max_weight"], ratio=n2 / n1,
+                                        order=1.0 / (self.model.d - 1))
         out = dataclasses.replace(terminal)
         # NodeAtoms sorts by mass, as TerminalState does (heaviest first, stable): the same order
         out.mass_errors, out.position_errors, out.check_nodes = est.mass_errors, est.position_errors, n2

@@ -676,7 +676,9 @@ class StationaryState:
 
     def amplitude(self, mode: int) -> float:
         """|c_k| on S^1; sqrt(sum_m mult |c_lm|^2) on S^2 (canonical coefficients)."""
-        return _CircleProblem.amplitude(self.coeffs, mode) if self.model.d == 2 else _sphere_amplitude(self.coeffs, mode)
+        if self.model.d == 2:
+            return _CircleProblem.amplitude(self.coeffs, mode)
+        return _sphere_amplitude(self.coeffs, mode)
 
     def summary(self) -> str:
         eig = ", ".join(f"{v:+.4g}" for v in self.eigenvalues[:4])
@@ -903,7 +905,8 @@ def free_energy(model: Model, coeffs: np.ndarray) -> float:
     if np.min(rho) <= 0:
         raise ValueError(f"free_energy: the density is not positive on the quadrature grid (min {np.min(rho):.3g})")
     g = model.energy_multipliers(int(np.max(space.harmonic_degree(degree))))
-    pair = space.sigma_factor * float(np.sum(space.multiplicity(degree) * g[space.harmonic_degree(degree)] * np.abs(c) ** 2))
+    degrees = space.harmonic_degree(degree)
+    pair = space.sigma_factor * float(np.sum(space.multiplicity(degree) * g[degrees] * np.abs(c) ** 2))
     pot = float(w @ (model.potential(pts) * rho)) if model.perceptron is not None else 0.0
     entropy = float(w @ (rho * np.log(rho)))
     return model.noise * entropy - model.sign * model.energy(pair, pot)

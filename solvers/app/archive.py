@@ -52,8 +52,8 @@ The names, dimensions and CF attributes: :mod:`.archive_schema`.
 from .archive_files import ArchiveDamaged, ArchiveError, ArchiveFull, ArchiveInUse, Lock, replace_into
 from .archive_reader import (RunArchive, load, model_differences, open_archive, read_comparison, read_model, read_pde,
                      read_particles, read_restart, read_state, read_validation, verify)
-from .archive_schema import (COMPRESSIONS, FORMAT, FORMAT_VERSION, PARTICLE_SERIES, PDE_SERIES, STEP_KEYS, SWEEP_COMMAND,
-                     VALIDATE_COMMAND, libraries, made_by, software_version)
+from .archive_schema import (COMPRESSIONS, FORMAT, FORMAT_VERSION, PARTICLE_SERIES, PDE_SERIES, STEP_KEYS,
+                             SWEEP_COMMAND, VALIDATE_COMMAND, libraries, made_by, software_version)
 from .archive_writer import ArchiveWriter, write_comparison, write_model, write_validation
 
 __all__ = ["ArchiveError", "ArchiveDamaged", "ArchiveFull", "ArchiveInUse", "ArchiveWriter", "Lock", "RunArchive",

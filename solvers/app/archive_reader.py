@@ -62,7 +62,7 @@ def open_archive(path: str | Path, mode: str = "r") -> h5py.File:
     lock = Lock(p, exclusive=mode != "r")
     try:
         f = ArchiveFile(p, mode, lock)
-    except Exception as e:                        # noqa: BLE001 — HDF5's errors come as several kinds
+    except Exception as e:                        # HDF5's errors come as several kinds
         lock.release()
         raise files.hdf5_error(p, e) from None
     try:
@@ -81,7 +81,7 @@ def open_archive(path: str | Path, mode: str = "r") -> h5py.File:
     except ArchiveError:
         f.close()
         raise
-    except Exception as e:                        # noqa: BLE001
+    except Exception as e:
         f.close()
         raise ArchiveDamaged(f"{p}: damaged archive ({one_line(e)})") from None
     return f
@@ -383,7 +383,8 @@ def read_pde(g: h5py.Group, model: Model, cache: dict | None = None, all_rows: b
     state = _committed(g)
     limit = None if all_rows else state
     T = len(cache["pde/t"]) if "pde/t" in cache else _rows(g, limit)
-    get = lambda k: _series(g, "pde", k, T, cache)                            # noqa: E731
+    def get(k):
+        return _series(g, "pde", k, T, cache)
     steps = {}
     if "steps" in g:
         # the steps the committed state covers (all of a complete stage's, also those after its last snapshot)
@@ -470,8 +471,8 @@ def _read_nodes(g: h5py.Group, T: int, restart: dict | None, state: dict | None,
                             "merges": np.array(restart.get("merges", []), dtype=float).reshape(-1, 3), **steps}
     lg = g["lagrangian"]
     n, m = state.get("lag_rows"), state.get("lag_points")
-    get = lambda k, rows: (cache[f"pde/lagrangian/{k}"] if f"pde/lagrangian/{k}" in cache          # noqa: E731
-                           else value(lg[k], rows))
+    def get(k, rows):
+        return cache[f"pde/lagrangian/{k}"] if f"pde/lagrangian/{k}" in cache else value(lg[k], rows)
     rows, counts, drift = get("snapshot", n), get("node_count", n), get("max_drift", n)
     x, w, count = get("x", m), get("w", m), get("count", m)
     nodes: list = [None] * T
@@ -502,7 +503,8 @@ def read_particles(g: h5py.Group, model: Model, cache: dict | None = None):
     T = len(cache["particles/t"]) if "particles/t" in cache else _rows(g, state)
     restart = read_restart(g) if state is not None else None
     settings = json.loads(attr_text(a.get("options", "{}")))
-    get = lambda k: _series(g, "particles", k, T, cache, fill=np.nan)         # noqa: E731
+    def get(k):
+        return _series(g, "particles", k, T, cache, fill=np.nan)
     option_names = {f.name for f in fields(ParticleOptions)}
     # the fixed steps' stiffness: absent before it was recorded; the first step beyond the bound as the run
     # recorded it at its end, else (a run still going, killed) the first snapshot whose steps went beyond
@@ -535,7 +537,8 @@ def read_comparison(g: h5py.Group):
     """The :class:`~solvers.comparison.Comparison` that ``write_comparison`` wrote to ``g``."""
     from ..comparison import Comparison
 
-    get = lambda k: value(g[k]) if k in g else None                         # noqa: E731
+    def get(k):
+        return value(g[k]) if k in g else None
     pairs = []
     if "matched_position_error" in g:
         err, a, b = get("matched_position_error"), get("matched_pde_mass"), get("matched_particle_mass")
@@ -640,7 +643,7 @@ def load(path: str | Path) -> RunArchive:
             return read_archive(f, path)
         except ArchiveError:
             raise
-        except Exception as e:                    # noqa: BLE001 — whatever a damaged file makes the reading do
+        except Exception as e:                    # whatever a damaged file makes the reading do
             raise ArchiveDamaged(f"{path}: damaged archive ({type(e).__name__}: {one_line(e)})") from None
 
 

@@ -34,9 +34,9 @@ from ..model import Model
 from . import archive_files as files
 from .archive_files import ArchiveDamaged, ArchiveError, ArchiveFull, Lock
 from .archive_reader import SEAL, is_dimension, read_restart, read_results, read_state, text_seal
-from .archive_schema import (CHECKSUMS, COMPRESSED, COMPRESSIONS, DIMENSION_NOTES, FORMAT, FORMAT_VERSION, PARTICLE_SERIES,
-                     PDE_SERIES, PURE_DIM, STEP_KEYS, cf_attributes, crc, digest, dims_of, libraries,
-                     software_version, to_json)
+from .archive_schema import (CHECKSUMS, COMPRESSED, COMPRESSIONS, DIMENSION_NOTES, FORMAT, FORMAT_VERSION,
+                             PARTICLE_SERIES, PDE_SERIES, PURE_DIM, STEP_KEYS, cf_attributes, crc, digest, dims_of,
+                             libraries, software_version, to_json)
 
 GZIP = dict(compression="gzip", compression_opts=1, shuffle=True)
 #: bytes reserved beyond twice a batch's arrays: its metadata (object headers, chunk indexes, attributes) and
@@ -319,7 +319,7 @@ class ArchiveWriter:
                 seal(f)
                 f.flush()
             return True
-        except Exception:                                   # noqa: BLE001 — the status stays the last one
+        except Exception:                                   # the status stays the last one
             return False
 
     def _flush(self) -> None:
@@ -573,7 +573,8 @@ class ArchiveWriter:
 
     def _write_pde(self, snaps: list[dict]) -> None:
         g = self.f["pde"]
-        column = lambda key, dtype: np.array([s[key] for s in snaps], dtype=dtype)        # noqa: E731
+        def column(key, dtype):
+            return np.array([s[key] for s in snaps], dtype=dtype)
         t = self._append(g, "pde", "t", column("t", float))
         coeffs = self._append(g, "pde", "coeffs", _stack([s["coeffs"] for s in snaps], complex),
                               compress="coeffs" in self.compress, grow=True)
@@ -822,7 +823,8 @@ class ArchiveWriter:
         if result.stop_reason == "interrupted" or "state" not in self.f[f"{section}/restart"].attrs:
             self._flush()
             return
-        self._record_results(f"/{section}@", {f"/{section}@state": [read_state(self.f[f"{section}/restart"])["digest"]]})
+        digest = read_state(self.f[f"{section}/restart"])["digest"]
+        self._record_results(f"/{section}@", {f"/{section}@state": [digest]})
 
     def _cover(self, section: str, ds: h5py.Dataset) -> None:
         """Count a dataset written once (outside the per-snapshot series) in the section's next commit, by its
@@ -855,7 +857,8 @@ class ArchiveWriter:
             # NaN for those rows, so that every series keeps the rows of t
             head = [np.nan] * before if before and k not in g else []
             self._append(g, "particles", k, np.array(head + [s.get(k, np.nan) for s in snaps], dtype=float))
-        self._append(g, "particles", "n_clusters", np.array([s.get("cluster_count", -1) for s in snaps], dtype=np.int64))
+        counts = np.array([s.get("cluster_count", -1) for s in snaps], dtype=np.int64)
+        self._append(g, "particles", "n_clusters", counts)
         self._particles_restart(g, dict(snaps[-1]["restart"]))
         self._kept_after["particles"] = False
 

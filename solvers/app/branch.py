@@ -21,8 +21,8 @@ the located events ``fold_*`` (fold) and ``bifurcation_*`` (bifurcation); attrib
 ``representation``, ``threshold``, ``kind``, ``normal_form``, ``normal_form_fit`` (JSON), ``transition``
 (NaN: none), ``free_energy_uniform``, ``noise_range``, ``options`` (JSON), ``ended`` (JSON: why each side
 ended), ``degree_raised`` (JSON: each raise of the degree, after which the group holds the branch followed
-again at the new degree), ``points`` (the rows complete), ``complete``. Each point is written (and the file flushed) as it is
-computed; ``--resume`` continues the unfinished side from the last point written, with the same numbers as an
+again at the new degree), ``points`` (the rows complete), ``complete``. Each point is written (and the file flushed) as
+it is computed; ``--resume`` continues the unfinished side from the last point written, with the same numbers as an
 uninterrupted run. The diagram (:func:`plot_branch`) is written next to the archive.
 """
 from __future__ import annotations
@@ -92,7 +92,7 @@ def parse_branch_config(text: str, source: str = "<string>") -> BranchConfig:
     if run_tables:
         # a configuration of the other command: said, rather than "unknown key"
         key = run_tables[0]
-        raise ConfigError(key, f"is a table of an `attnpde run` configuration (also `sweep`, `validate`): "
+        raise ConfigError(key, "is a table of an `attnpde run` configuration (also `sweep`, `validate`): "
                                + ("run it with `attnpde run CONFIG`; " if "branch" not in raw else "remove it; ")
                                + "an `attnpde branch` configuration has [run], [model] and [branch] (docs/noise.md, "
                                "docs/configuration.md)")
@@ -315,7 +315,8 @@ def _write_events(g: h5py.Group, branch: Branch) -> None:
                                       dtype=h5py.string_dtype())
                 ds.dims[0].attach_scale(dim)
                 _cf(ds, long_name, None)
-    nan = lambda v: math.nan if v is None else float(v)  # noqa: E731
+    def nan(v):
+        return math.nan if v is None else float(v)
     g.attrs.update({"kind": branch.kind, "normal_form": nan(branch.normal_form),
                     "normal_form_fit": json.dumps(branch.normal_form_fit), "transition": nan(branch.transition),
                     "free_energy_uniform": nan(branch.free_energy_uniform), "wall_time": float(branch.wall_time),
@@ -350,7 +351,8 @@ def _check_resumable(path: Path, config: BranchConfig) -> tuple[list[dict], dict
         archived = parse_toml(text)
     except ConfigError:
         raise ArchiveError(f"{path}: damaged archive: its configuration does not parse") from None
-    strip = lambda raw: {k: v for k, v in raw.items() if k != "run"}  # noqa: E731
+    def strip(raw):
+        return {k: v for k, v in raw.items() if k != "run"}
     if strip(archived) != strip(config.raw):
         raise RunRefused(f"{path}: was made with a different [model] or [branch] table; use --force to start over")
     return points, ended, degree, raised
@@ -459,7 +461,8 @@ def load_branch(path: str | Path) -> Branch:
     if symmetric:
         cols["side"] = cols["side"].copy()
         cols["side"][plus[0]] = 0                     # the start: the uniform state at the threshold
-    nanless = lambda v: None if v is None or (isinstance(v, float) and math.isnan(v)) else float(v)  # noqa: E731
+    def nanless(v):
+        return None if v is None or (isinstance(v, float) and math.isnan(v)) else float(v)
     ended = {int(k): tuple(v) for k, v in json.loads(a.get("ended", "{}")).items()}
     return Branch(model=model, mode=int(a["mode"]), degree=int(a["degree"]), representation=str(a["representation"]),
                   noise=cols["noise"][order], amplitude=cols["amplitude"][order],

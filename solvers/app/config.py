@@ -166,7 +166,8 @@ class Int:
 
     def _range(self, why: bool = True) -> str:
         """The bounds, and with ``why`` their reason."""
-        parts = ([f">= {self.min}"] if self.min is not None else []) + ([f"<= {self.max}"] if self.max is not None else [])
+        parts = (([f">= {self.min}"] if self.min is not None else [])
+                 + ([f"<= {self.max}"] if self.max is not None else []))
         return ((" " + " and ".join(parts)) if parts else "") + (f" ({self.why})" if why and self.why else "")
 
 
@@ -473,7 +474,8 @@ def _initial(spec: dict | None, d: int) -> dict:
             raise ConfigError(f"initial.{key}", f"is required for kind = {kind!r}")
     for key in spec:
         if key not in allowed:
-            raise ConfigError(f"initial.{key}", f"does not apply to kind = {kind!r} (allowed: {', '.join(sorted(allowed))})")
+            raise ConfigError(f"initial.{key}",
+                              f"does not apply to kind = {kind!r} (allowed: {', '.join(sorted(allowed))})")
     for key in ("mu", "axis"):
         if key in spec:
             v = spec[key]
@@ -493,7 +495,8 @@ def _check_zonal_degree(degree: int, pde: dict | None, d: int) -> None:
         top = res - 1 if d == 2 else res
         if degree > top:
             raise ConfigError("initial.degree", f"must be <= {top}, the largest degree the PDE resolves "
-                                                f"(pde.max_degree = {res}{'' if 'max_degree' in pde else ', the default'}), "
+                                                f"(pde.max_degree = {res}"
+                                                f"{'' if 'max_degree' in pde else ', the default'}), "
                                                 f"got {degree}")
 
 
@@ -551,9 +554,9 @@ def _check_compare(compare: dict, pde: dict, d: int) -> None:
                 break
         unit = 10.0 ** (math.floor(math.log10(lo)) - 2) if lo > 0 else 1.0
         limit = float(f"{math.floor(lo / unit) * unit:.3g}")
-        raise ConfigError("compare.mmd_beta", f"{mmd_beta:g} makes the MMD kernel exp(mmd_beta (<x,y> - 1)) need harmonic "
-                                              f"degrees above {top}, the largest the PDE resolves ({what}): set "
-                                              f"mmd_beta <= {limit:g}")
+        raise ConfigError("compare.mmd_beta", f"{mmd_beta:g} makes the MMD kernel exp(mmd_beta (<x,y> - 1)) need "
+                                              f"harmonic degrees above {top}, the largest the PDE resolves ({what}): "
+                                              f"set mmd_beta <= {limit:g}")
 
 
 def _snapshot_times(table: dict, default_every: float | None) -> np.ndarray | None:
@@ -752,8 +755,8 @@ def parse_config(text: str, source: str = "<string>") -> RunConfig:
             from ..particles import cluster_radius
             radius = cluster_radius(model.beta, d, stop.get("scale", 0.5))
             if not radius >= ANGLE_MIN:
-                raise ConfigError("particles.stop.scale", f"makes the cluster radius scale / sqrt(beta) {radius:.3g} rad, "
-                                                          f"below {ANGLE_MIN:g} ({ANGLE_WHY})")
+                raise ConfigError("particles.stop.scale", "makes the cluster radius scale / sqrt(beta) "
+                                                          f"{radius:.3g} rad, below {ANGLE_MIN:g} ({ANGLE_WHY})")
         if init == "quadrature":
             problem = quadrature_count_problem(d, particles["n"])
             if problem is not None:
@@ -805,7 +808,8 @@ def perceptron_points(config: RunConfig, n: int | None = None) -> tuple[int, str
             nodes = pde.get("nodes", space.default_nodes)
             twice = pde.get("error_estimate", True)
             best = max(best, ((2 if twice else 1) * nodes,
-                              f"the continuation's {nodes} nodes" + (", twice for its error estimate" if twice else "")))
+                              f"the continuation's {nodes} nodes"
+                              + (", twice for its error estimate" if twice else "")))
     if config.particles is not None:
         n = config.particles["n"] if n is None else n
         best = max(best, (n, f"{n} particles"))

@@ -148,8 +148,9 @@ def _terminal_lines(T, attrs: dict) -> list[str]:
                      f"{T.newton_steps} Newton step(s), which moved the atoms by at most "
                      f"{float(np.max(T.displacement, initial=0.0)):.1e} rad")
     if getattr(T, "energy_gap", None) is not None:
-        lines.append(f"  against the global {T.extremum_kind} of the energy (E* = {T.extremum_energy:.10g}): energy gap "
-                     f"{T.energy_gap:.3e}; " + ("the end IS the global " if T.is_global else "not the global ")
+        lines.append(f"  against the global {T.extremum_kind} of the energy (E* = {T.extremum_energy:.10g}): "
+                     f"energy gap {T.energy_gap:.3e}; "
+                     + ("the end IS the global " if T.is_global else "not the global ")
                      + f"{T.extremum_kind} ({T.global_note})")
     elif getattr(T, "global_note", ""):
         lines.append(f"  global extremum: {T.global_note}")
@@ -304,7 +305,8 @@ def describe(path: str | Path) -> str:
     run = load(path)
     a = run.attrs
     out = [f"archive {run.path}  ({a.get('format')} v{a.get('format_version')}, attnpde {a.get('software_version')})",
-           f"  name: {a.get('name', '')}   status: {run.status}   created {a.get('created')}   updated {a.get('updated')}",
+           f"  name: {a.get('name', '')}   status: {run.status}   created {a.get('created')}   "
+           f"updated {a.get('updated')}",
            f"  command: {a.get('command', '')}"]
     if run.status != "finished":
         why = {"running": "killed, or still being written", "interrupted": "interrupted",
@@ -409,7 +411,7 @@ def describe_layout(path: str | Path) -> str:
             attrs = [f"{k} = {short(v)}" for k, v in f.attrs.items() if k not in hidden]
             lines.append(("/", f"attrs: {', '.join(attrs)}"))
             f.visititems(visit)
-        except Exception as e:                    # noqa: BLE001 — a structure HDF5 cannot walk
+        except Exception as e:                    # a structure HDF5 cannot walk
             raise ArchiveDamaged(f"{path}: damaged archive: its structure cannot be read "
                                  f"({' '.join(str(e).split())})") from None
     from .archive_schema import DIMENSION_NOTES

@@ -189,8 +189,8 @@ def settle_labels(fig, labels: list, inside: bool = True) -> None:
     """Place the annotations ``labels`` (their text offset, in points, is what moves) in empty space: each is
     moved horizontally into its axes (``inside``), then by the smallest vertical shift that keeps it inside,
     off every other text of the figure (and the labels placed before it) and, where such a place exists, off
-    the data its axes draws (lines, points, steps; reference lines across the panel excepted). Labels that find no place without data keep the first
-    place without text."""
+    the data its axes draws (lines, points, steps; reference lines across the panel excepted). Labels that find no
+    place without data keep the first place without text."""
     if not labels:
         return
     from matplotlib.transforms import Bbox

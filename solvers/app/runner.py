@@ -150,7 +150,7 @@ def deferred_interrupt():
 
 def deferred_interrupt_if(write: bool):
     """:func:`deferred_interrupt` around a snapshot callback that writes to the archive; nothing around one
-    that only buffers its snapshot (installing a signal handler for each snapshot costs, measured)."""
+    that only buffers its snapshot (installing a signal handler for each snapshot costs time)."""
     return deferred_interrupt() if write else contextlib.nullcontext()
 
 
@@ -159,7 +159,8 @@ def _differences(a: dict, b: dict, path: str = "") -> list[str]:
     ("model.noise: 0.0 in the archive, absent in the configuration"). A key written in one and left to its
     default in the other differs: the comparison is of what was written."""
     out = []
-    show = lambda d, k: repr(d[k]) if k in d else "absent"            # noqa: E731
+    def show(d, k):
+        return repr(d[k]) if k in d else "absent"
     for k in sorted(set(a) | set(b)):
         p = f"{path}.{k}" if path else k
         if k in a and k in b and isinstance(a[k], dict) and isinstance(b[k], dict):
@@ -507,7 +508,8 @@ def _initial_text(initial: dict) -> str:
     """An [initial] table as a reader would write it: 'von_mises (mu = [1, 0], kappa = 2)'."""
     def plain(v):           # every digit a float needs (repr), integers without a decimal point
         v = np.asarray(v)
-        item = lambda x: repr(float(x)).removesuffix(".0") if v.dtype.kind in "fiu" else str(x)  # noqa: E731
+        def item(x):
+            return repr(float(x)).removesuffix(".0") if v.dtype.kind in "fiu" else str(x)
         return "[" + ", ".join(item(x) for x in v.ravel().tolist()) + "]" if v.ndim else item(v.item())
     rest = ", ".join(f"{k} = {plain(v)}" for k, v in initial.items() if k != "kind")
     kind = str(initial.get("kind", "uniform"))

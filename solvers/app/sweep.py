@@ -323,7 +323,8 @@ def plot_sweep(out_dir: str | Path, rows: list[dict] | None = None, title: str |
         xs = [x for x, r in zip(sb, rows) for _ in r.get(masses, [])]
         ms = [m for r in rows for m in r.get(masses, [])]
         axm.plot(xs, ms, mk, color=col, ls="none", alpha=0.8, label=f"{what}: every mass")
-        done = [(x, r[t_end], r.get("pde_certified", False) if name == "PDE" else r.get("particles_stop") == "converged")
+        done = [(x, r[t_end],
+                 r.get("pde_certified", False) if name == "PDE" else r.get("particles_stop") == "converged")
                 for x, r in zip(sb, rows) if t_end in r]
         for filled, label in ((True, "certified stationary" if name == "PDE" else "converged (stopping rule)"),
                               (False, "other end (t_final, a cap)")):
