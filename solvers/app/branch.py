@@ -9,7 +9,7 @@ is the branch's parameter) and a [branch] table::
     degree = 64                 # resolution of the states to start from (default 64 on S^1, 32 on S^2)
     max_degree = 256            # raised up to this where a state sharpens (default 256 on S^1, 128 on S^2)
     representation = "auto"     # "even" / "full" (S^1), "zonal" / "general" (S^2)
-    # step control (solvers.stationary.ContinuationOptions): first_step, max_step, min_step,
+    # step control (solvers.branches.ContinuationOptions): first_step, max_step, min_step,
     # max_points (per side), max_angle, tol, max_corrections, tail_max
 
 The archive is an attnpde archive (root attributes, /model) with a /branch group, netCDF-4 like the others
@@ -38,7 +38,7 @@ import numpy as np
 
 from ..interrupts import graceful_stop
 from ..model import Model
-from ..stationary import REPRESENTATIONS, Branch, BranchSetup, branch_degrees, prepare_branch, refinement_lines
+from ..branches import REPRESENTATIONS, Branch, BranchSetup, branch_degrees, prepare_branch, refinement_lines
 from .archive import ArchiveError, ArchiveWriter, open_archive, read_model
 from .config import (DEGREE_MAX, DEGREE_WHY, MODEL, RUN, ConfigError, Int, Num, Table, Array, Choice, _perceptron,
                      _refuse_too_big, parse_toml, read_config_text)
@@ -73,7 +73,7 @@ class BranchConfig:
     name: str = ""
 
     def arguments(self) -> dict:
-        """The keyword arguments of :func:`solvers.stationary.prepare_branch`."""
+        """The keyword arguments of :func:`solvers.branches.prepare_branch`."""
         b = dict(self.branch)
         kw = {"mode": b.pop("mode", 1), "degree": b.pop("degree", None),
               "representation": b.pop("representation", "auto")}
@@ -85,7 +85,7 @@ class BranchConfig:
 
 def parse_branch_config(text: str, source: str = "<string>") -> BranchConfig:
     """Parse and validate a branch configuration (ConfigError naming the key path), and check it as
-    :func:`~solvers.stationary.prepare_branch` would (the threshold inside noise_range, the degree holding
+    :func:`~solvers.branches.prepare_branch` would (the threshold inside noise_range, the degree holding
     the mode, ...), without following anything."""
     raw = parse_toml(text)
     run_tables = [k for k in ("pde", "particles", "initial", "compare") if isinstance(raw, dict) and k in raw]
@@ -127,7 +127,7 @@ def _check_branch_memory(config: BranchConfig) -> None:
     S^2 'zonal' 8 (L + 1)^2 nlat bytes; S^2 'general' ~370 (L + 1)^2."""
     from spectral import fourier, sphere
     from spectral.multipliers import kernel_bandwidth
-    from ..stationary import KERNEL_TOL, _is_zonal_potential
+    from ..stationary_problems import KERNEL_TOL, _is_zonal_potential
 
     model, b = config.model, config.branch
     d = model.d
@@ -428,7 +428,7 @@ def run_branch(config: BranchConfig, out: str | Path, *, resume: bool = False, f
 
 # --- reading back ---------------------------------------------------------------------------------------
 def load_branch(path: str | Path) -> Branch:
-    """The :class:`~solvers.stationary.Branch` of an archive's /branch group (its events as written; the
+    """The :class:`~solvers.branches.Branch` of an archive's /branch group (its events as written; the
     points in the branch's order along the curve, as :func:`branch_from_uniform` returns them)."""
     with open_archive(path) as f:
         if "branch" not in f:
