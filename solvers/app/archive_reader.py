@@ -496,7 +496,8 @@ def _read_nodes(g: h5py.Group, T: int, restart: dict | None, state: dict | None,
 
 
 def read_particles(g: h5py.Group, model: Model, cache: dict | None = None):
-    from ..particles import STABILITY_BOUND, ParticleOptions, ParticleResult
+    from ..particle_run import STABILITY_BOUND
+    from ..particles import ParticleOptions, ParticleResult
     cache = cache or {}
     a = g.attrs
     state = _committed(g)
