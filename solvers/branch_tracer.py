@@ -5,74 +5,15 @@ it locates on the way (folds, branch points, the crossing of the uniform state's
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
 
-from . import validators as check
 from .stationary_problems import INDEX_TOL, _Eval, _Problem
 
+from .branch_spec import ContinuationOptions
+
 __all__ = ["ContinuationOptions"]
-
-
-# --- continuation ------------------------------------------------------------------------------------------
-@dataclass
-class ContinuationOptions:
-    """Step control of the pseudo-arclength continuation (module Notes). Steps are arclengths in
-    X = (x, nu / nu_ref), x the reduced unknowns (orthonormal coordinates of rho; S^1: sqrt 2 Re c_k).
-
-    Attributes
-    ----------
-    first_step : float
-        The first step from a branch point or a state (small: the kind is read from the first points).
-    max_step, min_step : float
-        Bounds of the step; below ``min_step`` the side stops ("step").
-    max_points : int
-        Points per side of a branch (both sides: twice as many).
-    max_angle : float
-        Largest turn of the tangent per step (radians); a step that turns more is halved.
-    tol : float
-        The corrector stops at max |x - T(x)| <= tol.
-    max_corrections : int
-        Newton steps of one correction; a correction that needs more is retried at half the step.
-    tail_max : float
-        A point whose spectral tail at the degree exceeds this is not resolved: :func:`branch_from_uniform`
-        follows the branch again from the start at twice the degree (up to ``max_degree``; ``Branch.refinements``
-        says where and why), and at ``max_degree`` the side stops there ("resolution").
-    max_degree : int or None
-        The largest degree a branch from the uniform state is raised to; None: ``BRANCH_MAX_DEGREE`` of the
-        manifold (256 on S^1, 128 on S^2), or the starting degree if larger.
-    """
-
-    first_step: float = 1e-3
-    max_step: float = 0.05
-    min_step: float = 1e-7
-    max_points: int = 100
-    max_angle: float = 0.1
-    tol: float = 1e-12
-    max_corrections: int = 8
-    tail_max: float = 1e-8
-    max_degree: int | None = None
-
-    def __post_init__(self) -> None:
-        for name in ("first_step", "max_step", "min_step", "max_angle", "tol", "tail_max"):
-            setattr(self, name, check.number(f"continuation option {name}", getattr(self, name), gt=0))
-        check.integer("continuation option max_points", self.max_points, ge=2)
-        check.integer("continuation option max_degree", self.max_degree, ge=4, allow_none=True)
-        check.integer("continuation option max_corrections", self.max_corrections, ge=2)
-        if self.min_step > self.first_step or self.first_step > self.max_step:
-            raise ValueError(f"continuation options: need min_step <= first_step <= max_step, got {self.min_step:g}, "
-                             f"{self.first_step:g}, {self.max_step:g}")
-
-    @classmethod
-    def from_kwargs(cls, options: dict) -> "ContinuationOptions":
-        check.known_options("branch_from_uniform / continue_branch", options,
-                            [f for f in cls.__dataclass_fields__])
-        return cls(**options)
-
-    def to_dict(self) -> dict:
-        return {k: getattr(self, k) for k in self.__dataclass_fields__}
 
 
 class _Tracer:

@@ -4,29 +4,25 @@ any state, switching at the branch points it meets). The method: ``solvers.stati
 """
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
 
-from spectral.multipliers import kernel_bandwidth
 from . import validators as check
 from ._blas import blas_threads
 from .model import Model
-from .branch_tracer import ContinuationOptions, _Tracer
+from .branch_spec import (BRANCH_DEGREE, BRANCH_MAX_DEGREE, BranchSpec, ContinuationOptions, _check_range,
+                          branch_degrees)
+from .branch_tracer import _Tracer
 from .stationary import StationaryState, _state
-from .stationary_problems import (DENSE_MAX, KERNEL_TOL, REPRESENTATIONS, _check_model, _Dense, _is_even_potential,
-                                  _is_zonal_potential, _min_degree, _newton, _one_blas_thread, _problem, _Problem)
+from .stationary_problems import (DENSE_MAX, REPRESENTATIONS, _Dense, _newton, _one_blas_thread, _problem, _Problem)
 
 __all__ = ["Branch", "BranchSetup", "ContinuationOptions", "branch_from_uniform", "branch_degrees", "refinement_lines",
-           "BRANCH_DEGREE", "BRANCH_MAX_DEGREE", "prepare_branch", "continue_branch", "REPRESENTATIONS"]
+           "BRANCH_DEGREE", "BRANCH_MAX_DEGREE", "prepare_branch", "prepare_spec", "continue_branch", "REPRESENTATIONS",
+           "BranchSpec"]
 
-#: a branch's resolution: where it starts (Fourier modes K on S^1, degree L on S^2) and the most it is raised to
-#: when its states sharpen (ContinuationOptions.max_degree), by manifold (d)
-BRANCH_DEGREE = {2: 64, 3: 32}
-BRANCH_MAX_DEGREE = {2: 256, 3: 128}
 
 
 # --- branches ------------------------------------------------------------------------------------------------
@@ -174,16 +170,6 @@ def refinement_lines(refinements: list, max_degree: int | None = None) -> list[s
     return [f"degree raised {r['from']} -> {r['to']}{cap}: at nu = {r['nu']:.10g} the state's spectral tail "
             f"{r['tail']:.1e} > tail_max {r['tail_max']:.0e} at degree {r['from']}; the branch was followed again "
             "from its start" for r in refinements]
-
-
-def _check_range(noise_range) -> tuple[float, float]:
-    try:
-        lo, hi = (float(v) for v in noise_range)
-    except (TypeError, ValueError):
-        raise ValueError(f"noise_range must be a pair (lo, hi) of numbers, got {noise_range!r}") from None
-    if not (math.isfinite(lo) and math.isfinite(hi) and 0 < lo < hi):
-        raise ValueError(f"noise_range must be (lo, hi) with 0 < lo < hi, got {noise_range!r}")
-    return lo, hi
 
 
 def _threshold(p: _Problem, mode: int, nu0: float) -> float:
@@ -380,54 +366,26 @@ class BranchSetup:
         return _follow_branch(self, callback, restart, stop_request)
 
 
-def branch_degrees(d: int, degree: int | None = None, max_degree: int | None = None) -> tuple[int, int]:
-    """(the starting degree, the largest it is raised to) of a branch on S^{d-1}: ``BRANCH_DEGREE`` and
-    ``BRANCH_MAX_DEGREE`` by default, the cap at least the start."""
-    start = BRANCH_DEGREE[d] if degree is None else int(degree)
-    cap = max(BRANCH_MAX_DEGREE[d], start) if max_degree is None else int(max_degree)
-    return start, cap
-
-
 @_one_blas_thread
 def prepare_branch(model: Model, mode: int = 1, degree: int | None = None, noise_range=None, *,
                    representation: str = "auto", **options) -> BranchSetup:
     """Check the arguments of :func:`branch_from_uniform` and locate the threshold, without following the
     branch: every refusal of :func:`branch_from_uniform` is raised here (the run layer prepares before it
     creates an archive)."""
-    _check_model(model, "branch_from_uniform")
-    check.integer("mode", mode, ge=1)
-    opts = ContinuationOptions.from_kwargs(options)
-    if model.flow != "ascent":
-        raise ValueError("branch_from_uniform: in descent the uniform state is stable at every noise (S = I + "
-                         "(gamma/nu) G^(1/2) C G^(1/2) > 0): no branch leaves it; use flow='ascent'")
-    if model.beta == 0 and mode >= 2:
-        raise ValueError(f"branch_from_uniform: at beta = 0 the kernel has degree 1 only: mode {mode} has no "
-                         "threshold")
-    check.integer("degree", degree, ge=4, allow_none=True)
-    degree, cap = branch_degrees(model.d, degree, opts.max_degree)
-    if cap < degree:
-        raise ValueError(f"max_degree {cap} must be >= degree {degree} (the degree the branch starts from)")
-    opts.max_degree = cap
-    need = _min_degree(model.d, mode)
-    if degree < need:
-        raise ValueError(f"degree {degree} cannot represent mode {mode}: need degree >= {need} "
-                         f"({'K > k Fourier modes' if model.d == 2 else 'L >= l'})")
-    bw = kernel_bandwidth(model.beta, model.d, KERNEL_TOL)
-    if mode > bw:
-        raise ValueError(f"mode {mode} is beyond the kernel's bandwidth at beta = {model.beta:g} (degree {bw}: "
-                         "g_l <= 1e-17 g_0 above it): its threshold is below round-off")
+    return prepare_spec(BranchSpec.resolve(model, mode, degree, noise_range, representation=representation,
+                                           **options))
+
+
+@_one_blas_thread
+def prepare_spec(spec: BranchSpec) -> BranchSetup:
+    """:func:`prepare_branch` of a resolved spec: the problem set up and its threshold located."""
+    model, mode, degree, representation, opts = spec.model, spec.mode, spec.degree, spec.representation, spec.options
     perceptron = model.perceptron is not None
-    if representation == "auto":
-        if model.d == 2:
-            representation = "even" if _is_even_potential(model) else "full"
-        else:
-            representation = "zonal" if _is_zonal_potential(model) else "general"
-    check.choice("representation", representation, REPRESENTATIONS[1:])
     p = _problem(model, degree, representation)
     bare = _problem(model.replace(perceptron=None), degree, representation) if perceptron else p
     g_mode = float(model.energy_multipliers(mode)[mode])
     nu_c = _threshold(bare, mode, model.strength * g_mode)
-    lo, hi = _check_range(noise_range) if noise_range is not None else (0.25 * nu_c, 1.5 * nu_c)
+    lo, hi = spec.noise_range if spec.noise_range is not None else (0.25 * nu_c, 1.5 * nu_c)
     if perceptron and mode != 1:
         raise ValueError("branch_from_uniform: with a perceptron (an imperfect bifurcation) only mode 1 is "
                          "followed, from the state near uniform at the largest noise; use continue_branch from a "

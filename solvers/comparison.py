@@ -385,13 +385,14 @@ def _concentration_at_final_atoms(space, res, kind: str, akw: dict) -> dict:
 
 
 def atom_scales(model, atom_radius: float | None = None, smoothing: float | None = None,
-                cluster_scale: float = 0.5) -> tuple[float, float]:
-    """The (atom_radius, smoothing) of :func:`compare` with their defaults filled in."""
+                cluster_scale: float = 0.5, check: bool = True) -> tuple[float, float]:
+    """The (atom_radius, smoothing) of :func:`compare` with their defaults filled in; ValueError unless both are
+    finite and > 0 (``check``)."""
     from .particles import cluster_radius
 
     radius = min(cluster_radius(model.beta, model.d, cluster_scale), 0.1) if atom_radius is None else float(atom_radius)
     h = radius / 4.0 if smoothing is None else float(smoothing)
-    if not (radius > 0 and math.isfinite(radius)) or not (h > 0 and math.isfinite(h)):
+    if check and (not (radius > 0 and math.isfinite(radius)) or not (h > 0 and math.isfinite(h))):
         raise ValueError(f"atom_radius and smoothing must be finite and > 0, got {radius!r}, {h!r}")
     return radius, h
 

@@ -85,7 +85,7 @@ from .landscape_bound import certified_minimum, cube_sphere_points, newton_minim
 from .landscape_descent import exchange, merge_atoms, newton_atoms, qp_data, simplex_qp, slide
 from .model import Model
 
-__all__ = ["Extremum", "ContinuousPart", "extremum", "ROUTES", "TARGET_GAP"]
+__all__ = ["Extremum", "ExtremumSpec", "ContinuousPart", "extremum", "ROUTES", "TARGET_GAP"]
 
 ROUTES = ("auto", "grid", "relu-qp")
 #: the gap the descent's loop aims at (absolute; the energies are O(1) above gamma g(1) / 2)
@@ -496,6 +496,32 @@ def _descent(model: Model, spacing: float | None, target: float, t0: float) -> E
 # ----------------------------------------------------------------------------------------------
 # the entry point
 # ----------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ExtremumSpec:
+    """One search for the global extremum (:func:`extremum`), checked (:meth:`resolve`): the model, the route of
+    the ascent's max V, the grid's first spacing (None: from beta) and the descent's target gap."""
+
+    model: Model
+    route: str = "auto"
+    spacing: float | None = None
+    target: float = TARGET_GAP
+
+    @classmethod
+    def resolve(cls, model: Model, route: str = "auto", spacing: float | None = None,
+                target: float = TARGET_GAP) -> "ExtremumSpec":
+        """The spec of ``extremum(model, route=, spacing=, target=)``; ValueError for what it does not cover."""
+        _check(model, route)
+        return cls(model=model, route=route, spacing=spacing, target=float(target))
+
+    def solve(self) -> Extremum:
+        """The extremum (:func:`extremum`)."""
+        t0 = time.perf_counter()
+        # small dense matrices only (Hessians of a few hundred unknowns): a second BLAS thread gains nothing and
+        # on a busy machine stalls each call
+        with blas_threads(1):
+            return _extremum(self.model, self.route, self.spacing, self.target, t0)
+
+
 def extremum(model: Model, *, route: str = "auto", spacing: float | None = None,
              target: float = TARGET_GAP) -> Extremum:
     """The global extremum of the energy of ``model`` over all probability measures (module docstring).
@@ -519,12 +545,7 @@ def extremum(model: Model, *, route: str = "auto", spacing: float | None = None,
     -------
     Extremum
     """
-    t0 = time.perf_counter()
-    _check(model, route)
-    # small dense matrices only (Hessians of a few hundred unknowns): a second BLAS thread gains nothing and on
-    # a busy machine stalls each call
-    with blas_threads(1):
-        return _extremum(model, route, spacing, target, t0)
+    return ExtremumSpec.resolve(model, route, spacing, target).solve()
 
 
 def _extremum(model: Model, route: str, spacing: float | None, target: float, t0: float) -> Extremum:

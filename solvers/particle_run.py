@@ -19,6 +19,7 @@ from .restart import ParticleState
 from .stepping import TABLEAUS, Integration, Progress, StepController
 from .empirical import measure_velocity, measure_energy
 from .particle_result import ParticleResult, cluster_radius
+from .particle_spec import ParticleSpec
 
 __all__ = ["ParticleRun", "STABILITY_BOUND"]
 
@@ -49,8 +50,11 @@ class ParticleRun(Integration):
     """One prepared integration (:func:`prepare_particles`): state, stepping, snapshots, stopping rule, on
     the shared loop of :class:`~solvers.stepping.Integration`. :meth:`run` integrates it once."""
 
-    def __init__(self, model, x, w, desc, t_final, integrator, dt, save_every, rule, seed, opts,
+    def __init__(self, spec: ParticleSpec, x: np.ndarray, w: np.ndarray, desc: str,
                  state: ParticleState | None) -> None:
+        self.spec = spec
+        model, t_final, integrator, dt, save_every = spec.model, spec.t_final, spec.integrator, spec.dt, spec.save_every
+        rule, seed, opts = spec.stop, spec.seed, spec.options
         tableau = {"euler": TABLEAUS["Euler"], "rk4": TABLEAUS["RK4"], "adaptive": TABLEAUS["DP54"]}[integrator]
         adaptive = integrator == "adaptive"
         super().__init__(t=0.0 if state is None else state.t, t_final=math.inf if t_final is None else t_final,

@@ -52,7 +52,6 @@ control rejects such steps); above 2^16 particles q reads every k-th particle (a
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
 from typing import Callable
 
 import numpy as np
@@ -60,156 +59,17 @@ import numpy as np
 from spectral import fourier, sphere
 from . import validators as check
 from ._memory import refuse_if_too_big
-from .atoms import CLUSTER_RULES
-from .interaction import DEFAULT_BLOCK_BYTES, DEFAULT_TOL, SUM_METHODS
 from .model import Model, VonMisesFisher, density_values
 from .restart import ParticleState
 from .empirical import measure_energy, measure_velocity
 from .particle_result import ParticleResult, cluster_radius
 from .particle_run import ParticleRun
+from .particle_spec import (DEFAULT_DT, INITS, INTEGRATORS, STOP_REASONS, STOP_WINDOW_MIN, ParticleOptions,
+                            ParticleSpec, StopRule)
 
-__all__ = ["simulate_particles", "ParticleResult", "ParticleOptions", "StopRule", "initial_particles",
-           "cluster_radius", "measure_velocity", "measure_energy", "prepare_particles", "ParticleRun",
-           "STOP_REASONS", "INTEGRATORS", "INITS"]
-
-STOP_REASONS = ("t_final", "converged", "non-finite", "max_steps", "interrupted")
-INTEGRATORS = ("euler", "rk4", "adaptive")
-INITS = ("random", "quasi-uniform", "quadrature")
-
-#: step of the fixed-step integrators when none is given: the reference experiments' dt
-DEFAULT_DT = 0.1
-
-
-# ----------------------------------------------------------------------------------------------
-# options
-# ----------------------------------------------------------------------------------------------
-#: the stopping rule looks at this many snapshots at least (one snapshot is trivially "unchanged")
-STOP_WINDOW_MIN = 2
-
-
-@dataclass
-class StopRule:
-    """The stopping rule of the main paper's experiments (its §4; The model §5), with this package's defaults.
-
-    A run stops when the cluster count at radius r = min(scale / sqrt(beta), pi / (2 d)) is unchanged over
-    ``window`` snapshots and the largest drift is at most ``drift_tol``. The released code also asks that no
-    cluster be wider than r, uses greedy arcs on S^1 and drift_tol 1e-4: ``StopRule(rule="paper",
-    drift_tol=1e-4)`` is that rule. The defaults differ on all three: single linkage on every sphere, no
-    spread condition, drift_tol 5e-4. So a set that has not concentrated but moves slower than drift_tol
-    (in descent with ReLU, the mass where every unit is inactive, which gathers into atoms only over
-    thousands of time units) stops a default run; its "clusters" are then chains of particles within r
-    of one another, not atoms.
-
-    Attributes
-    ----------
-    window : int
-        Number of consecutive snapshots (after t = 0) with the same cluster count.
-    drift_tol : float
-        Largest drift max_i |v(x_i)| allowed at the last of them (radians per unit time).
-    scale : float
-        Cluster radius min(scale / sqrt(beta), pi / (2 d)).
-    rule : {"linkage", "paper"}
-        How clusters are counted (:func:`solvers.atoms.clusters`): single linkage, or the released code's
-        rule (greedy arcs on S^1, components on S^2).
-    spread_factor : float
-        With ``rule="paper"`` only, the released code's third condition: every cluster's diameter
-        (:func:`solvers.atoms.cluster_spread`) is <= spread_factor x the radius at the last snapshot
-        (0 drops it; its default 1).
-    """
-
-    window: int = 5
-    drift_tol: float = 5e-4
-    scale: float = 0.5
-    rule: str = "linkage"
-    spread_factor: float = 1.0
-
-    def __post_init__(self) -> None:
-        check.integer("stop: window", self.window, ge=STOP_WINDOW_MIN)
-        check.number("stop: drift_tol", self.drift_tol, gt=0)
-        check.number("stop: scale", self.scale, gt=0)
-        if self.rule not in CLUSTER_RULES:
-            raise ValueError(f"stop: rule must be one of {CLUSTER_RULES}, got {self.rule!r}")
-        check.number("stop: spread_factor", self.spread_factor, ge=0)
-
-    def settings(self) -> tuple:
-        """What a restart must share (the linkage rule's triple as before the paper rule existed)."""
-        base = (self.window, self.drift_tol, self.scale)
-        return base if self.rule == "linkage" else base + (self.rule, self.spread_factor)
-
-    @classmethod
-    def from_arg(cls, stop) -> "StopRule | None":
-        """None/False: no rule; True: the default rule (see the class); a dict of fields; or a StopRule."""
-        if stop is None or stop is False:
-            return None
-        if stop is True:
-            return cls()
-        if isinstance(stop, cls):
-            return stop
-        if isinstance(stop, dict):
-            unknown = sorted(set(stop) - {f.name for f in fields(cls)})
-            if unknown:
-                raise ValueError(f"stop: unknown field(s) {unknown}; allowed: window, drift_tol, scale, rule, "
-                                 "spread_factor")
-            return cls(**stop)
-        raise ValueError("stop must be None, True, a dict (window, drift_tol, scale, rule, spread_factor) or a "
-                         f"StopRule, got {stop!r}")
-
-
-@dataclass
-class ParticleOptions:
-    """Numerical options of :func:`simulate_particles` (recorded with the run).
-
-    Attributes
-    ----------
-    sum : {"auto", "direct", "fast", "nufft"}
-        Interaction sums (:class:`solvers.interaction.InteractionSums`; "fast" and "nufft": S^1 and S^2).
-    sum_tol : float
-        Truncation of the series relative to lambda_0 (and the NUFFT precision, at least 3e-13).
-    block_bytes : int
-        Memory bound of a block of the numpy direct sums (bytes). The runs' sums are compiled and hold no
-        blocks: it has no effect, and is kept so that the options of earlier runs read back.
-    rtol, atol : float
-        "adaptive" only: accepted when max_i |err_i| <= atol + rtol (radians).
-    dt_max : float or None
-        "adaptive" only: largest step.
-    max_steps : int
-        Stop with "max_steps" after this many accepted steps.
-    record_clusters : bool
-        Count clusters at every snapshot (always on when a stopping rule is given).
-    blas_threads : int or None
-        OpenBLAS threads during the run (default 1, see ``solvers._blas``; None: leave alone).
-    """
-
-    sum: str = "auto"
-    sum_tol: float = DEFAULT_TOL
-    block_bytes: int = DEFAULT_BLOCK_BYTES
-    rtol: float = 1e-8
-    atol: float = 1e-10
-    dt_max: float | None = None
-    max_steps: int = 1_000_000
-    record_clusters: bool = True
-    blas_threads: int | None = 1
-
-    def __post_init__(self) -> None:
-        check.choice("option sum", self.sum, SUM_METHODS)
-        for name in ("sum_tol", "rtol", "atol"):
-            check.number(f"option {name}", getattr(self, name), gt=0)
-        check.number("option dt_max", self.dt_max, gt=0, allow_none=True)
-        for name in ("block_bytes", "max_steps"):
-            check.integer(f"option {name}", getattr(self, name), ge=1)
-        check.integer("option blas_threads", self.blas_threads, ge=1, allow_none=True)
-        check.flag("option record_clusters", self.record_clusters)
-
-    @classmethod
-    def from_kwargs(cls, options: dict, arguments: tuple = ()) -> "ParticleOptions":
-        """The options ``options``; TypeError for an unknown one (``arguments``: the named parameters of
-        simulate_particles, listed in the message)."""
-        check.known_options("simulate_particles", options, [f.name for f in fields(cls)], arguments)
-        return cls(**options)
-
-    def to_dict(self) -> dict:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
-
+__all__ = ["simulate_particles", "ParticleResult", "ParticleOptions", "ParticleSpec", "StopRule", "initial_particles",
+           "cluster_radius", "measure_velocity", "measure_energy", "prepare_particles", "prepare_spec", "ParticleRun",
+           "STOP_REASONS", "INTEGRATORS", "INITS", "DEFAULT_DT", "STOP_WINDOW_MIN"]
 
 # ----------------------------------------------------------------------------------------------
 # initial particles
@@ -409,10 +269,6 @@ def _refuse_infeasible(d: int, n: int | None, t_final: float | None, integrator:
     refuse_if_too_big(parts, "raise save_every or lower n" if t_final is not None else "lower n")
 
 
-def _check_time(name: str, v, allow_none: bool = True) -> float | None:
-    return check.number(name, v, gt=0, allow_none=allow_none)
-
-
 def simulate_particles(model: Model, n: int | None = None, x0: np.ndarray | None = None,
                        weights: np.ndarray | None = None, t_final: float | None = None, init: str = "random",
                        density: Callable | None = None, seed: int = 0, integrator: str = "rk4",
@@ -543,48 +399,29 @@ def prepare_particles(model: Model, n: int | None = None, x0: np.ndarray | None 
     if not isinstance(model, Model):
         raise TypeError(f"model must be a solvers.Model, got {type(model).__name__}")
     opts = ParticleOptions.from_kwargs(options, check.named_parameters(simulate_particles))
-    if integrator not in INTEGRATORS:
-        raise ValueError(f"integrator must be one of {INTEGRATORS}, got {integrator!r}")
-    if init not in INITS:
-        raise ValueError(f"init must be one of {INITS}, got {init!r}")
-    t_final = _check_time("t_final", t_final)
-    dt = _check_time("dt", dt)
-    save_every = _check_time("save_every", save_every)
-    if seed is None:
-        # every random choice has a seed on record: an unseeded run gets one, kept in its result
-        seed = int(np.random.SeedSequence().entropy)
-    elif not check.is_integer(seed) or seed < 0:
-        raise ValueError(f"seed must be an integer >= 0 or None, got {seed!r}")
-    rule = StopRule.from_arg(stop)
-    if t_final is None and rule is None:
-        raise ValueError("give t_final, or a stopping rule (stop=True) to run until convergence")
-    if model.noise > 0 and integrator == "adaptive":
-        raise ValueError("integrator 'adaptive' controls the error of a deterministic step, which an O(sqrt(dt)) "
-                         "noise increment swamps; with noise > 0 use 'euler' or 'rk4' with a fixed dt")
-    if integrator != "adaptive" and dt is None:
-        dt = DEFAULT_DT
-    if save_every is None and rule is not None:
-        save_every = 10.0 * (dt if dt is not None else DEFAULT_DT)
-    d = model.d
-    if model.noise > 0 and rule is not None and t_final is None:
-        raise ValueError("a stopping rule with noise > 0 needs t_final: the deterministic drift of a noisy cloud "
-                         "does not fall to drift_tol, so the rule alone would run to max_steps")
-    state = None
-    if restart is not None:
-        if x0 is not None or n is not None or density is not None or weights is not None:
-            raise ValueError("restart carries the particles: do not pass n, x0, weights or density with it")
-        state = ParticleState.from_dict(restart)
-    n_total = (np.shape(state.x)[0] if state is not None else np.shape(x0)[0] if x0 is not None
-               else n if check.is_integer(n) else None)
-    _refuse_infeasible(d, n_total, t_final, integrator, dt, save_every, opts, state.t if state is not None else 0.0)
+    spec = ParticleSpec.resolve(model, n, t_final, init, density, seed, integrator, dt, save_every, stop, opts)
+    if restart is not None and (x0 is not None or n is not None or density is not None or weights is not None):
+        raise ValueError("restart carries the particles: do not pass n, x0, weights or density with it")
+    return prepare_spec(spec, x0, weights, restart)
 
+
+def prepare_spec(spec: ParticleSpec, x0: np.ndarray | None = None, weights: np.ndarray | None = None,
+                 restart: dict | None = None) -> "ParticleRun":
+    """:func:`prepare_particles` of a resolved spec: the initial particles placed (``spec.n`` of them by
+    ``spec.init``, or ``x0`` with ``weights``), or those of the ``restart`` state, whose run it continues."""
+    d = spec.model.d
+    state = None if restart is None else ParticleState.from_dict(restart)
+    n_total = (np.shape(state.x)[0] if state is not None else np.shape(x0)[0] if x0 is not None
+               else spec.n if check.is_integer(spec.n) else None)
+    _refuse_infeasible(d, n_total, spec.t_final, spec.integrator, spec.dt, spec.save_every, spec.options,
+                       state.t if state is not None else 0.0)
     if state is not None:
         x, w = state.x, state.w
         if x.ndim != 2 or x.shape[1] != d or w.shape != (x.shape[0],):
             raise ValueError(f"restart state does not hold (N, {d}) positions and (N,) weights")
         desc = state.initial
     else:
-        x, w, desc = _place_particles(d, n, x0, weights, init, density, seed)
-    return ParticleRun(model, x, w, desc, t_final, integrator, dt, save_every, rule, seed, opts, state)
+        x, w, desc = _place_particles(d, spec.n, x0, weights, spec.init, spec.density, spec.seed)
+    return ParticleRun(spec, x, w, desc, state)
 
 

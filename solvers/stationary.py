@@ -173,7 +173,7 @@ class StationaryState:
 
     @property
     def space(self):
-        from .pde import space_for
+        from .pde_spec import space_for
         return space_for(self.model.d)[1]
 
     def at(self, x: np.ndarray) -> np.ndarray:
@@ -208,7 +208,7 @@ def _auto_representation(model: Model, c: np.ndarray | None) -> str:
 
 
 def _guess_coefficients(model: Model, degree: int, guess) -> np.ndarray | None:
-    from .pde import space_for
+    from .pde_spec import space_for
     space = space_for(model.d)[1]
     if guess is None or (isinstance(guess, str) and guess == "uniform"):
         return None
@@ -286,7 +286,7 @@ def stationary_state(model: Model, degree: int, guess=None, *, representation: s
 
 def _state(p: _Problem, ev: _Eval, iters: int, ok: bool, msg: str, n_eig: int, output_points: int | None,
            wall0: float) -> StationaryState:
-    from .pde import space_for
+    from .pde_spec import space_for
     model = p.model.replace(noise=ev.nu)
     space = space_for(model.d)[1]
     c = p.coefficients(ev)
@@ -313,7 +313,7 @@ def _pde_eigenvalues(model: Model, degree: int, c: np.ndarray, zonal: bool, coun
                      ) -> tuple[np.ndarray, int, float, float]:
     """The leading eigenvalues of the Jacobian of the PDE's discretisation at the state c (module Notes):
     (eigenvalues largest first, symmetry zeros removed, their largest |value|, largest |imag|)."""
-    from .pde import space_for
+    from .pde_spec import space_for
     Disc, space = space_for(model.d)
     disc = Disc(model, degree)
     u = space.to_state(c, degree)
@@ -396,7 +396,7 @@ def free_energy(model: Model, coeffs: np.ndarray) -> float:
     (module Notes), nu = ``model.noise``: the pair term from the kernel's multipliers (Parseval), the entropy
     and the potential by quadrature on the PDE's grid of the coefficients' resolution. The density must be
     positive on that grid."""
-    from .pde import space_for
+    from .pde_spec import space_for
     _check_model(model, "free_energy")
     space = space_for(model.d)[1]
     c = np.asarray(coeffs, dtype=complex)

@@ -95,10 +95,9 @@ def test_the_command_runs_to_the_certified_end_and_archives_it(tmp_path):
     run = load(tmp_path / "pair.h5")
     # the same run in memory (its initial density is the configuration's, so the same bits)
     from solvers.app.config import load_config
-    from solvers.app.runner import _pde_arguments
+    from solvers.pde import prepare_spec
     config = load_config(cfg)
-    args, kw = _pde_arguments(config)
-    ref = solve_pde(config.model, **args, **kw)
+    ref = prepare_spec(config.pde).run()
     T, R = run.pde.terminal, ref.terminal
     assert T.t == R.t and np.array_equal(T.positions, R.positions) and np.array_equal(T.masses, R.masses)
     assert T.verdict == R.verdict and np.array_equal(T.eigenvalues, R.eigenvalues)

@@ -22,9 +22,11 @@ class ArchiveWriter(ArchiveTransaction):
     __doc__ = ArchiveTransaction.__doc__
 
     # --- PDE ------------------------------------------------------------------------------------------
-    def pde_begin(self, grid: np.ndarray, options: dict, initial: str) -> None:
-        """Open /pde: the output grid, the options as the run resolved them (``PDERun.resolved_options``)."""
-        self._begin_stage("pde", "grid", grid, options, initial, options_note=PDE_OPTIONS_NOTE)
+    def pde_begin(self, grid: np.ndarray, options: dict, initial: str, spec: dict | None = None) -> None:
+        """Open /pde: the output grid, the options as the run resolved them (``PDESpec.options_dict``), and the
+        whole spec (``PDESpec.to_dict``, JSON in /pde@spec), which a resume compares with its own."""
+        extra = {} if spec is None else {"spec": to_json(spec)}
+        self._begin_stage("pde", "grid", grid, options, initial, options_note=PDE_OPTIONS_NOTE, **extra)
         self._step_rows0 = 0
 
     def _begin_stage(self, name: str, key: str, data: np.ndarray, options: dict, initial: str, **attrs) -> None:

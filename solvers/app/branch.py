@@ -38,9 +38,11 @@ import numpy as np
 
 from ..interrupts import graceful_stop
 from ..model import Model
-from ..branches import REPRESENTATIONS, Branch, BranchSetup, branch_degrees, prepare_branch, refinement_lines
+from ..branch_spec import BranchSpec, ContinuationOptions
+from ..branches import Branch, BranchSetup, prepare_spec, refinement_lines
 from .archive import ArchiveError, ArchiveWriter, open_archive, read_model
-from .config import (DEGREE_MAX, DEGREE_WHY, MODEL, RUN, ConfigError, Int, Num, Table, Array, Choice, _perceptron,
+from ..fields import table_of
+from .config import (MODEL, RUN, ConfigError, Table, parse_model,
                      _refuse_too_big, parse_toml, read_config_text)
 from .plots_branch import branch_title, plot_branch
 from .runner import RunRefused, deferred_interrupt
@@ -52,35 +54,22 @@ __all__ = ["BranchConfig", "parse_branch_config", "load_branch_config", "run_bra
 #: how the ``command`` attribute of a branch archive begins
 BRANCH_COMMAND = "attnpde branch"
 
-POS = Num(gt=0)
-BRANCH = Table({
-    "mode": Int(min=1), "noise_range": Array(1), "degree": Int(min=4, max=DEGREE_MAX, why=DEGREE_WHY),
-    "max_degree": Int(min=4, max=DEGREE_MAX, why=DEGREE_WHY),
-    "representation": Choice(REPRESENTATIONS), "first_step": POS, "max_step": POS, "min_step": POS,
-    "max_points": Int(min=2), "max_angle": POS, "tol": POS, "max_corrections": Int(min=2), "tail_max": POS,
-})
+#: [branch]: the fields of the spec and of the continuation's options that a file may set (solvers.fields.toml)
+BRANCH = table_of(BranchSpec, ContinuationOptions)
 SCHEMA = Table({"run": RUN, "model": MODEL, "branch": BRANCH}, required=("model", "branch"))
 
 
 @dataclass
 class BranchConfig:
-    """A validated branch configuration: the model (noise unused), the [branch] table, the run's name."""
+    """A validated branch configuration: the model (noise unused), the [branch] table as written, its resolved
+    spec (``solvers.branch_spec.BranchSpec``), the run's name."""
 
     text: str
     raw: dict
     model: Model
     branch: dict
+    spec: BranchSpec
     name: str = ""
-
-    def arguments(self) -> dict:
-        """The keyword arguments of :func:`solvers.branches.prepare_branch`."""
-        b = dict(self.branch)
-        kw = {"mode": b.pop("mode", 1), "degree": b.pop("degree", None),
-              "representation": b.pop("representation", "auto")}
-        if "noise_range" in b:
-            kw["noise_range"] = tuple(float(v) for v in b.pop("noise_range"))
-        kw.update(b)
-        return kw
 
 
 def parse_branch_config(text: str, source: str = "<string>") -> BranchConfig:
@@ -101,19 +90,19 @@ def parse_branch_config(text: str, source: str = "<string>") -> BranchConfig:
     d = m["d"]
     if d not in (2, 3):
         raise ConfigError("model.d", f"branches are computed on the circle (d = 2) and the sphere (d = 3), got {d}")
-    perceptron = _perceptron(m["perceptron"], d) if "perceptron" in m else None
-    try:
-        model = Model(d=d, beta=m["beta"], flow=m["flow"], attention=m.get("attention", "unnormalized"),
-                      strength=m.get("strength", 1.0), perceptron=perceptron, noise=m.get("noise", 0.0))
-    except ValueError as e:
-        raise ConfigError("model", str(e).replace("Model: ", "")) from None
+    model = parse_model(m)
     branch = cfg["branch"]
     if "noise_range" in branch and branch["noise_range"].shape != (2,):
         raise ConfigError("branch.noise_range", f"must be [lo, hi], got {raw['branch']['noise_range']!r}")
-    out = BranchConfig(text=text, raw=raw, model=model, branch=branch, name=cfg.get("run", {}).get("name", ""))
+    try:
+        spec = BranchSpec.resolve(model, **branch)
+    except (ValueError, TypeError) as e:
+        raise ConfigError("branch", str(e)) from None
+    out = BranchConfig(text=text, raw=raw, model=model, branch=branch, spec=spec,
+                       name=cfg.get("run", {}).get("name", ""))
     _check_branch_memory(out)
     try:
-        prepare_branch(model, **out.arguments())
+        prepare_spec(spec)
     except (ValueError, TypeError) as e:
         raise ConfigError("branch", str(e)) from None
     return out
@@ -127,13 +116,13 @@ def _check_branch_memory(config: BranchConfig) -> None:
     S^2 'zonal' 8 (L + 1)^2 nlat bytes; S^2 'general' ~370 (L + 1)^2."""
     from spectral import fourier, sphere
     from spectral.multipliers import kernel_bandwidth
-    from ..stationary_problems import KERNEL_TOL, _is_zonal_potential
+    from ..stationary_problems import KERNEL_TOL
 
-    model, b = config.model, config.branch
+    model, b, spec = config.model, config.branch, config.spec
     d = model.d
-    start, L = branch_degrees(d, b.get("degree"), b.get("max_degree"))
     key = "branch.max_degree" if "max_degree" in b else "branch.degree"
-    L = max(start, L)                         # the most the branch may need: its degree raised to the cap
+    # the most the branch may need: its degree raised to the cap
+    L = max(spec.degree, spec.options.max_degree)
     if d == 2:
         M = fourier.dealiased_size(L)
         La = min(L - 1, kernel_bandwidth(model.beta, 2, KERNEL_TOL))
@@ -141,10 +130,7 @@ def _check_branch_memory(config: BranchConfig) -> None:
         what = f"the tables of {La} kernel modes on the grid of {M} points"
     else:
         nlat, nphi = sphere.dealiased_grid(L)
-        rep = b.get("representation", "auto")
-        if rep == "auto":
-            rep = "zonal" if _is_zonal_potential(model) else "general"
-        if rep == "zonal":
+        if spec.representation == "zonal":
             need, points, what = 8.0 * (L + 1) ** 2 * nlat, nlat, f"the zonal tables at degree {L} ({nlat} latitudes)"
         else:
             need, points, what = 370.0 * (L + 1) ** 2, nlat * nphi, f"the harmonics at degree {L}"
@@ -369,12 +355,12 @@ def run_branch(config: BranchConfig, out: str | Path, *, resume: bool = False, f
     if resume:
         points, ended, degree, raised = _check_resumable(out, config)
         # the points written are of the archive's degree, raised on the way or not
-        setup = prepare_branch(config.model, **{**config.arguments(), "degree": degree})
+        setup = prepare_spec(config.spec.at_degree(degree))
         restart = {"points": points, "ended": {int(k): tuple(v) for k, v in ended.items()}, "raised": raised}
         writer = ArchiveWriter(out, "resume", command=command)
         log(f"[branch] resuming from {len(points)} points" + (f" at degree {degree}" if raised else ""))
     else:
-        setup = prepare_branch(config.model, **config.arguments())
+        setup = prepare_spec(config.spec)
         if out.exists() and not force:
             raise RunRefused(f"{out} exists; use --force to overwrite it or --resume to continue it")
         out.parent.mkdir(parents=True, exist_ok=True)

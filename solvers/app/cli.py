@@ -315,7 +315,7 @@ def cmd_validate(args) -> int:
         return _err(problem)
     if config.pde is None or config.particles is None:
         return _err(f"{args.config}: validate needs both a [pde] and a [particles] table")
-    if config.particles.get("stop") is not None:
+    if config.particles.stop is not None:
         return _err(f"{args.config}: particles.stop: validate compares every N at the same times; "
                     "remove the stopping rule")
     out = Path(args.out) if args.out else Path(args.config).with_name(Path(args.config).stem + "_validation.h5")
