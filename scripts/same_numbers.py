@@ -50,13 +50,18 @@ def run(out: Path, only: list[str]) -> int:
     return status
 
 
+#: attributes of HDF5 object references (the netCDF dimensions' links), which differ between any two files
+_REFERENCES = ("DIMENSION_LIST", "REFERENCE_LIST")
+
+
 def _items(f: h5py.File) -> tuple[dict, dict]:
     """(datasets by path, attributes by 'path@name') of an open file."""
     data, attrs = {}, {}
 
     def visit(name, obj):
         for k, v in obj.attrs.items():
-            attrs[f"{name}@{k}"] = v
+            if k not in _REFERENCES:
+                attrs[f"{name}@{k}"] = v
         if isinstance(obj, h5py.Dataset):
             data[name] = obj
     for k, v in f.attrs.items():

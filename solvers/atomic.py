@@ -384,13 +384,13 @@ def symmetry_algebra(model: Model) -> np.ndarray:
     with W_u != 0}: the infinitesimal rotations that leave the field equivariant (all of so(d), r = d(d-1)/2,
     without a perceptron; r = 0 for a generic one with at least d - 1 units)."""
     d = model.d
-    basis = []
+    rotations = []
     for a in range(d):
         for b in range(a + 1, d):
             A = np.zeros((d, d))
             A[b, a], A[a, b] = 1.0 / math.sqrt(2.0), -1.0 / math.sqrt(2.0)
-            basis.append(A)
-    basis = np.array(basis)                                   # (d(d-1)/2, d, d)
+            rotations.append(A)
+    basis = np.array(rotations)                               # (d(d-1)/2, d, d)
     p = model.perceptron
     if p is None:
         return basis

@@ -162,7 +162,9 @@ def shared_graph(edges: np.ndarray) -> np.ndarray:
     cannot tell that nobody will write into it."""
     key = id(edges)
     if key not in _ADJACENCIES and 2 * len(edges) <= KEPT_EDGES:
-        _ADJACENCIES[key] = [weakref.ref(edges, lambda _, key=key: _ADJACENCIES.pop(key, None)), None]
+        def forget(_, key: int = key) -> None:
+            _ADJACENCIES.pop(key, None)
+        _ADJACENCIES[key] = [weakref.ref(edges, forget), None]
     return edges
 
 

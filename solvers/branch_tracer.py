@@ -212,7 +212,7 @@ class _Tracer:
     def events(self, points: list) -> dict:
         """Folds, branch points, symmetry-breaking bifurcations and free-energy crossings between
         consecutive points of one side (in order)."""
-        out = {"folds": [], "bifurcations": [], "crossings": []}
+        out: dict[str, list] = {"folds": [], "bifurcations": [], "crossings": []}
         for P, Q in zip(points[:-1], points[1:]):
             if P.get("origin"):
                 # the bifurcation point itself: the bordered system is singular there, and the branch's own

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -204,7 +204,7 @@ def _fit_normal_form(points_by_side: dict, nu_c: float, count: int = 8) -> dict:
     scale = float(np.max(np.abs(P)))
     powers = np.arange(1, min(6, P.size) + 1)
     coef = np.linalg.lstsq((P[:, None] / scale) ** powers, dn, rcond=None)[0] / scale ** powers
-    fit = {f"a{j}": float(c) for j, c in zip(powers, coef)}
+    fit: dict[str, Any] = {f"a{j}": float(c) for j, c in zip(powers, coef)}
     fit.update({"p_max": scale, "points": int(P.size),
                 "first": {int(side): float(pts[0]["nu"] - nu_c) for side, pts in points_by_side.items() if pts}})
     return fit
@@ -228,12 +228,12 @@ def _assemble(tracer: _Tracer, model: Model, mode: int | None, sides: dict, star
     (``events``: not for an interrupted run)."""
     found_by_side = [tracer.events(([start] if start is not None else []) + sides[side])
                      for side in sorted(sides)] if events else []
-    events = {"folds": [], "bifurcations": [], "crossings": []}
+    located: dict[str, list] = {"folds": [], "bifurcations": [], "crossings": []}
     for found in found_by_side:
-        for k in events:
-            events[k] += found[k]
+        for k in located:
+            located[k] += found[k]
     for k in ("folds", "bifurcations", "crossings"):
-        events[k] = _merge_mirrors(events[k])
+        located[k] = _merge_mirrors(located[k])
     if start is not None:
         order = list(reversed(sides.get(-1, []))) + [{**start, "side": 0}] + sides.get(+1, [])
     elif -1 in sides and +1 in sides:
@@ -247,7 +247,7 @@ def _assemble(tracer: _Tracer, model: Model, mode: int | None, sides: dict, star
     f_u = tracer.f_uniform
     transition = None
     if f_u is not None:
-        cands = [c["nu"] for c in events["crossings"] if c["stable"]]
+        cands = [c["nu"] for c in located["crossings"] if c["stable"]]
         near = [side_pts[0] for side_pts in sides.values() if side_pts]
         if kind == "supercritical" and threshold is not None and near and all(q["stable"] for q in near):
             cands.append(threshold)
@@ -258,8 +258,8 @@ def _assemble(tracer: _Tracer, model: Model, mode: int | None, sides: dict, star
                   side=arr("side", int), tail=arr("tail"), coeffs=np.array([q["coeffs"] for q in order]),
                   unknowns=np.array([q["x"] for q in order]), tangents=np.array([q["t"] for q in order]),
                   threshold=threshold, kind=kind, normal_form=nf, normal_form_fit=fit,
-                  folds=sorted(events["folds"], key=lambda q: q["nu"]),
-                  bifurcations=sorted(events["bifurcations"], key=lambda q: q["nu"]), transition=transition,
+                  folds=sorted(located["folds"], key=lambda q: q["nu"]),
+                  bifurcations=sorted(located["bifurcations"], key=lambda q: q["nu"]), transition=transition,
                   free_energy_uniform=f_u, noise_range=lo_hi, nu_ref=tracer.nu_ref, options=tracer.o.to_dict(),
                   stop=stop, wall_time=wall, parent_point=parent_point)
 
@@ -436,7 +436,7 @@ def _follow_at_degree(setup: BranchSetup, callback, restart, stop_request) -> Br
     tracer = _Tracer(p, nu_c, opts, mode, (lo, hi), p.uniform_free_energy())
     restart = restart or {"points": [], "ended": {}}
     stop = {int(k): tuple(v) for k, v in restart.get("ended", {}).items()}
-    done = {}
+    done: dict = {}
     for q in restart.get("points", []):
         done.setdefault(int(q["side"]), []).append(tracer.restore(q))
 

@@ -44,6 +44,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -226,7 +227,8 @@ def match_atoms(pde_atoms, clusters, tol: float) -> tuple[list, list, list]:
     from scipy.optimize import linear_sum_assignment
 
     (P, mp), (Q, mq) = pde_atoms, clusters
-    pairs, un_p, un_q = [], list(range(len(mp))), list(range(len(mq)))
+    pairs: list[dict[str, Any]] = []
+    un_p, un_q = list(range(len(mp))), list(range(len(mq)))
     if len(mp) and len(mq):
         D = _geodesic(np.asarray(P), np.asarray(Q))
         rows, cols = linear_sum_assignment(D)
@@ -348,8 +350,8 @@ def compare(pde, particles, *, moments: int = 8, mmd_beta: float = 4.0, atom_thr
         pa, qa = common_atoms(space, pde.coefficients(int(ip[-1])), particles.x[iq[-1]], w,
                               threshold=atom_threshold, radius=radius, smoothing=h, min_mass=min_mass)
     else:
-        kw = dict(degree=int(pde.degree[int(ip[-1])]), threshold=atom_threshold, radius=radius, smoothing=h,
-                  min_mass=min_mass)
+        kw: dict[str, Any] = dict(degree=int(pde.degree[int(ip[-1])]), threshold=atom_threshold, radius=radius,
+                                  smoothing=h, min_mass=min_mass)
         pa = measure_atoms(space, x=last.x, w=last.w, **kw)
         qa = measure_atoms(space, x=particles.x[iq[-1]], w=w, **kw)
     pairs, up, uq = match_atoms((pa.positions, pa.masses), (qa.positions, qa.masses), radius)

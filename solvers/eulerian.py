@@ -5,7 +5,7 @@ control (module docstring of :mod:`solvers.pde`), up to a stop or the handoff to
 from __future__ import annotations
 
 import math
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -97,16 +97,17 @@ class EulerianPhase(Integration):
         self.fresh = state is None
         self.filter = opts._filter
         self.degree = degree
-        self._norms = ((None, 0.0), (None, 0.0))       # (state, its norm), see _norm
-        self._scaled = None                            # see rhs_scaled
-        self._forced = None                            # handoff_at, once the phase runs
+        self._norms: tuple = ((None, 0.0), (None, 0.0))      # (state, its norm), see _norm
+        self._scaled: tuple | None = None                     # see rhs_scaled
+        self._forced: float | None = None                     # handoff_at, once the phase runs
         self.disc = Disc(model, degree, threads=opts.threads, effort=opts.planner)
         self.lin = self.disc.lin
         grids[degree] = tuple(self.disc.grid_shape)
         self.u = space.to_state(coeffs, degree)
         with np.errstate(all="ignore"):             # a state it cannot use is reported just below
             self._start = self._rhs_with_diag()
-        self.diag, self.tail = None, None
+        self.diag: dict | None = None
+        self.tail: float | None = None
         # the last resolved state (tail <= tail_tol, positivity and SA checks passed): the handoff's source
         self.good: GoodState | None = None
         self._refuse_infeasible(self._start[1])
@@ -271,12 +272,12 @@ class EulerianPhase(Integration):
         forced = self._forced
         return min(self.save_time(), forced) if forced is not None else self.save_time()
 
-    def before_step(self) -> tuple[str, object] | None:
+    def before_step(self) -> tuple[str, Any] | None:
         if self._forced is not None and self.t >= self._forced:
             return "handoff", ("handoff_at", f"handoff forced at t = {self._forced:g} (option handoff_at)")
         return None
 
-    def accept(self, u_new: np.ndarray, f_new: np.ndarray | None, h: float, lands: bool) -> tuple[str, object] | None:
+    def accept(self, u_new: np.ndarray, f_new: np.ndarray | None, h: float, lands: bool) -> tuple[str, Any] | None:
         """An accepted spectral step: the explicit filter, refinement (an exact re-representation at twice
         the degree) or, with the continuation at its largest degree, the handoff; the checks of the
         state; the snapshot when the step landed on a snapshot time."""

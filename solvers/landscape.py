@@ -76,6 +76,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
+from typing import Any, Callable
 
 import numpy as np
 
@@ -234,7 +235,7 @@ def _potential_extreme(model: Model, sign: float, route: str, spacing: float | N
     """max V (sign +1) or min V (sign -1) with a maximiser (minimiser) and a proven bound."""
     p = model.perceptron
     d = model.d
-    out = {"evaluations": 0, "finished": True}
+    out: dict[str, Any] = {"evaluations": 0, "finished": True}
     methods = []
     candidates = []
     upper = math.inf                          # proven upper bound on max (sign V)
@@ -281,7 +282,7 @@ def _potential_extreme(model: Model, sign: float, route: str, spacing: float | N
     out["value"] = float(sign * p.potential(out["x"][None, :])[0])         # sign V at x, evaluated once more
     out["upper"] = max(upper, out["value"])
     near = vals >= out["upper"] - (out["upper"] - out["value"]) * 2.0 - 1e-15
-    keep = []
+    keep: list = []
     for x in cand[near][np.argsort(-vals[near])]:
         x = x / np.linalg.norm(x)
         if all(np.linalg.norm(x - y) > 1e-7 for y in keep):
@@ -376,7 +377,7 @@ def _round_off(model: Model, k: int) -> tuple[float, float, float]:
             4.0 * u * (3.0 * gamma * (model.beta + 2.0) * nk + nm * (mag + curv)))
 
 
-def _kink_free(model: Model) -> callable | None:
+def _kink_free(model: Model) -> Callable | None:
     """For ReLU: a test of which cells (centres x, radii r) cross no kink <a_k, x> + b_k = 0 of a unit with
     c_k != 0 (the angle from a_k to x differs from arccos(-b_k) by more than r); None for smooth activations."""
     p = model.perceptron
@@ -464,7 +465,7 @@ def _descent(model: Model, spacing: float | None, target: float, t0: float) -> E
             break
         # the certificate found Phi below the level: those points join the support and the masses re-solve
         order = np.argsort(cert.below_f)
-        new = []
+        new: list = []
         for y in cert.below[order]:
             if all(np.linalg.norm(y - z) > 0.25 * spacing for z in new):
                 new.append(y)

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -463,7 +464,7 @@ class Model:
 
     def replace(self, **changes) -> "Model":
         """A copy with some parameters changed (validated again)."""
-        params = {"d": self.d, "beta": self.beta, "flow": self.flow, "attention": self.attention,
+        params: dict[str, Any] = {"d": self.d, "beta": self.beta, "flow": self.flow, "attention": self.attention,
                   "strength": self.strength, "perceptron": self.perceptron, "noise": self.noise}
         params.update(changes)
         return Model(**params)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import fields
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -50,6 +50,8 @@ class ParticleRun(Integration):
     """One prepared integration (:func:`prepare_particles`): state, stepping, snapshots, stopping rule, on
     the shared loop of :class:`~solvers.stepping.Integration`. :meth:`run` integrates it once."""
 
+    stop_request: Any                 # the Ctrl-C request of solvers.interrupts while the loop runs
+
     def __init__(self, spec: ParticleSpec, x: np.ndarray, w: np.ndarray, desc: str,
                  state: ParticleState | None) -> None:
         self.spec = spec
@@ -66,8 +68,9 @@ class ParticleRun(Integration):
         self.model, self.w, self.initial = model, w, desc
         self.integrator, self.dt0, self.save_every, self.rule = integrator, dt, save_every, rule
         self.seed, self.opts = seed, opts
-        self.progress = self.callback = None
-        self.last_restart = None
+        self.progress: Any = None
+        self.callback: Callable[[dict], None] | None = None
+        self.last_restart: dict | None = None
         self._ran = False
         self.N = x.shape[0]
         self.sums = None
@@ -88,7 +91,7 @@ class ParticleRun(Integration):
         self.stability_bound = STABILITY_BOUND.get(integrator)
         self._measures = self.stability_bound is not None and model.noise == 0
         self._probe = slice(None, None, max(1, -(-self.N // STIFFNESS_PROBES)))
-        self._step_from = None
+        self._step_from: tuple | None = None
         self.stiffness_since = self.stiffness_max = math.nan
         self.stiffness_over_t: float | None = None
         self.x = x

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 import numpy as np
 
@@ -219,7 +219,7 @@ class ParticleSpec:
         save_every = _check_time("save_every", save_every)
         if seed is None:
             # every random choice has a seed on record: an unseeded run gets one, kept in its result
-            seed = int(np.random.SeedSequence().entropy)
+            seed = int(cast(int, np.random.SeedSequence().entropy))
         elif not check.is_integer(seed) or seed < 0:
             raise ValueError(f"seed must be an integer >= 0 or None, got {seed!r}")
         rule = StopRule.from_arg(stop)

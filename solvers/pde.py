@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -133,7 +133,8 @@ class _Snapshots:
 
     def arrays(self, space) -> dict:
         if not self.rows:
-            out = {key: np.zeros(0) for key in ("t", "energy", "mass", "min_density", "tail", "dissipation")}
+            out: dict[str, Any] = {key: np.zeros(0) for key in ("t", "energy", "mass", "min_density", "tail",
+                                                                "dissipation")}
             out.update(degree=np.zeros(0, dtype=int), coeffs=np.zeros((0, 0), dtype=complex), density=None,
                        nodes=[])
             return out
@@ -245,11 +246,15 @@ class PDERun:
         self.continues = spec.continues
         # the largest Eulerian resolution: refinements are clipped to it
         self.cap = spec.cap
-        self.callback = self.progress = self.stop_request = None
-        self.checkpoint, self.checkpoint_every = None, math.inf
-        self._settings_once = None
+        self.callback: Callable[[dict], None] | None = None
+        self.progress: Progress | None = None
+        self.stop_request: Any = None
+        self.checkpoint: Callable[[], None] | None = None
+        self.checkpoint_every = math.inf
+        self._keep: Callable[[dict], None] | None = None
+        self._settings_once: dict | None = None
         self.snaps = _Snapshots()
-        self.steps = {"t": [], "dt": [], "error": [], "accepted": []}
+        self.steps: dict[str, list] = {"t": [], "dt": [], "error": [], "accepted": []}
         self._steps_mark = 0
         self.refinements: list = []
         # the computational grid of every degree used (fixed by the degree: recorded so that a resume on
@@ -261,13 +266,14 @@ class PDERun:
         self._refuse_too_big()
         self.grid = space.output_grid(self.output_points)
         self.euler: EulerianPhase | None = None     # the spectral phase, until the handoff
-        self.lag = None              # the Lagrangian phase, after the handoff
-        self.handoff = None          # what the handoff was (dict), after it
-        self.good = None             # the handoff state (GoodState), after it
-        self.spectral = None         # (nsteps, nrejected, facold) the spectral phase ended with, after it
-        self.check = None            # the error-estimate run's final node measure
+        self.lag: lagrangian.LagrangianPhase | None = None     # the Lagrangian phase, after the handoff
+        self.handoff: dict | None = None             # what the handoff was, after it
+        self.good: GoodState | None = None           # the handoff state, after it
+        # (nsteps, nrejected, facold) the spectral phase ended with, after it
+        self.spectral: tuple[int, int, float] | None = None
+        self.check: dict | None = None               # the error-estimate run's final node measure
         self.checking = False        # inside the error-estimate run (an interruption there says so)
-        self.last_restart = None
+        self.last_restart: dict | None = None
         self._ran = False
         self._resumed_from = None if state is None else state.t
         # a restart state is that of the last snapshot taken, or of a step after it where an interruption
@@ -404,7 +410,8 @@ class PDERun:
             self.checkpoint = self._checkpoint
         self.progress = Progress(progress, self.t_final, self.t)
         wall0 = time.perf_counter()
-        stop, message = None, ""
+        stop: str | None = None
+        message: Any = ""
         try:
             # one BLAS thread: the loop's BLAS calls (the norms) are a few microseconds each; the
             # first Ctrl-C stops the loop after its current step (solvers.interrupts), a second at once

@@ -339,7 +339,7 @@ class CircleDiscretization:
         self._flux, self._flux_hat = fwd.grid[0], fwd.spec[0, : self.K]
         self._v = np.empty(b.M)          # the velocity of velocity(), and w without attention (rhs_flux)
         self._zero = np.zeros(b.M)       # G without attention
-        self.last = {}
+        self.last: dict = {}
 
     # --- right-hand side ------------------------------------------------------------------------
     def fields(self, c: np.ndarray, factor: np.ndarray | None = None

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import lagrangian
+from .lagrangian import Nodes
 from .atoms import DEFAULT_PROMINENCE
 from .model import Model
 from .pde_spec import space_for
@@ -124,7 +125,7 @@ class PDEResult:
         """Time of the handoff to the Lagrangian continuation (None without one)."""
         return None if self.lagrangian is None else float(self.lagrangian["handoff"]["t"])
 
-    def node_measure(self, i: int = -1) -> "lagrangian.Nodes | None":
+    def node_measure(self, i: int = -1) -> Nodes | None:
         """The node measure of snapshot i (None for an Eulerian snapshot)."""
         n = self.nodes[self._index(i)] if self.nodes else None
         return None if n is None else lagrangian.Nodes(n["x"], n["w"], n["count"])

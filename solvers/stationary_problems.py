@@ -93,6 +93,12 @@ class _Problem:
 
     dense = True
     representation = ""
+    # set by the subclasses: the unknowns, their multipliers g (n,), the potential V on the nodes (or None)
+    # and the nodes' quadrature weights
+    n: int
+    g: np.ndarray
+    V: np.ndarray | None
+    wq: np.ndarray
 
     def __init__(self, model: Model, degree: int, La: int) -> None:
         self.model, self.degree, self.La = model, int(degree), int(La)
@@ -102,8 +108,42 @@ class _Problem:
         self.g0 = float(g_all[0])
         self._g_all = g_all
 
-    # to be set by subclasses: n, g (n,) multipliers per unknown, V on the nodes or None, wq weights
     def mode_index(self, mode: int) -> int:
+        raise NotImplementedError
+
+    # --- what each representation provides ------------------------------------------------------------------
+    def evaluate(self, x: np.ndarray, nu: float) -> _Eval:
+        raise NotImplementedError
+
+    def jacobian(self, ev: _Eval) -> np.ndarray:
+        raise NotImplementedError
+
+    def d_nu(self, ev: _Eval) -> np.ndarray:
+        raise NotImplementedError
+
+    def solve(self, ev: _Eval, rhs: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+    def bordered(self, ev: _Eval, nu_ref: float, t: np.ndarray, rhs: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+    def spectra(self, ev: _Eval) -> dict:
+        raise NotImplementedError
+
+    def from_coefficients(self, c: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+    def coefficients(self, ev: _Eval) -> np.ndarray:
+        raise NotImplementedError
+
+    def grid_values(self, c: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+    def projection(self, c: np.ndarray, mode: int) -> float:
+        raise NotImplementedError
+
+    @staticmethod
+    def amplitude(c: np.ndarray, mode: int) -> float:
         raise NotImplementedError
 
     def residual(self, ev: _Eval) -> np.ndarray:

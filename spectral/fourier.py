@@ -90,7 +90,7 @@ _timed_wisdom = True
 _planning = threading.Lock()
 
 
-def _plan(src: np.ndarray, dst: np.ndarray, direction: str, flags: tuple, threads: int) -> "pyfftw.FFTW":
+def _plan(src: np.ndarray, dst: np.ndarray, direction: str, flags: tuple, threads: int):
     """An FFTW plan along the last axis; an FFTW_ESTIMATE plan is made from wisdom without timed plans in it
     (forgotten first when a timed planning may have left some: :class:`Transform`)."""
     global _timed_wisdom

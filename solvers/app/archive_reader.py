@@ -459,7 +459,8 @@ def _read_nodes(g: h5py.Group, T: int, restart: dict | None, state: dict | None,
     (``restart``: its restart state, which holds that record for a run stopped in the node phase before
     its first node snapshot)."""
     state = state or {}
-    steps = {k: int(g.attrs.get(k, (restart or {}).get(k, 0))) for k in ("node_nsteps", "node_nrejected")}
+    steps: dict[str, Any] = {k: int(g.attrs.get(k, (restart or {}).get(k, 0))) for k in ("node_nsteps",
+                                                                                        "node_nrejected")}
     from ..lagrangian import diffuse_rate_of
     rate = diffuse_rate_of((restart or {}).get("diffuse_log") or [])
     if rate is not None:
@@ -620,7 +621,7 @@ def read_archive(f: h5py.File, path: Path) -> RunArchive:
         particles = read_particles(f["particles"], model, cache)
     comparison = read_comparison(f["comparison"]) if "comparison" in f and "t" in f["comparison"] else None
     validation = read_validation(f["validation"], path) if "validation" in f else None
-    atoms = {}
+    atoms: dict[str, Any] = {}
     if "atoms" in f:
         for k, g in f["atoms"].items():
             atoms[k] = (value(g["positions"]), value(g["masses"]))

@@ -22,7 +22,7 @@ import contextlib
 import json
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import h5py
 import numpy as np
@@ -112,7 +112,8 @@ class ArchiveTransaction:
         self.failure: BaseException | None = None
         self._committed_t: dict[str, float] = {}
         self._state: dict[str, dict] = {}                          # the committed restart state, per section
-        self._hold, self._held = False, {}                          # a stage's last batch waits for its end
+        self._hold = False                                          # a stage's last batch waits for its end
+        self._held: dict[str, Any] = {}
         self.status_written = "running"                            # the status the file holds
         self._last_flush = time.perf_counter()
         existed = self.path.exists()
@@ -140,7 +141,7 @@ class ArchiveTransaction:
         files.reserve(self.lock, None, SLACK)        # room first: a --force on a full disk leaves the file as it was
         self.f = files.h5open(self.path, "w")
         with self._writing(0):
-            self._root = {}
+            self._root: dict[str, Any] = {}
             self._set_root({"format": FORMAT, "format_version": FORMAT_VERSION, "checksums": CHECKSUMS,
                             "software_version": software_version(), "created": now(), "config": config_text,
                             "command": command, "name": name, "compression": compression, "libraries": libraries(),
@@ -266,6 +267,13 @@ class ArchiveTransaction:
     def write_pending(self, flush: bool = True) -> None:
         """Write every buffered snapshot with its restart state (a committed batch)."""
         self._write_batch()
+
+    # --- the sections write their snapshots (ArchiveWriter) ---------------------------------------------
+    def _write_pde(self, snaps: list[dict]) -> None:
+        raise NotImplementedError
+
+    def _write_particles(self, snaps: list[dict]) -> None:
+        raise NotImplementedError
 
     def _write_batch(self) -> None:
         pending, self._pending = self._pending, {"pde": [], "particles": []}

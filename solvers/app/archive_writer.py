@@ -6,7 +6,7 @@ dimensions and the text attributes' seal are in :mod:`.archive_dims`.
 
 import json
 import math
-from typing import Callable
+from typing import Any, Callable
 
 import h5py
 import numpy as np
@@ -234,7 +234,8 @@ class ArchiveWriter(ArchiveTransaction):
                 whole = (result if not self.resumed and len(result.t) == g["t"].shape[0]
                          else read_pde(g, read_model(self.f), all_rows=True))
                 # the rerun cut: the solution's atoms, without error bars until a resume runs the rerun again
-                self.write_atoms("pde", whole.atoms(), **({"error_estimate": "interrupted"} if cut_check else {}))
+                marks: dict[str, Any] = {"error_estimate": "interrupted"} if cut_check else {}
+                self.write_atoms("pde", whole.atoms(), **marks)
             self._finish_restart("pde", result, lambda r: self._pde_restart(
                 g, r, self._step_rows0 + r["step_log"], [], 0))
             self._flush()                    # what the stage holds, then that it is complete
@@ -480,7 +481,7 @@ def write_validation(writer: ArchiveWriter, res, results: list[dict], compare_op
 
 def _cover_results(writer: ArchiveWriter, g: h5py.Group) -> None:
     """Record the datasets of a result written whole (/comparison, /validation) in the root's ``results``."""
-    entries = {}
+    entries: dict[str, list] = {}
     g.visititems(lambda name, ds: entries.__setitem__(ds.name, [int(ds.attrs["crc32"]), *ds.shape])
                  if isinstance(ds, h5py.Dataset) and "crc32" in ds.attrs else None)
     writer._record_results(g.name + "/", entries)

@@ -429,7 +429,7 @@ def load_branch(path: str | Path) -> Branch:
             items = []
             if f"{kind}_noise" in g:
                 for i in range(g[f"{kind}_noise"].shape[0]):
-                    e = {"nu": float(g[f"{kind}_noise"][i]), "amplitude": float(g[f"{kind}_amplitude"][i]),
+                    e: dict = {"nu": float(g[f"{kind}_noise"][i]), "amplitude": float(g[f"{kind}_amplitude"][i]),
                          "free_energy": float(g[f"{kind}_free_energy"][i])}
                     if kind == "bifurcation":
                         e["kind"] = g["bifurcation_kind"][i].decode() if isinstance(g["bifurcation_kind"][i], bytes) \

@@ -76,8 +76,8 @@ class TaskInterrupted(KeyboardInterrupt):
 FORWARDED_SIGNAL = signal.SIGUSR1
 # "first": the first interrupting signal the worker took (None: not interrupted); "board", "slot": where
 # it shows its owner whether it is done (see _Board)
-_WORKER = {"in_task": False, "first": None, "direct": 0, "forwarded": False, "terminated": False, "board": None,
-           "slot": None}
+_WORKER: dict[str, Any] = {"in_task": False, "first": None, "direct": 0, "forwarded": False, "terminated": False,
+                           "board": None, "slot": None}
 
 
 class _Board:
@@ -371,7 +371,8 @@ class DaskPool(TaskPool):
         except ImportError:
             raise SchedulerError("--scheduler needs dask.distributed, which is not installed; install the "
                                  "cluster extra: pip install -e '.[cluster]' (scripts/setup does)") from None
-        where = {"scheduler_file": address} if Path(address).is_file() else {"address": _checked_address(address)}
+        where: dict[str, Any] = ({"scheduler_file": address} if Path(address).is_file()
+                                 else {"address": _checked_address(address)})
         if timeout is not None:
             where["timeout"] = timeout
         try:

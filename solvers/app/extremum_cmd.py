@@ -26,6 +26,7 @@ from __future__ import annotations
 import datetime
 import math
 from pathlib import Path
+from typing import Any
 
 import h5py
 import numpy as np
@@ -132,7 +133,7 @@ def _run_archive_end(out: Path, model: Model):
 
 
 def run_extremum(config_path: str | Path, out: str | Path | None = None, *, command: str = "",
-                 figure: bool = True) -> tuple[Extremum, object, Path, Path | None]:
+                 figure: bool = True) -> tuple[Extremum, Any, Path, Path | None]:
     """Compute the configuration's extremum, write it to ``out`` and draw its figure (module docstring).
 
     Returns (Extremum, EndVsExtremum or None, the archive's path, the figure's path or None)."""

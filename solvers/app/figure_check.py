@@ -300,7 +300,7 @@ def _time_axes(fig) -> list:
 def time_axes(fig, renderer, span: tuple[float, float] | None) -> list[str]:
     """``span``: (first positive time, last time) of the run the figure draws (None: not checked)."""
     found = _time_axes(fig)
-    out = []
+    out: list = []
     if span is None or not found:
         return out
     lo, hi = span

@@ -117,7 +117,8 @@ def describe_pde(r, atoms: dict) -> list[str]:
         out.append("  terminal state: not certified")
     if "pde" in atoms and terminal is None:
         attrs = atoms.get("pde:attrs", {})
-        lines = _pde_atoms_lines(*atoms["pde"], attrs, atoms.get("pde:mass_errors"),
+        positions, masses = atoms["pde"]
+        lines = _pde_atoms_lines(positions, masses, attrs, atoms.get("pde:mass_errors"),
                                  atoms.get("pde:position_errors"), atoms.get("pde:extents"))
         note = (not_stationary_note(r.stop_reason, float(r.t[-1]), len(atoms["pde"][1]))
                 if attrs.get("kind") == "node groups" else None)
@@ -344,7 +345,7 @@ def describe(path: str | Path) -> str:
         listed = ((terminal.positions, terminal.masses) if terminal is not None
                   else run.atoms.get("pde"))
         if run.comparison is not None and len(run.comparison.t) and listed is not None:
-            out += _pde_atoms_and_comparison(run.pde, *listed, run.comparison)
+            out += _pde_atoms_and_comparison(run.pde, listed[0], listed[1], run.comparison)
     if run.particles is not None:
         out += describe_particles(run.particles, run.atoms, run.comparison)
     if run.comparison is not None:
@@ -371,7 +372,8 @@ def describe_layout(path: str | Path) -> str:
     from .archive_schema import RAGGED
 
     path = Path(path)
-    lines, placeholders = [], {}
+    lines: list = []
+    placeholders: dict = {}
 
     def short(v) -> str:
         v = v.item() if isinstance(v, np.generic) else v

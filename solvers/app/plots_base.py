@@ -161,7 +161,7 @@ def readable_log_axis(ax, axis: str = "y") -> None:
         ticks = ticks[::-1][::step][::-1]
     which.set_major_locator(FixedLocator(ticks))
     which.set_major_formatter(FuncFormatter(_number))
-    which.set_minor_locator(LogLocator(base=10, subs=np.arange(2, 10) * 1.0))
+    which.set_minor_locator(LogLocator(base=10, subs=[2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0]))
     which.set_minor_formatter(NullFormatter())
 
 

@@ -18,7 +18,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -43,9 +43,9 @@ class RunFailed(RuntimeError):
 class RunOutcome:
     path: Path
     status: str                       # "finished" or "interrupted"
-    pde: object | None = None
-    particles: object | None = None
-    comparison: object | None = None
+    pde: Any = None                   # PDEResult
+    particles: Any = None             # ParticleResult
+    comparison: Any = None            # Comparison
     skipped: list = field(default_factory=list)
 
 
@@ -418,9 +418,9 @@ def run_config(config: RunConfig, out: str | Path, *, resume: bool = False, forc
         return outcome
     except KeyboardInterrupt:
         return _interrupted(writer, outcome)
-    except ArchiveFull as e:
+    except ArchiveFull as full:
         # out of space: an ordinary failure; the archive is as its last commit left it
-        e = e.strerror or str(e)
+        e = full.strerror or str(full)
         writer.annotate(failure=f"out of space: {e}")
         status = "failed" if writer.set_status("failed") else f"still {writer.status_written!r}: no room to change it"
         kept = "; ".join(f"{s} to t = {t:.6g}" for s in ("pde", "particles")
