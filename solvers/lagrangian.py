@@ -766,11 +766,12 @@ class LagrangianPhase(Integration):
             self.stages[-1].t_left = self.t if t is None else t
 
     def _all_atoms(self, groups: "term.Groups") -> bool:
-        """Whether every node group is an atom within the grouping radius (its nodes within ``atom_radius`` of
-        its centre), few enough for the atom system's dense implicit steps."""
+        """Whether every node group is an atom within the grouping radius: at least two initial nodes (a node
+        that never met another is mass not yet collapsed) within ``atom_radius`` of its centre; and few enough
+        for the atom system's dense implicit steps."""
         d = self.nodes.x.shape[1]
-        return (len(groups) * (d - 1) <= IMPLICIT_DIMENSIONS and bool(np.all(groups.extents <= self.atom_radius))
-                and bool(np.all(groups.resultant >= 0.5)))
+        return (len(groups) * (d - 1) <= IMPLICIT_DIMENSIONS and bool(np.all(groups.counts >= 2))
+                and bool(np.all(groups.extents <= self.atom_radius)) and bool(np.all(groups.resultant >= 0.5)))
 
     def _to_atoms(self, groups: "term.Groups") -> None:
         """Replace every node group by one node at its centre (the normalised weighted mean, with the group's

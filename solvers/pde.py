@@ -32,7 +32,7 @@ from .restart import GoodState, LagrangianState, pde_state_from_dict
 from .stepping import Progress
 from .terminal import TerminalState
 from .pde_result import PDEResult
-from .pde_spec import (SNAPSHOTS_PER_DOUBLING, PDEOptions, PDESpec,
+from .pde_spec import (DENSE_DOUBLINGS, LATE_PER_DOUBLING, SNAPSHOTS_PER_DOUBLING, PDEOptions, PDESpec,
                        snapshot_time, space_for)
 
 __all__ = ["solve_pde", "prepare_pde", "prepare_spec", "PDERun", "PDEResult", "PDEOptions", "PDESpec", "STOP_REASONS",
@@ -310,8 +310,8 @@ class PDERun:
         if self.save_every is None:
             n_snap = 2
         elif math.isinf(left):
-            # the schedule of snapshot_time: ~100 per doubling of time; counted to 2^20 save_every
-            n_snap = 2 + SNAPSHOTS_PER_DOUBLING * 13
+            # the schedule of snapshot_time, counted to t = 1e40 save_every
+            n_snap = 2 + SNAPSHOTS_PER_DOUBLING * DENSE_DOUBLINGS + LATE_PER_DOUBLING * 126
         else:
             n_snap = 2 + math.ceil(left / self.save_every)
         grid_points = space.output_grid_size(self.output_points)

@@ -21,7 +21,7 @@ from .fields import ANGLE, DEGREE, POS, Choice, Int, Num, Table, toml
 from .model import Model
 
 __all__ = ["PDEOptions", "PDESpec", "CONTINUATIONS", "METHODS", "NODE_TOLERANCE", "SNAPSHOTS_PER_DOUBLING",
-           "snapshot_time", "space_for"]
+           "DENSE_DOUBLINGS", "LATE_PER_DOUBLING", "snapshot_time", "space_for"]
 
 CONTINUATIONS = ("lagrangian", "none")
 METHODS = ("DP54", "BS32")
@@ -36,8 +36,11 @@ _ROUND_OFF_FLOOR = 1e-14
 NODE_TOLERANCE = 2.5e-3
 
 #: with t_final = inf, snapshots are save_every apart for the first hundred, then twice as far apart for
-#: every next hundred: a run of unknown length keeps a bounded number of them per decade of time
+#: every next hundred, and past DENSE_DOUBLINGS doublings ten per doubling: a run of unknown length keeps a
+#: bounded number of them per decade of time (a slow stage can last to t = 1e40)
 SNAPSHOTS_PER_DOUBLING = 100
+DENSE_DOUBLINGS = 8
+LATE_PER_DOUBLING = 10
 
 
 def snapshot_time(k: int, save_every: float | None, t_final: float) -> float:
@@ -47,9 +50,13 @@ def snapshot_time(k: int, save_every: float | None, t_final: float) -> float:
         return t_final
     if math.isfinite(t_final):
         return min(k * save_every, t_final)
-    b, j = divmod(k - 1, SNAPSHOTS_PER_DOUBLING)
     n = SNAPSHOTS_PER_DOUBLING
-    return save_every * (n * (2.0 ** b - 1.0) + 2.0 ** b * (j + 1))
+    if k - 1 < n * DENSE_DOUBLINGS:
+        b, j = divmod(k - 1, n)
+        return save_every * (n * (2.0 ** b - 1.0) + 2.0 ** b * (j + 1))
+    b, j = divmod(k - 1 - n * DENSE_DOUBLINGS, LATE_PER_DOUBLING)
+    b += DENSE_DOUBLINGS
+    return save_every * (n * (2.0 ** b - 1.0) + (n // LATE_PER_DOUBLING) * 2.0 ** b * (j + 1))
 
 
 def space_for(d: int):

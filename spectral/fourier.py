@@ -16,6 +16,7 @@ outside |k| < K, so a quadratic product is projected back exactly.
 from __future__ import annotations
 
 import math
+import os
 import threading
 from typing import Sequence
 
@@ -84,6 +85,12 @@ def dealiased_size(K: int) -> int:
     return _fast_size(3 * int(K))
 
 
+#: planner flags added to every plan made here: ``("FFTW_UNALIGNED",)`` when the environment variable
+#: ATTNPDE_FFTW_UNALIGNED is "1" at import, else none. FFTW_UNALIGNED forbids plans that need aligned arrays,
+#: which keeps FFTW to its codelets without SIMD (other bits than the SIMD codelets this CPU would get); the
+#: foreign-SIMD lane of the tests (``scripts/test --foreign-simd``) plans so. Transforms are then slower.
+EXTRA_FLAGS: tuple[str, ...] = ("FFTW_UNALIGNED",) if os.environ.get("ATTNPDE_FFTW_UNALIGNED") == "1" else ()
+
 #: whether pyFFTW's wisdom may hold plans of a timed planning, which an FFTW_ESTIMATE plan would reuse
 #: (see :class:`Transform`): unknown at the start of a process, then set by every plan made here
 _timed_wisdom = True
@@ -98,7 +105,7 @@ def _plan(src: np.ndarray, dst: np.ndarray, direction: str, flags: tuple, thread
         estimate = flags[0] == "FFTW_ESTIMATE"
         if estimate and _timed_wisdom:
             pyfftw.forget_wisdom()
-        plan = pyfftw.FFTW(src, dst, axes=(-1,), direction=direction, flags=flags, threads=threads)
+        plan = pyfftw.FFTW(src, dst, axes=(-1,), direction=direction, flags=flags + EXTRA_FLAGS, threads=threads)
         _timed_wisdom = not estimate
         return plan
 

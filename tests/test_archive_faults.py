@@ -159,6 +159,7 @@ def test_a_failed_write_leaves_the_archive_as_its_last_commit(tmp_path):
     assert load(tmp_path / "e.h5").status == "failed"
 
 
+@pytest.mark.cpu_dependent
 @pytest.mark.slow
 def test_out_of_room_is_an_ordinary_failure_and_the_run_resumes(tmp_path, runs):
     """The file size limit (RLIMIT_FSIZE, the portable stand-in for a full disk) met halfway: exit 1, one
@@ -377,25 +378,42 @@ def test_a_format_from_the_future_names_the_version(tmp_path, runs):
         load(path)
 
 
+#: how far this run's PDE coefficients (c_0 = 1) made on two CPUs may differ: the continuation amplifies a
+#: change of one ulp, in its input or in a kernel's rounding, to well below this bound, while a resume with other
+#: options moves them far above it (docs/numerics.md, "Same answer on every machine", measures both)
+ACROSS_CPUS_ATOL = 1e-7
+
+
+@pytest.mark.cpu_dependent
 def test_an_archive_of_the_writer_before_the_checksums_loads_and_resumes(tmp_path):
     """An archive the previous writer made (format 3 without checksums, commit 862866c, from
     tests/data/format_v3_unchecked.toml, which sets the node tolerances and drift_tol that version had as
     defaults), cut by Ctrl-C in its continuation: it loads, and resumes to the numbers of the same run made
-    here (to round-off: it may have been made on another CPU)."""
+    here, as far as runs on two CPUs can agree.
+
+    The archive was made on another CPU, whose kernels (numpy's SIMD loops, FFTW's codelets) round
+    differently. What is the same on every machine is compared exactly: the output times (save_every fixes
+    them), the spectral steps, which ended before the cut (the resume keeps them as stored), and the
+    particles, which both runs compute here. The coefficients after the cut agree to the continuation's
+    amplified round-off, ``ACROSS_CPUS_ATOL``; the node steps after the cut may differ in number (whether a
+    step is accepted can turn on round-off), so they are only required to go on from the cut."""
     import lzma
     data = ROOT / "tests" / "data"
     path = tmp_path / "v3.h5"
     path.write_bytes(lzma.decompress((data / "format_v3_unchecked.h5.xz").read_bytes()))
     run = load(path)
     assert run.status == "interrupted" and "checksums" not in run.attrs and run.pde.stop_reason == "interrupted"
+    assert run.pde.restart["phase"] == "lagrangian"
     config = parse_config((data / "format_v3_unchecked.toml").read_text())
     assert run_config(config, path, resume=True, progress=False, log=lambda s: None).status == "finished"
     run_config(config, tmp_path / "ref.h5", progress=False, log=lambda s: None)
     a, b = load(path), load(tmp_path / "ref.h5")
     assert np.array_equal(a.pde.t, b.pde.t) and np.array_equal(a.particles.t, b.particles.t)
-    np.testing.assert_allclose(a.pde.coeffs, b.pde.coeffs, rtol=0, atol=1e-12)
-    np.testing.assert_allclose(a.particles.x, b.particles.x, rtol=0, atol=1e-12)
-    assert a.pde.nsteps == b.pde.nsteps and a.attrs["resumed"] == 1
+    assert a.pde.nsteps == run.pde.nsteps and a.pde.steps.keys() == run.pde.steps.keys()
+    assert all(np.array_equal(a.pde.steps[k], run.pde.steps[k]) for k in run.pde.steps)
+    assert a.pde.lagrangian["node_nsteps"] > run.pde.restart["node_nsteps"]
+    np.testing.assert_allclose(a.pde.coeffs, b.pde.coeffs, rtol=0, atol=ACROSS_CPUS_ATOL)
+    assert np.array_equal(a.particles.x, b.particles.x) and a.attrs["resumed"] == 1
 
 
 def test_root_annotations_edited_by_hand_are_reported_not_refused(tmp_path, runs):
@@ -426,6 +444,7 @@ def test_the_options_are_stored_as_resolved(runs):
     assert particles["sum"] == "auto" and particles["sum_method"] in ("direct", "fast", "nufft")
 
 
+@pytest.mark.cpu_dependent
 def test_a_resume_across_a_changed_default_is_refused_naming_the_version(tmp_path, runs, monkeypatch):
     """A version whose default differs (here the output grid of S^1) would resume another run: refused, with
     both values and the version that started it; the same archive resumes as before once the default is
@@ -452,6 +471,7 @@ def test_a_changed_node_tolerance_default_is_refused_naming_both_options(tmp_pat
         check_resumable(path, parse_config(CFG))
 
 
+@pytest.mark.cpu_dependent
 def test_a_resume_with_an_option_given_explicitly_is_exact_across_a_changed_default(tmp_path, monkeypatch):
     """The option written in the configuration: another default changes nothing; the resume is exact."""
     from solvers.pde_circle import CircleSpace

@@ -34,11 +34,16 @@ def _write(tmp_path, d=2, lo=0.03, hi=0.07, degree=32, name="b.toml"):
     return p
 
 
+@pytest.mark.cpu_dependent
 def test_branch_command_writes_the_archive_the_diagram_and_the_summary(tmp_path, capsys):
+    """The summary prints the computed fold and transition digit for digit (both are computed here, so this
+    holds on any CPU); the values are compared as numbers, to 1e-10, the nine digits the summary was always
+    checked to: other kernels move them by about an ulp (docs/numerics.md, "Same answer on every machine"),
+    far inside that bound."""
     cfg = _write(tmp_path)
     assert main(["branch", str(cfg)]) == 0
     out = capsys.readouterr().out
-    assert "kind: subcritical" in out and "fold at nu = 0.066359743" in out and "transition: nu = 0.06618968" in out
+    assert "kind: subcritical" in out
     png = tmp_path / "b_branch.png"
     assert png.exists() and png.stat().st_size > 20000
     assert main(["info", str(tmp_path / "b.h5")]) == 0
@@ -56,6 +61,8 @@ def test_branch_command_writes_the_archive_the_diagram_and_the_summary(tmp_path,
         np.testing.assert_array_equal(getattr(r, key), getattr(b, key), err_msg=key)
     assert (r.kind, r.threshold, r.transition, r.normal_form) == (b.kind, b.threshold, b.transition, b.normal_form)
     assert [f["nu"] for f in r.folds] == [f["nu"] for f in b.folds]
+    assert f"fold at nu = {b.folds[0]['nu']:.10g}," in out and f"transition: nu = {b.transition:.10g}" in out
+    assert abs(b.folds[0]["nu"] - 0.0663597437247) <= 1e-10 and abs(b.transition - 0.0661896810797) <= 1e-10
 
 
 @contextlib.contextmanager
@@ -70,6 +77,7 @@ def _stop_after(n):
     yield Request()
 
 
+@pytest.mark.cpu_dependent
 @pytest.mark.parametrize("d, degree, n", [(2, 32, 12), (2, 32, 30), (3, 16, 8), (3, 8, 45),
                                           pytest.param(3, 8, 4, marks=pytest.mark.slow)])
 def test_an_interrupted_branch_resumes_to_the_uninterrupted_numbers(tmp_path, monkeypatch, d, degree, n):

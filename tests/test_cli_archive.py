@@ -316,6 +316,7 @@ def _full_and_cut(tmp_path, cfg, sig, after=3):
     return full, cut, proc
 
 
+@pytest.mark.cpu_dependent
 @pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT])
 def test_killed_or_interrupted_run_resumes_to_the_same_numbers(tmp_path, sig):
@@ -344,6 +345,7 @@ def test_killed_or_interrupted_run_resumes_to_the_same_numbers(tmp_path, sig):
     assert done.pde.nsteps == ref.nsteps and np.array_equal(done.pde.steps["dt"], ref.steps["dt"])
 
 
+@pytest.mark.cpu_dependent
 @pytest.mark.slow
 def test_a_run_killed_before_its_first_snapshot_resumes_from_t_0_and_says_so(tmp_path):
     # the archive exists (its model, its status "running") but holds no snapshot: info and the resume say
@@ -370,6 +372,7 @@ def test_a_run_killed_before_its_first_snapshot_resumes_from_t_0_and_says_so(tmp
     assert np.array_equal(done.pde.coeffs, ref.pde.coeffs) and np.array_equal(done.particles.x, ref.particles.x)
 
 
+@pytest.mark.cpu_dependent
 @pytest.mark.slow
 def test_archive_names_its_libraries_and_a_resume_with_others_says_so(tmp_path):
     """The archive records the versions of the libraries whose kernels make a run's round-off (as the
@@ -649,6 +652,7 @@ def test_particle_round_trip_with_comparison_and_plots(tmp_path):
     assert {"spacetime.png", "final.png", "energy.png"} <= {p.name for p in (tmp_path / "png").glob("*.png")}
 
 
+@pytest.mark.cpu_dependent
 @pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT])
 def test_killed_particle_run_resumes_to_the_same_numbers(tmp_path, sig):
@@ -687,6 +691,7 @@ save_every = 1.0
 """
 
 
+@pytest.mark.cpu_dependent
 @pytest.mark.slow
 def test_a_resumed_archive_from_before_the_step_stiffness_keeps_its_series_aligned(tmp_path):
     """Euler at h gamma = 2.5 > 2 (beyond its stability bound from the first steps). A run cut after 3
@@ -742,6 +747,7 @@ save_every = 0.5
 """
 
 
+@pytest.mark.cpu_dependent
 @pytest.mark.slow
 @pytest.mark.parametrize("sig, after", [(signal.SIGKILL, 3), (signal.SIGINT, 3), (signal.SIGKILL, 13)])
 def test_continuation_resumes_to_the_same_numbers(tmp_path, sig, after):
@@ -773,6 +779,7 @@ def test_continuation_resumes_to_the_same_numbers(tmp_path, sig, after):
     assert done.atoms["pde:attrs"]["diffuse"] == ref.atoms["pde:attrs"]["diffuse"]
 
 
+@pytest.mark.cpu_dependent
 @pytest.mark.slow
 def test_an_interrupt_in_the_error_estimate_rerun_keeps_the_atoms_without_error_bars(tmp_path):
     """Ctrl-C in the error-estimate rerun: the solution had reached t_final, so the archive keeps its atoms

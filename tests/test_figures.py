@@ -288,3 +288,26 @@ def test_time_axes_of_one_figure_must_share_their_range():
         ax.set_xlim(0, end)
     assert "time axes show different ranges" in " ".join(rules.check(fig, span=(1.0, 100.0)))
     plt.close(fig)
+
+
+SLOW_STAGE = ('[run]\nname = "slow"\n[model]\nd = 2\nbeta = 15.0\nflow = "ascent"\n[model.perceptron]\nunits = 2\n'
+              'activation = "relu"\nseed = 111\n[pde]\ndegree = 64\nt_final = inf\nsave_every = 1.0\nnodes = 512\n'
+              'handoff_degree = 128\nerror_estimate = false\n')
+
+
+@pytest.mark.slow
+def test_a_run_through_a_slow_stage_to_t_1e12_draws_by_the_rules(tmp_path):
+    """The paper protocol's S1 at beta = 15 with 512 nodes: a slow stage from t ~ 1e3 to the merge at ~ 7e12, shaded
+    and labelled on the energy figure's log-time axis; every figure of the archive follows the rules."""
+    from solvers.app.plots import plot_archive
+    path = tmp_path / "slow.h5"
+    run_config(parse_config(SLOW_STAGE), path, log=lambda s: None, progress=False)
+    run = load(path)
+    assert len(run.pde.slow_stages) == 1 and run.pde.t[-1] > 1e12
+    span = rules.span_of(run.pde.t)
+    with rules.captured() as got:
+        plot_archive(path, tmp_path / "plots")
+    energy = got["energy.png"]
+    assert any("slow stage 1" in t.get_text() for ax in energy.axes for t in ax.texts)
+    broken = {name: found for name, fig in got.items() if (found := rules.check(fig, span))}
+    assert not broken, broken

@@ -29,6 +29,7 @@ def test_grid_is_dealiased_and_fast():
         FourierBasis(64, grid_size=100)
 
 
+@pytest.mark.cpu_dependent
 @pytest.mark.parametrize("K", [1024, 8192])
 def test_estimate_plans_do_not_take_a_timed_plan_of_the_same_size(K):
     """FFTW_ESTIMATE planning uses any wisdom a timed planning left in the process; a run after one with
@@ -49,6 +50,7 @@ def test_estimate_plans_do_not_take_a_timed_plan_of_the_same_size(K):
     assert np.array_equal(forward("FFTW_ESTIMATE"), before)
 
 
+@pytest.mark.cpu_dependent
 def test_estimate_plans_from_kept_estimate_wisdom_are_the_plans_of_a_fresh_planner():
     """Planning with FFTW_ESTIMATE keeps the wisdom earlier ESTIMATE plans left (forgetting it cost ~6 ms per
     plan): every transform made that way, in any order after others, gives the bits of the same transform

@@ -171,6 +171,7 @@ def test_sphere_series_sums_match_direct(beta):
                 assert e_G_own <= 1e-10, (beta, n, e_G_own)
 
 
+@pytest.mark.cpu_dependent
 @pytest.mark.parametrize("d", [2, 3, 5])
 def test_compiled_sums_are_the_same_bits_on_any_thread_count(d):
     """Compiled direct sums of more evaluation points than a chunk, and series of more sources than a chunk
@@ -189,6 +190,7 @@ def test_compiled_sums_are_the_same_bits_on_any_thread_count(d):
     assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
 
 
+@pytest.mark.cpu_dependent
 @pytest.mark.slow
 def test_circle_nufft_sums_are_reproducible_and_follow_sum_tol():
     """The same bits on every call and for any thread count (fixed chunks added in a fixed order;
@@ -240,6 +242,7 @@ def test_sphere_nufft_sums_match_direct(beta):
         assert max(e_psi, e_G, e_G_own) <= 1e-10, (beta, e_psi, e_G, e_G_own)
 
 
+@pytest.mark.cpu_dependent
 def test_sphere_nufft_sums_are_reproducible_for_any_thread_count():
     """More than one chunk: the same bits for one and two threads, and on every call."""
     one = InteractionSums(3, 4.0, "nufft", nufft_threads=1)
@@ -254,6 +257,7 @@ def test_sphere_nufft_sums_are_reproducible_for_any_thread_count():
     assert max(rel_errors(a[0][:400], a[1][:400], psi_d, G_d)) <= 1e-10
 
 
+@pytest.mark.cpu_dependent
 def test_sphere_nufft_sums_of_one_chunk_are_the_same_on_two_threads():
     """One chunk: with two threads its two syntheses (Psi and G) run concurrently. The same bits as one
     thread, at the sources and at other points, in any order of calls, and within 1e-10 of the direct sums."""
@@ -320,6 +324,7 @@ def test_sphere_nufft_sums_hold_no_points_by_modes_array():
     assert peak < 150 * n, peak          # measured ~100 bytes per point; (points x modes) would be 35 kB
 
 
+@pytest.mark.cpu_dependent
 def test_auto_sums_give_the_same_bits_for_any_thread_count():
     """sum="auto" picks its method without regard to the thread count (the chunks of a pass are costed as
     run two at a time whatever the count), so the fields are the same bits on one and two threads, here where

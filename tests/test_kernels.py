@@ -181,6 +181,7 @@ def test_bad_arrays_are_refused(variant):
         kernels.weighted_sum(np.ones(3), x, np.ones(8).tobytes(), None)             # read-only out
 
 
+@pytest.mark.cpu_dependent
 def test_the_variants_give_the_same_bits_and_so_does_a_whole_run():
     """The loops for a wider instruction set only do more entries at a time: a stage's sums, products and
     fluxes, and a whole S^1 PDE run (1100 DP54 steps through them), are the same bits with every variant

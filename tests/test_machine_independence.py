@@ -23,6 +23,9 @@ from solvers.app.runner import run_config
 from spectral import sphere
 from spectral.sphere import SphereBasis
 
+# every verdict here is about the machine: scripts/test --foreign-simd runs them again under another SHTns build
+pytestmark = pytest.mark.cpu_dependent
+
 VECTOR_DOUBLES = {"avx2": 4, "avx512": 8}
 
 

@@ -280,6 +280,7 @@ def test_reference_experiment_script_runs_the_dimensions_asked_or_refuses(capsys
 
 
 # --- restart, stop reasons ----------------------------------------------------------------------------
+@pytest.mark.cpu_dependent
 @pytest.mark.parametrize("integrator, noise, stop", [("euler", 0.0, True), ("euler", 0.1, None),
                                                      ("adaptive", 0.0, None), ("rk4", 0.1, None)])
 def test_restart_reproduces_the_uninterrupted_run(integrator, noise, stop):
@@ -350,6 +351,7 @@ def test_fixed_steps_beyond_the_stability_bound_are_reported(integrator, gamma, 
     assert np.all(np.isnan(noisy.step_stiffness)) and noisy.beyond_stability is None
 
 
+@pytest.mark.cpu_dependent
 def test_a_restart_between_snapshots_keeps_the_step_stiffness():
     """The velocity at the end of a fixed step is evaluated with the step (the next step's first stage), so a
     state kept between snapshots (a checkpoint's, an interruption's) carries the steps measured since the

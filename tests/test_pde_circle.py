@@ -304,6 +304,7 @@ def test_refinement_is_an_exact_re_representation():
     assert np.abs(a.at(x) - b.at(x)).max() < 1e-8 * np.abs(b.at(x)).max()
 
 
+@pytest.mark.cpu_dependent
 def test_restart_reproduces_the_uninterrupted_run():
     p = Perceptron.random(2, 2, "relu", 1.0, seed=111)
     m = Model(2, 2.0, "ascent", perceptron=p, noise=0.05)
@@ -414,6 +415,7 @@ def test_unknown_option_and_dimension():
         solve_pde(Model(4, 1.0, "ascent"), 1.0, 32)
 
 
+@pytest.mark.cpu_dependent
 def test_a_narrow_peak_the_smoothing_lowers_below_the_threshold_is_an_atom():
     """0.6 and 0.4 von Mises bumps (kappa = 400, peaks 30 and 20 > threshold 10) at K = 128: the default
     smoothing (4 pi / K, wider than the bumps) lowers the 20 peak to about 9, below the threshold, but the

@@ -393,6 +393,7 @@ def test_refinement_is_an_exact_re_representation():
     assert np.abs(a.at(x) - b.at(x)).max() < 1e-8 * np.abs(b.at(x)).max()
 
 
+@pytest.mark.cpu_dependent
 def test_restart_reproduces_the_uninterrupted_run():
     p = Perceptron.random(3, 3, "relu", 1.0, seed=111)
     m = Model(3, 2.0, "ascent", perceptron=p, noise=0.05)
@@ -407,6 +408,7 @@ def test_restart_reproduces_the_uninterrupted_run():
     assert rest.nsteps == full.nsteps
 
 
+@pytest.mark.cpu_dependent
 @pytest.mark.slow
 def test_a_restart_keeps_the_transform_threads_of_the_run():
     """SHTns may round differently with 1 and 2 threads (whether it does depends on the CPU), so a restart

@@ -44,6 +44,7 @@ def test_pde_states_read_back_to_the_same_dict(pde_states):
         _same(s, pde_state_from_dict(s).to_dict())
 
 
+@pytest.mark.cpu_dependent
 def test_an_older_pde_state_resumes_as_the_uninterrupted_run(pde_states):
     full, states = pde_states
     for k in (1, 3):
@@ -61,6 +62,7 @@ def test_a_newer_state_is_refused_naming_its_version(pde_states):
             solve_pde(MODEL, 0.4, 32, restart={**s, "version": 2}, **RUN)
 
 
+@pytest.mark.cpu_dependent
 def test_particle_states_read_back_and_resume():
     m = Model(2, 4.0, "ascent")
     kw = dict(n=64, t_final=1.0, integrator="adaptive", save_every=0.25, seed=3)

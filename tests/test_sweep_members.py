@@ -58,6 +58,7 @@ def uninterrupted(tmp_path_factory):
     return d / "out"
 
 
+@pytest.mark.cpu_dependent
 @pytest.mark.slow
 def test_killed_member_is_absent_and_resume_continues_it(tmp_path, uninterrupted):
     cfg = tmp_path / "m.toml"
@@ -84,6 +85,7 @@ def test_killed_member_is_absent_and_resume_continues_it(tmp_path, uninterrupted
         assert f.attrs["resumed"], "the member was started again, not continued"
 
 
+@pytest.mark.cpu_dependent
 @pytest.mark.slow
 def test_damaged_part_is_started_again(tmp_path, uninterrupted):
     cfg = tmp_path / "m.toml"

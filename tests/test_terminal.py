@@ -46,6 +46,7 @@ def test_an_antipodal_pair_is_a_plateau_and_one_atom_the_certified_end():
     assert A.check_nodes == 512 and A.mass_errors is not None and A.mass_errors[0] <= 2 / 256 + 1e-15
 
 
+@pytest.mark.cpu_dependent
 def test_a_run_without_end_resumed_from_a_snapshot_is_the_uninterrupted_run():
     """Restart states carry the certification's schedule, the plateaus and the Rosenbrock steps' mode: a
     run resumed from a snapshot after its plateau ends at the same time, with the same bits."""

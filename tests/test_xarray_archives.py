@@ -175,6 +175,7 @@ def test_sphere_density_on_lat_lon(archives, tmp_path):
     assert (tmp_path / "density.png").stat().st_size > 5000
 
 
+@pytest.mark.cpu_dependent
 @pytest.mark.parametrize("name", ["format_v1_circle", "format_v1_sphere"])
 def test_archives_of_format_version_1_still_load(name, tmp_path):
     """Archives written by format version 1 (commit c28c7cc, from tests/data/<name>.toml): no named

@@ -53,11 +53,14 @@ Outputs (in --out, default runs/paper_protocol/):
   particle mass within 0.05 rad of it (``solvers.comparison.terminal_atoms``) goes into the particle
   record. S1-0 is skipped: the uniform density is an exact stationary state of pure attention (nothing
   breaks the symmetry).
-- The cap: ``--pde-max-steps`` (default 30000; 0 for none) bounds the accepted steps of each run's
-  continuation and, separately, of its error-estimate rerun. A run stopped by it is "not certified: cap
-  reached" with its node groups at that time and no error bars (the package reruns only after
-  "stationary" or "t_final"); a certified run whose rerun the cap cut keeps its certified atoms, without
-  error bars ("rerun cut by the cap"). The costs and the runs the cap stops: docs/terminal.md.
+- The cap: ``--pde-max-steps`` (default 0: none; every run goes on to its certified end) bounds the accepted
+  steps of each run's continuation and, separately, of its error-estimate rerun. A run stopped by it is
+  "not certified: cap reached" with its node groups at that time and no error bars (the package reruns only
+  after "stationary" or "t_final"); a certified run whose rerun the cap cut keeps its certified atoms, without
+  error bars ("rerun cut by the cap").
+- Each certified PDE end is set beside the certified global extremum of the energy (``solvers.extremum``:
+  the main paper's Prop. 3.7): the table's energy gap and "global" columns, and the extremum's atoms in
+  ``final_states.png``. The slow stages and plateaus the flow passed are the table's stages column.
 
 The longest jobs go first (:func:`expected_cost`). --quick (no PDE) takes seconds.
 
@@ -98,8 +101,8 @@ MAX_STEPS = 200_000
 BETAS = [0.01, 0.05, 0.1, 0.5, 1.0, 3.0, 5.0, 7.0, 10.0, 15.0, 25.0, 35.0, 50.0]
 QUICK_BETAS = [0.01, 1.0, 5.0]
 QUICK_N = 200
-#: cap on the accepted steps of a PDE run's continuation (and of its error-estimate rerun); see the docstring
-PDE_MAX_STEPS = 30_000
+#: cap on the accepted steps of a PDE run's continuation (and of its error-estimate rerun); none by default
+PDE_MAX_STEPS = 0
 HEAVY = 0.01            # "heavy" clusters / atoms: mass >= 0.01 (as in `attnpde sweep`)
 #: an atom is in the (closed) ReLU dead zone when every unit's argument <a_k, x> + b_k is at most this
 DEAD_TOL = 1e-9
@@ -275,18 +278,36 @@ def run_pde(setup: str, beta: float, t_final: float = math.inf, max_steps: int |
             "diffuse": 0.0 if T is not None else float(getattr(groups, "diffuse", float("nan"))),
             "terminal": None if T is None else T.to_dict(),
             "plateaus": [{k: v for k, v in pl.to_dict().items() if k != "direction"} for pl in res.plateaus],
+            "slow_stages": [st.to_dict() for st in res.slow_stages],
+            "merges": int(len(lag.get("merges", []))),
+            "extremum": _extremum_record(model),
             "wall": wall, "cpu": cpu}
+
+
+def _extremum_record(model) -> dict | None:
+    """The certified global extremum of the model's energy (solvers.extremum): its atoms (angles in degrees),
+    energy and certificate; None for a model it does not cover."""
+    from solvers import extremum
+    try:
+        e = extremum(model)
+    except ValueError:
+        return None
+    return {"kind": e.kind, "energy": float(e.energy), "gap": float(e.gap),
+            "masses": [float(m) for m in e.masses], "positions": np.asarray(e.positions).tolist(),
+            "positions_deg": [float(v) for v in np.degrees(_angles(np.asarray(e.positions)))] if len(e.masses) else [],
+            "continuous": e.continuous is not None}
 
 
 def expected_cost(job: tuple) -> float:
     """A rough cost (seconds) of a job, to start the longest first so that the workers finish together
-    (CPU seconds, docs/terminal.md): S2's PDE grows with beta up to the cap (beta >= 25), the other PDE
-    runs take ~5 s, the particle runs a few seconds, more at large beta."""
+    (CPU seconds, docs/terminal.md): S2's PDE grows with beta (its dead-zone crystallisation), S1's at
+    beta >= 15 follows slow stages to t ~ 1e12-1e42, the other PDE runs take ~5 s, the particle runs a few
+    seconds, more at large beta."""
     kind, setup, beta = job
     if kind == "pde":
         if setup == "S2":
-            return 60.0 if beta >= 25 else 12.0 if beta >= 3 else 6.0
-        return 5.0
+            return 120.0 if beta >= 35 else 60.0 if beta >= 25 else 12.0 if beta >= 3 else 6.0
+        return 10.0 if setup == "S1" and beta >= 15 else 5.0
     return 1.0 + beta / 10.0
 
 
@@ -510,6 +531,11 @@ def plot_final_states(records, setups, path: Path, pde=()) -> None:
                         label="PDE atoms: mass" + ("" if q["certified"] else " (node groups, not certified)"))
                 what = (f"\nPDE: {_n(q['atoms'], 'atom')}, {VERDICT[q['terminal']['verdict']]}, t={q['terminal']['t']:.3g}"
                         if q["certified"] else f"\nPDE: not certified, t={q['t_stop']:.3g}, diffuse {q['diffuse']:.2f}")
+            e = None if q is None else q.get("extremum")
+            if e is not None and e["masses"]:
+                deg, m = np.asarray(e["positions_deg"]), np.asarray(e["masses"])
+                ax.plot(deg, m, "x", ms=7, color="tab:purple", mew=1.4,
+                        label=f"global extremum of the energy: mass")
             ax.set_yscale("log")
             ax.set_ylim(floor, 1.5)
             ax.set_xlim(-180, 180)
@@ -564,16 +590,19 @@ def print_table(records: list[dict], pde: list[dict]) -> None:
     if pde:
         print("\nPDE from uniform to its certified terminal state (t_final = inf; docs/terminal.md), next to the "
               "particle clusters at the paper's stop. PDE atoms: mass ± the estimate of the rerun at twice the nodes "
-              "(* in the ReLU dead zone); verdict with the largest growth rate; plateaus: t entered -> certified "
-              "(growth, part); particles: single-linkage clusters, the mass near each PDE atom >= 0.01 (0.05 rad) "
+              "(* in the ReLU dead zone); verdict with the largest growth rate; stages: slow stages and plateaus, t entered -> left; "
+              "the energy gap to the certified global extremum; particles: single-linkage clusters, the mass near each PDE atom >= 0.01 (0.05 rad) "
               "and the particle mass in the dead zone:")
         for p in pde:
             r = _particles_of(records, p)
             print(f"  {p['setup']:5s} beta={p['beta']:<5g} {_pde_end(p)}; {p['wall']:.1f} s wall, {p['cpu']:.1f} s cpu",
                   flush=True)
             print(f"        PDE atoms ({p['atoms']}): {_pde_atoms(p)}")
-            if p["plateaus"]:
-                print(f"        plateaus ({len(p['plateaus'])}): {_pde_plateaus(p)}")
+            if p["plateaus"] or p.get("slow_stages"):
+                print(f"        stages: {_pde_stages(p, k=6)}")
+            gap, glob = _pde_global(p)
+            if gap != "-":
+                print(f"        against the global {p['terminal']['extremum_kind']}: energy gap {gap}; global: {glob}")
             if r is not None:
                 dead = "" if r["frozen_mass"] is None else (f"; dead-zone mass {r['frozen_mass']:.3f} (PDE atoms "
                                                             f"there {p['dead_mass']:.3f})")
@@ -606,28 +635,47 @@ def _pde_atoms(p: dict, k: int = 16) -> str:
     return ", ".join(items[:k]) + (f" ... (+{len(items) - k})" if len(items) > k else "") if items else "none"
 
 
-def _pde_plateaus(p: dict) -> str:
-    return "; ".join(f"t {pl['t_entered']:.4g} -> {pl['t_certified']:.4g} (growth {pl['growth']:.2e}, {pl['part']}, "
-                     f"{len(pl['masses'])} atoms)" for pl in p["plateaus"])
-
-
 def pde_markdown(records: list[dict], pde: list[dict]) -> str:
     """The PDE's terminal states beside the particles' clusters, as a Markdown table (docs/terminal.md)."""
-    rows = ["| setup | beta | PDE end | PDE atoms: mass ± error (* dead zone) | plateaus: t entered -> certified "
-            "(growth) | particles: clusters at the stop | dead-zone mass: particles / PDE atoms | wall (cpu) |",
-            "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    rows = ["| setup | beta | PDE end | PDE atoms: mass ± error (* dead zone) | slow stages and plateaus: t entered "
+            "-> left | energy gap to the global extremum | global | particles: clusters at the stop | dead-zone "
+            "mass: particles / PDE atoms | wall (cpu) |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for p in pde:
         r = _particles_of(records, p)
-        pl = "<br>".join(f"{q['t_entered']:.4g} -> {q['t_certified']:.4g} ({q['growth']:.1e}, {q['part']})"
-                         for q in p["plateaus"][:3]) or "-"
-        if len(p["plateaus"]) > 3:
-            last = p["plateaus"][-1]
-            pl += f"<br>... {len(p['plateaus']) - 3} more, the last certified at t = {last['t_certified']:.4g}"
         part = "-" if r is None else f"{r['clusters']} at t = {r['t_stop']:g}: {_fmt_masses(r['masses'], 8)}"
         dead = "-" if r is None or r["frozen_mass"] is None else f"{r['frozen_mass']:.3f} / {p['dead_mass']:.3f}"
-        rows.append(f"| {p['setup']} | {p['beta']:g} | {_pde_end(p)} | {p['atoms']}: {_pde_atoms(p, 20)} | {pl} | "
-                    f"{part} | {dead} | {p['wall']:.0f} s ({p['cpu']:.0f} s) |")
+        gap, glob = _pde_global(p)
+        rows.append(f"| {p['setup']} | {p['beta']:g} | {_pde_end(p)} | {p['atoms']}: {_pde_atoms(p, 20)} | "
+                    f"{_pde_stages(p, '<br>')} | {gap} | {glob} | {part} | {dead} | {p['wall']:.0f} s ({p['cpu']:.0f} s) |")
     return "\n".join(rows) + "\n"
+
+
+def _pde_stages(p: dict, sep: str = "; ", k: int = 3) -> str:
+    """The slow stages and plateaus of a PDE run in the order the flow met them: t entered -> left, and what
+    held the flow there (the slowest unbalanced atom's speed, or the plateau's growth)."""
+    items = [(st["t_entered"], f"slow {st['t_entered']:.3g} -> {st['t_left']:.3g} (atom {st['mass']:.3f} at "
+                               f"{st['speed']:.1e} rad/t)") for st in p.get("slow_stages", [])]
+    items += [(q["t_entered"], f"plateau {q['t_entered']:.3g} -> {q['t_certified']:.3g} (growth {q['growth']:.1e})")
+              for q in p["plateaus"]]
+    items.sort()
+    text = sep.join(t for _, t in items[:k]) or "-"
+    if len(items) > k:
+        text += f"{sep}... {len(items) - k} more, the last left at t = {_last_left(p):.3g}"
+    return text
+
+
+def _last_left(p: dict) -> float:
+    ends = [st["t_left"] for st in p.get("slow_stages", [])] + [q["t_certified"] for q in p["plateaus"]]
+    return max(ends) if ends else float("nan")
+
+
+def _pde_global(p: dict) -> tuple[str, str]:
+    """(energy gap, whether the end is the global extremum) of a certified run, '-' otherwise."""
+    T = p["terminal"]
+    if T is None or T.get("energy_gap") is None:
+        return "-", "-"
+    return f"{T['energy_gap'] + 0.0:.2e}", ("yes" if T.get("is_global") else "no")
 
 
 def main(argv=None) -> int:

@@ -295,7 +295,7 @@ class ArchiveWriter(ArchiveTransaction):
             columns.update(atoms=np.array([q.atoms for q in stages], dtype=np.int64),
                            atom=np.array([q.atom for q in stages], dtype=np.int64),
                            position=np.array([q.position for q in stages], dtype=float),
-                           why=np.array([q.why.encode() for q in stages], dtype=h5py.string_dtype()))
+                           why=np.array([q.why.encode() for q in stages], dtype="S"))
             for k, v in columns.items():
                 self._cover("pde", put(p, k, v))
             self._label_group(p, "pde/stages")

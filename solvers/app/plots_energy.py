@@ -1,5 +1,6 @@
 """The energy figure of a run (``energy.png``): the energy of both solvers against time, with the PDE's plateaus
-(shaded from entered to certified, labelled inside the panel) and its certified end; beside it the solvers'
+(shaded from entered to certified, labelled inside the panel), its slow stages (shaded from entered to left)
+and its certified end; beside it the solvers'
 diagnostics on the same time axis: the spectral solver's tail and max rho up to the handoff, the node
 continuation's largest speed and node count after it.
 
@@ -61,6 +62,13 @@ def energy_figure(run, out: Path) -> Path:
         labels.append(ax.annotate(f"plateau {k + 1}: E = {pl.energy:.4f}\n{len(pl.masses)} atoms, growth "
                                   f"{pl.growth:.3g}", (pl.t_entered, pl.energy), xytext=(0, -8),
                                   textcoords="offset points", ha="left", va="top", fontsize=NOTE_SIZE, color="C2"))
+    for k, st in enumerate(getattr(pde, "slow_stages", None) or []):
+        left = st.t_left if np.isfinite(st.t_left) else float(pde.t[-1])
+        ax.axvspan(st.t_entered, left, color="C4", alpha=0.12, lw=0,
+                   label="slow stage: forces unbalanced" if k == 0 else None)
+        labels.append(ax.annotate(f"slow stage {k + 1}: an atom of {st.mass:.3f}\nat {st.speed:.1e} rad per unit time",
+                                  (st.t_entered, float(np.interp(st.t_entered, pde.t, pde.energy))), xytext=(2, 8),
+                                  textcoords="offset points", ha="left", va="bottom", fontsize=NOTE_SIZE, color="C4"))
     terminal = getattr(pde, "terminal", None) if pde is not None else None
     if terminal is not None:
         ax.plot([terminal.t], [terminal.energy], "*", color="C3", ms=14, mec="k", zorder=5, clip_on=False,
@@ -131,7 +139,8 @@ def _continuation_panels(fig, grid, col: int, pde, handoff: float, ta, terminal,
     if terminal is not None:
         from ..terminal import CERTIFICATE
         a1.axhline(CERTIFICATE, color="C3", ls=":", lw=1)
-        labels.append(a1.annotate("certificate", (0.0, CERTIFICATE), xycoords=a1.get_yaxis_transform(),
+        labels.append(a1.annotate("certificate's bound (and forces balanced to 1e-9)", (0.0, CERTIFICATE),
+                                  xycoords=a1.get_yaxis_transform(),
                                   xytext=(3, 3), textcoords="offset points", ha="left", va="bottom",
                                   fontsize=NOTE_SIZE, color="C3"))
         a1.plot([terminal.t], [max(terminal.max_speed, CERTIFICATE)], "*", color="C3", ms=12, mec="k", clip_on=False)
