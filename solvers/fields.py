@@ -71,8 +71,9 @@ class Num:
                 v == math.inf or (math.isfinite(v) and (self.min is None or v >= self.min)
                                   and (self.gt is None or v > self.gt) and (self.max is None or v <= self.max)))
             if not ok:
-                raise ConfigError(path, number_problem(v, gt=self.gt, ge=self.min, le=self.max, infinite=self.infinite,
-                                                       why=self.why))
+                problem = number_problem(v, gt=self.gt, ge=self.min, le=self.max, infinite=self.infinite, why=self.why)
+                # the value as the other checks show it: one short line, whatever it was
+                raise ConfigError(path, problem.replace(f"got {v!r}", f"got {_show(v)}", 1))
             return float(v)
         if not is_number(v):
             hint = ""
