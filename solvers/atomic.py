@@ -142,7 +142,7 @@ import scipy.linalg
 from .model import Model
 from .perceptron import activation, activation_derivative
 
-__all__ = ["AtomicState", "Mode", "atomic_state", "tangent_frames",
+__all__ = ["AtomicState", "Mode", "atomic_state", "tangent_frames", "largest_growth",
            "reduced_jacobian", "pull_jacobians", "field_jacobian", "symmetry_algebra", "neutral_directions",
            "UNIT_TOL", "MASS_TOL", "NEUTRAL_RTOL", "ZERO_RTOL"]
 
@@ -318,6 +318,23 @@ def reduced_jacobian(model: Model, positions, masses) -> tuple[np.ndarray, np.nd
     x, m = _checked(model, positions, masses)
     parts = _parts(model, x, m)
     return _reduced_from(model, parts), parts.E
+
+
+def largest_growth(model: Model, positions, masses) -> float:
+    """The largest real part of the reduced Jacobian's eigenvalues (part (a)) at any configuration of the
+    atoms, 1 / unit time: the fastest a perturbation of the atom system can grow there. For gradient flows
+    M^{1/2} J M^{-1/2} is symmetric (Notes) and its largest eigenvalue is exact (``eigvalsh``); otherwise the
+    general eigenvalues. Gershgorin's discs would bound it too, but a lattice of atoms held by their
+    neighbours' repulsion has discs reaching far to the right of its stable spectrum."""
+    x, m = _checked(model, positions, masses)
+    J = _reduced_from(model, _parts(model, x, m))
+    if J.size == 0:
+        return 0.0
+    if model.has_energy:
+        sq = np.sqrt(np.repeat(m, x.shape[1] - 1))
+        Js = J * sq[:, None] / sq[None, :]
+        return float(np.linalg.eigvalsh(0.5 * (Js + Js.T))[-1])
+    return float(np.max(np.linalg.eigvals(J).real))
 
 
 def pull_jacobians(model: Model, positions, masses) -> tuple[np.ndarray, np.ndarray]:

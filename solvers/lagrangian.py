@@ -68,7 +68,7 @@ from scipy.optimize import linear_sum_assignment
 from scipy.linalg import lu_factor, lu_solve
 
 from . import terminal as term
-from .atomic import drift_jacobians, reduced_jacobian
+from .atomic import drift_jacobians, largest_growth, reduced_jacobian
 from .balance import balanced, force_scales
 from .atoms import Atoms, circle_closest_chord, circle_neighbour_chords, single_linkage_clusters
 from .interaction import InteractionSums
@@ -551,13 +551,12 @@ class LagrangianPhase(Integration):
 
     def step_bound(self) -> float:
         """The atom system's steps resolve every growing mode: h Re(lambda) <= ``UNSTABLE_STEP`` for the
-        eigenvalues of its Jacobian (bounded by Gershgorin's discs). An implicit step much longer than 1 / lambda
+        eigenvalues of its Jacobian (:func:`~solvers.atomic.largest_growth`). An implicit step much longer than 1 / lambda
         damps a growing mode instead of following it: an atom that has just crossed a ReLU unit's switching line
         into the unit's push would be put back, step after step."""
         if not self.atoms_mode:
             return math.inf
-        J, _ = reduced_jacobian(self.model, self.nodes.x, self.nodes.w)
-        growth = float(np.max(np.diag(J) + np.abs(J).sum(axis=1) - np.abs(np.diag(J))))
+        growth = largest_growth(self.model, self.nodes.x, self.nodes.w)
         return UNSTABLE_STEP / growth if growth > 0 else math.inf
 
     def min_step(self) -> float:
