@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import math
 import re
-import reprlib
 import unicodedata
 from dataclasses import dataclass, fields
 from typing import Any
@@ -19,19 +18,11 @@ from typing import Any
 import numpy as np
 
 from .spaces import MIN_DEGREE
-from .validators import is_integer, is_number, number_problem, spells_infinity
+from .validators import is_integer, is_number, number_problem, shown, spells_infinity
 
 __all__ = ["ConfigError", "Num", "Int", "Choice", "Str", "Array", "Table", "toml", "table_of", "POS", "NONNEG",
            "DEGREE", "DEGREE_MAX", "DEGREE_WHY", "ANGLE", "ANGLE_MIN", "ANGLE_WHY", "INT64_MIN", "INT64_MAX",
            "NAME_MAX_BYTES", "json_string"]
-
-def _show(v: Any) -> str:
-    """repr(v) shortened for a one-line message (a long list or string, a deeply nested array)."""
-    r = reprlib.Repr()
-    r.maxlist = r.maxtuple = r.maxdict = 8
-    r.maxlevel = 3
-    r.maxstring = r.maxother = 60
-    return r.repr(v)
 
 
 class ConfigError(ValueError):
@@ -71,16 +62,15 @@ class Num:
                 v == math.inf or (math.isfinite(v) and (self.min is None or v >= self.min)
                                   and (self.gt is None or v > self.gt) and (self.max is None or v <= self.max)))
             if not ok:
-                problem = number_problem(v, gt=self.gt, ge=self.min, le=self.max, infinite=self.infinite, why=self.why)
-                # the value as the other checks show it: one short line, whatever it was
-                raise ConfigError(path, problem.replace(f"got {v!r}", f"got {_show(v)}", 1))
+                raise ConfigError(path, number_problem(v, gt=self.gt, ge=self.min, le=self.max, infinite=self.infinite,
+                                                       why=self.why))
             return float(v)
         if not is_number(v):
             hint = ""
             if isinstance(v, str):
                 hint = ("; infinity is not allowed here" if spells_infinity(v) else
                         "; write it without quotes" if _is_float_text(v) else "")
-            raise ConfigError(path, f"must be a number{self._range()}, got {_show(v)} ({type(v).__name__}){hint}")
+            raise ConfigError(path, f"must be a number{self._range()}, got {shown(v)} ({type(v).__name__}){hint}")
         if isinstance(v, int) and not INT64_MIN <= v <= INT64_MAX:
             raise ConfigError(path, f"must be a number{self._range()}, got an integer beyond TOML's 64 bits")
         v = float(v)
@@ -113,7 +103,7 @@ class Int:
 
     def check(self, path: str, v: Any) -> int:
         if not is_integer(v):
-            raise ConfigError(path, f"must be an integer{self._range()}, got {_show(v)} ({type(v).__name__})")
+            raise ConfigError(path, f"must be an integer{self._range()}, got {shown(v)} ({type(v).__name__})")
         if not INT64_MIN <= v <= INT64_MAX:
             raise ConfigError(path, f"must be an integer{self._range()}, got one beyond TOML's 64 bits")
         if self.min is not None and v < self.min:
@@ -135,7 +125,7 @@ class Choice:
 
     def check(self, path: str, v: Any) -> Any:
         if v not in self.options or isinstance(v, bool) != isinstance(self.options[0], bool):
-            raise ConfigError(path, f"must be one of {', '.join(repr(o) for o in self.options)}, got {_show(v)}")
+            raise ConfigError(path, f"must be one of {', '.join(repr(o) for o in self.options)}, got {shown(v)}")
         return v
 
 
@@ -149,17 +139,17 @@ class Str:
 
     def check(self, path: str, v: Any) -> str:
         if not isinstance(v, str):
-            raise ConfigError(path, f"must be a string, got {_show(v)}")
+            raise ConfigError(path, f"must be a string, got {shown(v)}")
         allowed = "" if self.name else "\t\n\r"
         bad = next((c for c in v if c not in allowed and unicodedata.category(c) in _CONTROL), None)
         if bad is not None:
             what = "NUL" if bad == "\0" else f"the control character U+{ord(bad):04X}"
             where = "a name" if self.name else "text kept in the archive's attributes (tab and line breaks are allowed)"
-            raise ConfigError(path, f"contains {what}, not allowed in {where}; got {_show(v)}")
+            raise ConfigError(path, f"contains {what}, not allowed in {where}; got {shown(v)}")
         if self.name:
             if "/" in v:
                 raise ConfigError(path, f"must not contain '/' (a sweep names its archives <name>_beta<beta>.h5 "
-                                        f"in its directory), got {_show(v)}")
+                                        f"in its directory), got {shown(v)}")
             size = len(v.encode("utf-8"))
             if size > NAME_MAX_BYTES:
                 raise ConfigError(path, f"is {size} bytes long in UTF-8, above {NAME_MAX_BYTES}: a sweep names its "
@@ -185,18 +175,18 @@ class Array:
     def check(self, path: str, v: Any) -> np.ndarray:
         what = "a list of numbers" if self.ndim == 1 else "a list of lists of numbers (one row per unit)"
         if not isinstance(v, list) or not v:
-            raise ConfigError(path, f"must be {what}, got {_show(v)}")
+            raise ConfigError(path, f"must be {what}, got {shown(v)}")
         rows = v if self.ndim == 2 else [v]
         width = None
         for row in rows:
             if not isinstance(row, list) or not row:
-                raise ConfigError(path, f"must be {what}, got {_show(v)}")
+                raise ConfigError(path, f"must be {what}, got {shown(v)}")
             if width is not None and len(row) != width:
-                raise ConfigError(path, f"rows must all have the same length, got {_show([len(r) for r in rows])}")
+                raise ConfigError(path, f"rows must all have the same length, got {shown([len(r) for r in rows])}")
             width = len(row)
             for x in row:
                 if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x):
-                    raise ConfigError(path, f"must be {what} (finite), got an entry {_show(x)}")
+                    raise ConfigError(path, f"must be {what} (finite), got an entry {shown(x)}")
         return np.array(v, dtype=float)
 
 
@@ -208,7 +198,7 @@ class Table:
     def check(self, path: str, v: Any) -> dict:
         if not isinstance(v, dict):
             # the hint only where it holds: a table without required keys takes its defaults when empty
-            raise ConfigError(path, f"must be a table, got {_show(v)}" + (
+            raise ConfigError(path, f"must be a table, got {shown(v)}" + (
                 f": write it as [{path}] (an empty one takes the defaults)" if path and not self.required else ""))
         unknown = sorted(set(v) - set(self.fields))
         if unknown:

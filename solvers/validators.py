@@ -8,12 +8,13 @@ Each function returns the value converted (``float``, ``int``, ``bool``) or rais
 from __future__ import annotations
 
 import math
+import reprlib
 from typing import Any
 
 import numpy as np
 
 __all__ = ["number", "number_problem", "integer", "flag", "choice", "is_number", "is_integer", "spells_infinity",
-           "INFINITY", "UNTIL_CERTIFIED"]
+           "INFINITY", "UNTIL_CERTIFIED", "shown"]
 
 
 def is_number(v: Any) -> bool:
@@ -39,6 +40,15 @@ INFINITY = "a bare inf in TOML, math.inf in Python"
 UNTIL_CERTIFIED = "until the terminal state is certified"
 
 
+def shown(v: Any) -> str:
+    """repr(v) shortened for a one-line message (a long list or string, a deeply nested array)."""
+    r = reprlib.Repr()
+    r.maxlist = r.maxtuple = r.maxdict = 8
+    r.maxlevel = 3
+    r.maxstring = r.maxother = 60
+    return r.repr(v)
+
+
 def spells_infinity(v: Any) -> bool:
     """A string that names infinity ("inf", "infinity", "+Inf", "∞"): what a number should have been."""
     return isinstance(v, str) and v.strip().lower().lstrip("+") in ("inf", "infinity", "∞")
@@ -52,7 +62,7 @@ def number_problem(v: Any, *, gt: float | None = None, ge: float | None = None, 
     reason, said with them. Shared by :func:`number` and the configuration files' checks."""
     bounds = _bounds(gt, ge, le) + (f" ({why})" if why else "")
     what = (f"a number{bounds} or infinity ({infinite}; {INFINITY})" if infinite else f"a finite number{bounds}")
-    got = repr(v)
+    got = shown(v)
     if isinstance(v, str):
         try:
             float(v)
