@@ -31,6 +31,7 @@ from .eulerian import EulerianPhase, grid_rows
 from .restart import GoodState, LagrangianState, pde_state_from_dict
 from .stepping import Progress
 from .terminal import TerminalState
+from .continuation_record import ContinuationRecord, ErrorEstimate, Handoff
 from .pde_result import PDEResult
 from .pde_spec import (DENSE_DOUBLINGS, LATE_PER_DOUBLING, SNAPSHOTS_PER_DOUBLING, PDEOptions, PDESpec,
                        snapshot_time, space_for)
@@ -267,11 +268,11 @@ class PDERun:
         self.grid = space.output_grid(self.output_points)
         self.euler: EulerianPhase | None = None     # the spectral phase, until the handoff
         self.lag: lagrangian.LagrangianPhase | None = None     # the Lagrangian phase, after the handoff
-        self.handoff: dict | None = None             # what the handoff was, after it
+        self.handoff: Handoff | None = None             # what the handoff was, after it
         self.good: GoodState | None = None           # the handoff state, after it
         # (nsteps, nrejected, facold) the spectral phase ended with, after it
         self.spectral: tuple[int, int, float] | None = None
-        self.check: dict | None = None               # the error-estimate run's final node measure
+        self.check: ErrorEstimate | None = None               # the error-estimate run's final node measure
         self.checking = False        # inside the error-estimate run (an interruption there says so)
         self.last_restart: dict | None = None
         self._ran = False
@@ -371,7 +372,7 @@ class PDERun:
         return self.lag.restart_state(
             **common, nsteps=nsteps, nrejected=nrejected, save_index=self.save_index,
             refinements=[tuple(r) for r in self.refinements], grids=grid_rows(self.grids),
-            coeffs=self.snaps.rows[-1]["coeffs"] if self.snaps.rows else g.coeffs, handoff=dict(self.handoff),
+            coeffs=self.snaps.rows[-1]["coeffs"] if self.snaps.rows else g.coeffs, handoff=self.handoff,
             handoff_coeffs=g.coeffs, good_t=g.t, good_save_index=g.save_index, facold=facold).to_dict()
 
     def _checkpoint(self) -> None:
@@ -488,7 +489,7 @@ class PDERun:
             sums = InteractionSums(self.model.d, self.model.beta, "auto")
         # the rerun at twice the nodes steps to its own, finer spacing
         scale = 1.0 if nodes is None else self.space.node_spacing(len(nodes)) / self.space.node_spacing(
-            int(self.handoff["nodes"]))
+            self.handoff.nodes)
         return lagrangian.LagrangianPhase(self.model, self.space, nodes, t, self.good.degree, o.node_rtol * scale,
                                           o.node_atol * scale, o.merge_tol, o.drift_tol, sums=sums,
                                           certify=radius is not None, atom_radius=radius or 0.0, kick=o.kick,
@@ -501,14 +502,13 @@ class PDERun:
             return "resolution", f"{message}; no resolved state (tail <= tail_tol) to hand off from"
         g = self.good = e.good
         nodes, clipped, desc = self._continuation_nodes()
-        self.handoff = {"t": g.t, "reason": reason, "message": message, "degree": g.degree,
-                        "nodes": len(nodes), "clipped_mass": clipped, "description": desc,
-                        "max_weight": float(nodes.w.max()),
-                        "smoothing": float(self.space.smoothing_scale(g.degree)),
-                        "atom_radius": self._atom_radius(len(nodes))}
+        self.handoff = Handoff(t=g.t, reason=reason, message=message, degree=g.degree, nodes=len(nodes),
+                               clipped_mass=clipped, description=desc, max_weight=float(nodes.w.max()),
+                               smoothing=float(self.space.smoothing_scale(g.degree)),
+                               atom_radius=self._atom_radius(len(nodes)))
         self.t, self.save_index = g.t, g.save_index
         self.spectral = (e.nsteps, e.nrejected, e.controller.facold)
-        self.lag = self._new_phase(nodes, g.t, self.handoff["atom_radius"])
+        self.lag = self._new_phase(nodes, g.t, self.handoff.atom_radius)
         self.euler = None               # its transforms go
         return None, ""
 
@@ -516,15 +516,15 @@ class PDERun:
         return self.opts.atom_radius or 0.1 * self.space.node_spacing(n)
 
     def _restore_lagrangian(self, state: LagrangianState) -> None:
-        self.handoff = dict(state.handoff)
-        self.good = GoodState(state.good_t, int(self.handoff["degree"]), state.good_save_index, state.handoff_coeffs)
+        self.handoff = state.handoff
+        self.good = GoodState(state.good_t, self.handoff.degree, state.good_save_index, state.handoff_coeffs)
         self.save_index = state.save_index
         self.spectral = (state.nsteps, state.nrejected, state.facold)
-        self.lag = self._new_phase(None, self.t, self.handoff["atom_radius"], state=state)
+        self.lag = self._new_phase(None, self.t, self.handoff.atom_radius, state=state)
 
     def _lagrangian(self) -> tuple[str, str]:
         lag = self.lag
-        smoothing = self.handoff["smoothing"]
+        smoothing = self.handoff.smoothing
 
         def save() -> None:
             self.t = lag.t
@@ -570,19 +570,18 @@ class PDERun:
         finally:
             self.t = t_end                   # the run's own state is at t_end, interrupted or not
         self.checking = False
-        self.check = {"t": phase.t, "initial_nodes": len(nodes), "x": phase.nodes.x, "w": phase.nodes.w,
-                      "count": phase.nodes.count, "nsteps": phase.nsteps, "stop_reason": stop,
-                      "wall_time": time.perf_counter() - wall0,
-                      "terminal": None if phase.terminal is None else phase.terminal.to_dict()}
+        self.check = ErrorEstimate(t=phase.t, initial_nodes=len(nodes), x=phase.nodes.x, w=phase.nodes.w,
+                                   count=phase.nodes.count, nsteps=phase.nsteps, stop_reason=stop,
+                                   wall_time=time.perf_counter() - wall0, terminal=phase.terminal)
 
     def _terminal_errors(self, terminal: TerminalState, check: TerminalState, n2: int) -> TerminalState:
         """The terminal state with the errors of its masses and positions from the rerun's terminal state (the
         rule of ``PDEResult.atoms``: paired by position, Richardson-extrapolated, at least the basin floor)."""
-        n1 = int(self.handoff["nodes"])
+        n1 = self.handoff.nodes
         mine = lagrangian.NodeAtoms(terminal.positions, terminal.masses, terminal.counts, 0.0, 0.0)
         other = lagrangian.NodeAtoms(check.positions, check.masses, check.counts, 0.0, 0.0)
         est = lagrangian.estimate_atoms(mine, other, n2,
-                                        floor=self.space.basin_floor_nodes * self.handoff["max_weight"], ratio=n2 / n1,
+                                        floor=self.space.basin_floor_nodes * self.handoff.max_weight, ratio=n2 / n1,
                                         order=1.0 / (self.model.d - 1))
         out = dataclasses.replace(terminal)
         # NodeAtoms sorts by mass, as TerminalState does (heaviest first, stable): the same order
@@ -595,19 +594,18 @@ class PDERun:
                  "error": np.array(self.steps["error"]), "accepted": np.array(self.steps["accepted"], dtype=bool)}
         lag = None
         if self.lag is not None:
-            lag = {"handoff": dict(self.handoff), "merges": np.array(self.lag.merges, dtype=float).reshape(-1, 3),
-                   "node_nsteps": self.lag.nsteps, "node_nrejected": self.lag.nrejected, "check": self.check,
-                   "kink_crossings": self.lag.kink_crossings,
-                   "diffuse_rate": self.lag.diffuse_rate(),
-                   # the solution reached its end and only the error-estimate rerun was cut: its atoms hold,
-                   # without error bars
-                   "check_interrupted": bool(self.checking)}
+            lag = ContinuationRecord(
+                handoff=self.handoff, merges=np.array(self.lag.merges, dtype=float).reshape(-1, 3),
+                node_nsteps=self.lag.nsteps, node_nrejected=self.lag.nrejected, check=self.check,
+                kink_crossings=self.lag.kink_crossings, diffuse_rate=self.lag.diffuse_rate(),
+                # the solution reached its end and only the error-estimate rerun was cut: its atoms hold,
+                # without error bars
+                check_interrupted=bool(self.checking))
         terminal = plateaus = slow = None
         if self.lag is not None:
             terminal, plateaus, slow = self.lag.terminal, list(self.lag.plateaus), list(self.lag.stages)
-            if terminal is not None and self.check is not None and self.check.get("terminal") is not None:
-                terminal = self._terminal_errors(terminal, TerminalState.from_dict(self.check["terminal"]),
-                                                 int(self.check["initial_nodes"]))
+            if terminal is not None and self.check is not None and self.check.terminal is not None:
+                terminal = self._terminal_errors(terminal, self.check.terminal, self.check.initial_nodes)
         if terminal is not None and stop == "stationary":
             terminal = _beside_extremum(self.model, terminal)
         nsteps, nrejected, _ = self._spectral()

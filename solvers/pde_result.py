@@ -8,6 +8,7 @@ import numpy as np
 from . import lagrangian
 from .lagrangian import Nodes
 from .atoms import DEFAULT_PROMINENCE
+from .continuation_record import ContinuationRecord
 from .model import Model
 from .pde_spec import space_for
 from .terminal import Stage, TerminalState
@@ -41,16 +42,14 @@ class PDEResult:
         that step's (``restart["t"] == t_stop`` past ``restart["last_snapshot_t"]``)
     nodes : per snapshot, None (an Eulerian snapshot) or the node measure of the continuation: a dict of
         "x" (N, d), "w" (N,), "count" (N,) (initial nodes held by each node) and "max_drift"
-    lagrangian : None (no handoff), or a dict: "handoff" (t, reason, message, degree, nodes, clipped_mass,
-        description, smoothing, atom_radius), "merges" (M, 3: t, nodes before, nodes after),
-        "node_nsteps", "node_nrejected", "check" (the error-estimate run at twice the nodes: "t",
-        "initial_nodes", "x", "w", "count", "nsteps", "stop_reason", "wall_time"; None if not run),
-        "check_interrupted" (a Ctrl-C cut that run: the solution reached its end and its atoms hold,
-        without error bars; a resume runs the rerun again)
+    lagrangian : None (no handoff), or the :class:`~solvers.continuation_record.ContinuationRecord`: its
+        ``handoff`` (a :class:`~solvers.continuation_record.Handoff`), ``merges``, node step counts,
+        ``check`` (the error-estimate rerun at twice the nodes, an
+        :class:`~solvers.continuation_record.ErrorEstimate`; None if not run) and ``check_interrupted``
 
     Past a handoff (``lagrangian`` not None) the snapshots are those of the node measure: ``coeffs`` its
     exact coefficients up to the handoff degree, ``density`` their heat-smoothed series on the output grid
-    (scale ``lagrangian["handoff"]["smoothing"]``: ``space.smoothing_scale`` of the handoff degree), with
+    (scale ``lagrangian.handoff.smoothing``: ``space.smoothing_scale`` of the handoff degree), with
     ``min_density`` its minimum, ``mass`` the sum of the weights, ``tail`` that of the coefficients.
     """
 
@@ -78,7 +77,7 @@ class PDEResult:
     restart: dict | None = field(default=None, repr=False)
     grids: list = field(default_factory=list)
     nodes: list = field(default_factory=list, repr=False)
-    lagrangian: dict | None = field(default=None, repr=False)
+    lagrangian: ContinuationRecord | None = field(default=None, repr=False)
     terminal: TerminalState | None = None
     plateaus: list = field(default_factory=list)
     slow_stages: list = field(default_factory=list)
@@ -118,12 +117,12 @@ class PDEResult:
         """(mass outside every group of two or more initial nodes, how fast it fell per unit time) between the
         continuation's last two certification attempts; None before two. It says how far a run still moving
         is from its end."""
-        return None if self.lagrangian is None else self.lagrangian.get("diffuse_rate")
+        return None if self.lagrangian is None else self.lagrangian.diffuse_rate
 
     @property
     def t_handoff(self) -> float | None:
         """Time of the handoff to the Lagrangian continuation (None without one)."""
-        return None if self.lagrangian is None else float(self.lagrangian["handoff"]["t"])
+        return None if self.lagrangian is None else float(self.lagrangian.handoff.t)
 
     def node_measure(self, i: int = -1) -> Nodes | None:
         """The node measure of snapshot i (None for an Eulerian snapshot)."""
@@ -161,21 +160,22 @@ class PDEResult:
         i = self._index(i)
         nodes = self.node_measure(i)
         if nodes is not None:
-            radius = float(self.lagrangian["handoff"]["atom_radius"])
+            handoff = self.lagrangian.handoff
+            radius = float(handoff.atom_radius)
             atoms = lagrangian.node_atoms(nodes, radius)
-            check = self.lagrangian.get("check")
+            check = self.lagrangian.check
             # the rerun ends at the same time, or, for a certified run, at its own certified end: end against end
-            same_end = check is not None and (float(check["t"]) == float(self.t[i]) or (
-                self.terminal is not None and check.get("stop_reason") == "stationary"))
+            same_end = check is not None and (float(check.t) == float(self.t[i]) or (
+                self.terminal is not None and check.stop_reason == "stationary"))
             if i == len(self.t) - 1 and same_end:
-                fine = lagrangian.Nodes(np.asarray(check["x"]), np.asarray(check["w"]), np.asarray(check["count"]))
-                n2 = int(check["initial_nodes"])
-                ratio = n2 / float(self.lagrangian["handoff"]["nodes"])
+                fine = lagrangian.Nodes(np.asarray(check.x), np.asarray(check.w), np.asarray(check.count))
+                n2 = int(check.initial_nodes)
+                ratio = n2 / float(handoff.nodes)
                 # the grouping radius scales with the node spacing; the order of the node quadrature of a
                 # basin is N^-1/(d-1) (lagrangian module docstring)
                 atoms = lagrangian.estimate_atoms(
                     atoms, lagrangian.node_atoms(fine, radius / ratio ** (1.0 / (self.model.d - 1))), n2,
-                    floor=self.space.basin_floor_nodes * float(self.lagrangian["handoff"].get("max_weight", 0.0)),
+                    floor=self.space.basin_floor_nodes * float(handoff.max_weight),
                     ratio=ratio, order=1.0 / (self.model.d - 1))
             return atoms.heavy(min_mass) if min_mass > 0 else atoms
         return self.space.atoms(self.coefficients(i), threshold=threshold, method=method, min_mass=min_mass,
@@ -186,8 +186,8 @@ class PDEResult:
         measure's (the error-estimate rerun's are not counted)."""
         text = f"{self.nsteps} spectral steps ({self.nrejected} rejected)"
         if self.lagrangian is not None:
-            text += (f" + {self.lagrangian.get('node_nsteps', 0)} node steps "
-                     f"({self.lagrangian.get('node_nrejected', 0)} rejected)")
+            text += (f" + {self.lagrangian.node_nsteps} node steps "
+                     f"({self.lagrangian.node_nrejected} rejected)")
         return text
 
     def summary(self) -> str:
@@ -204,11 +204,11 @@ class PDEResult:
             + (f"; min rho {self.min_density[-1]:.3g}; tail {self.tail[-1]:.2e}" if self.lagrangian is None else ""),
         ]
         if self.lagrangian is not None:
-            h = self.lagrangian["handoff"]
-            merges = self.lagrangian["merges"]
-            lines.append(f"  handoff at t={h['t']:.6g} ({h['reason']}: {h['message']}), degree {h['degree']}, "
-                         f"{h['nodes']} nodes, clipped mass {h['clipped_mass']:.2e}; {len(merges)} merge steps, "
-                         f"{int(merges[-1, 2]) if len(merges) else h['nodes']} nodes at the end")
+            h = self.lagrangian.handoff
+            merges = self.lagrangian.merges
+            lines.append(f"  handoff at t={h.t:.6g} ({h.reason}: {h.message}), degree {h.degree}, "
+                         f"{h.nodes} nodes, clipped mass {h.clipped_mass:.2e}; {len(merges)} merge steps, "
+                         f"{int(merges[-1, 2]) if len(merges) else h.nodes} nodes at the end")
         for k, pl in enumerate(self.plateaus):
             lines.append(f"  plateau {k + 1}: entered t={pl.t_entered:.6g}, certified t={pl.t_certified:.6g}, "
                          f"{len(pl.masses)} atom(s), energy {pl.energy:.10g}, growth {pl.growth:.3e} ({pl.part}), "

@@ -411,7 +411,7 @@ def test_an_archive_of_the_writer_before_the_checksums_loads_and_resumes(tmp_pat
     assert np.array_equal(a.pde.t, b.pde.t) and np.array_equal(a.particles.t, b.particles.t)
     assert a.pde.nsteps == run.pde.nsteps and a.pde.steps.keys() == run.pde.steps.keys()
     assert all(np.array_equal(a.pde.steps[k], run.pde.steps[k]) for k in run.pde.steps)
-    assert a.pde.lagrangian["node_nsteps"] > run.pde.restart["node_nsteps"]
+    assert a.pde.lagrangian.node_nsteps > run.pde.restart["node_nsteps"]
     np.testing.assert_allclose(a.pde.coeffs, b.pde.coeffs, rtol=0, atol=ACROSS_CPUS_ATOL)
     assert np.array_equal(a.particles.x, b.particles.x) and a.attrs["resumed"] == 1
 

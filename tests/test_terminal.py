@@ -61,7 +61,7 @@ def test_a_run_without_end_resumed_from_a_snapshot_is_the_uninterrupted_run():
     assert again.stop_reason == ref.stop_reason == "stationary" and again.t_stop == ref.t_stop
     assert np.array_equal(again.terminal.positions, ref.terminal.positions)
     assert [p.to_dict() for p in again.plateaus] == [p.to_dict() for p in ref.plateaus]
-    assert again.lagrangian["node_nsteps"] == ref.lagrangian["node_nsteps"]
+    assert again.lagrangian.node_nsteps == ref.lagrangian.node_nsteps
 
 
 def test_a_density_at_rest_ends_a_run_without_end():

@@ -21,6 +21,7 @@ from typing import Any
 import h5py
 import numpy as np
 
+from ..continuation_record import ContinuationRecord, ErrorEstimate, Handoff
 from ..model import Model
 from ..perceptron import Perceptron
 from . import archive_files as files
@@ -454,7 +455,7 @@ def _record(g: h5py.Group, name: str, cache: dict) -> np.ndarray:
 
 
 def _read_nodes(g: h5py.Group, T: int, restart: dict | None, state: dict | None, cache: dict
-                ) -> tuple[list, dict | None]:
+                ) -> tuple[list, ContinuationRecord | None]:
     """Per snapshot the node measure (None for Eulerian ones), and the Lagrangian record, of /pde
     (``restart``: its restart state, which holds that record for a run stopped in the node phase before
     its first node snapshot)."""
@@ -468,8 +469,8 @@ def _read_nodes(g: h5py.Group, T: int, restart: dict | None, state: dict | None,
     if "lagrangian" not in g or "t" not in g["lagrangian"]:
         if (restart or {}).get("phase") != "lagrangian" or not restart.get("handoff"):
             return [None] * T, None
-        return [None] * T, {"handoff": restart["handoff"], "check": None,
-                            "merges": np.array(restart.get("merges", []), dtype=float).reshape(-1, 3), **steps}
+        return [None] * T, ContinuationRecord.from_dict({"handoff": restart["handoff"],
+                                                         "merges": restart.get("merges", []), **steps})
     lg = g["lagrangian"]
     n, m = state.get("lag_rows"), state.get("lag_points")
     def get(k, rows):
@@ -486,14 +487,14 @@ def _read_nodes(g: h5py.Group, T: int, restart: dict | None, state: dict | None,
     check = None
     if "check" in lg:
         c = lg["check"]
-        check = {k: value(c[k]) for k in ("x", "w", "count")}
-        check.update({k: plain(v) for k, v in c.attrs.items() if k != SEAL})
+        check = ErrorEstimate.from_dict({**{k: value(c[k]) for k in ("x", "w", "count")},
+                                         **{k: plain(v) for k, v in c.attrs.items() if k != SEAL}})
     handoff = json.loads(attr_text(lg.attrs["handoff"]))
     if restart is not None and restart.get("handoff") is not None and restart["handoff"] != handoff:
         raise ArchiveDamaged(f"{g.file.filename}: damaged archive: /pde/lagrangian@handoff differs from the "
                              "handoff its restart state records")
     merges = get("merges", None) if "merges" in lg else np.zeros((0, 3))
-    return nodes, {"handoff": handoff, "merges": merges, "check": check, **steps}
+    return nodes, ContinuationRecord(handoff=Handoff.from_dict(handoff), merges=merges, check=check, **steps)
 
 
 def read_particles(g: h5py.Group, model: Model, cache: dict | None = None):

@@ -207,8 +207,8 @@ class ArchiveWriter(ArchiveTransaction):
         last commit covers everything it wrote, its atoms included (the commit of its last batch waits for
         them: one commit instead of two); then it is marked complete."""
         self._last_batch()
-        check = (result.lagrangian or {}).get("check")
-        with self._writing(_nbytes(result.restart or {}) + _nbytes(check or {})):
+        check = None if result.lagrangian is None else result.lagrangian.check
+        with self._writing(_nbytes(result.restart or {}) + _nbytes({} if check is None else check.to_dict())):
             g = self.f["pde"]
             sent = (g["steps/t"].shape[0] if "steps" in g else 0) - self._step_rows0    # this run's steps written
             if len(result.steps["t"]) > sent:
@@ -216,17 +216,17 @@ class ArchiveWriter(ArchiveTransaction):
                 self._write_steps({k: result.steps[k][sent:] for k in STEP_KEYS})
             if result.lagrangian is not None:
                 # the node steps of the whole run (the restart state holds those of its last snapshot)
-                g.attrs.update({"node_nsteps": int(result.lagrangian["node_nsteps"]),
-                                "node_nrejected": int(result.lagrangian["node_nrejected"])})
+                g.attrs.update({"node_nsteps": int(result.lagrangian.node_nsteps),
+                                "node_nrejected": int(result.lagrangian.node_nrejected)})
             if check is not None:
                 c = g.require_group("lagrangian").require_group("check")
                 for k in ("x", "w", "count"):
-                    self._cover("pde", put(c, k, np.asarray(check[k])))
+                    self._cover("pde", put(c, k, np.asarray(getattr(check, k))))
                 self._label_group(c, "pde/lagrangian/check")
-                c.attrs.update({k: check[k] for k in ("t", "initial_nodes", "nsteps", "stop_reason", "wall_time")})
+                c.attrs.update(check.scalars())
                 seal(c)
             self._write_terminal(g, result)
-            cut_check = bool((result.lagrangian or {}).get("check_interrupted"))
+            cut_check = result.lagrangian is not None and result.lagrangian.check_interrupted
             if (result.stop_reason != "interrupted" or cut_check) and "t" in g and g["t"].shape[0]:
                 # a resumed result holds only what came after its restart: its atoms come from the whole
                 # archived run, read back; a run written from its start has them in memory

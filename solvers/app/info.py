@@ -53,11 +53,11 @@ def describe_model(m, noise: str | None = None) -> list[str]:
 
 def _continuation_lines(r) -> list[str]:
     """The Lagrangian continuation of a PDE run: handoff, nodes, merges."""
-    h, merges = r.lagrangian["handoff"], r.lagrangian["merges"]
+    h, merges = r.lagrangian.handoff, r.lagrangian.merges
     last = next((n for n in reversed(r.nodes) if n is not None), None)
-    return [f"  handoff to the Lagrangian continuation at t = {h['t']:.6g} ({h['reason']}): {h['message']}",
-            f"    from degree {h['degree']}: {h['description']}; clipped mass {h['clipped_mass']:.2e}",
-            f"    {len(merges)} steps with merges; nodes {h['nodes']} -> {len(last['w']) if last else '?'}; "
+    return [f"  handoff to the Lagrangian continuation at t = {h.t:.6g} ({h.reason}): {h.message}",
+            f"    from degree {h.degree}: {h.description}; clipped mass {h.clipped_mass:.2e}",
+            f"    {len(merges)} steps with merges; nodes {h.nodes} -> {len(last['w']) if last else '?'}; "
             f"max |v| over the nodes at the end {last['max_drift']:.3g}" if last else "    no node snapshot"]
 
 
