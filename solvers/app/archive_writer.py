@@ -93,13 +93,9 @@ class ArchiveWriter(ArchiveTransaction):
 
     def _mode_coordinates(self, g: h5py.Group, width: int) -> None:
         """Coordinates of the coefficient axis of /pde, grown to ``width``: k on S^1; l and m on S^2."""
-        if self.d == 2:
-            cols = {"k": np.arange(width)}
-        else:
-            from spectral.sphere import canonical_degrees, degree_of
-            l, m = canonical_degrees(degree_of(width))
-            cols = {"l": l, "m": m}
-        for name, values in cols.items():
+        from ..pde_spec import space_for
+        space = space_for(self.d)[1]
+        for name, values in space.mode_coordinates(space.degree_of(width)).items():
             self._grow_to(g, "pde", name, np.asarray(values, dtype=np.int64))
 
     def _pde_restart(self, g: h5py.Group, restart: dict, step_rows: int, lag: list, first_row: int) -> None:
