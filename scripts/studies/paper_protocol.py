@@ -281,7 +281,7 @@ def run_pde(setup: str, beta: float, t_final: float = math.inf, max_steps: int |
             "terminal": None if T is None else T.to_dict(),
             "plateaus": [{k: v for k, v in pl.to_dict().items() if k != "direction"} for pl in res.plateaus],
             "slow_stages": [st.to_dict() for st in res.slow_stages],
-            "merges": int(len(lag.get("merges", []))),
+            "merges": 0 if lag is None else int(len(lag.merges)),
             "extremum": _extremum_record(model),
             "wall": wall, "cpu": cpu}
 
