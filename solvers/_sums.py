@@ -59,3 +59,47 @@ def chunk_rounds(n: int, chunk: int, threads: int) -> int:
     waits for its longest chunk): what a cost model charges for a pass over n points."""
     chunks = -(-max(n, 1) // chunk)
     return min(n, -(-chunks // threads) * chunk)
+
+
+class SeriesSums:
+    """The compiled series sums' shared pass (:class:`solvers.interaction.CircleSums`,
+    :class:`solvers.interaction_sphere.SphereSums`): the coefficients of the sources, summed over chunks of
+    SERIES_CHUNK in chunk order, then the fields at each evaluation point on its own. A subclass sets ``d``,
+    ``threads`` and ``ncoef`` and gives the two compiled loops."""
+
+    d: int
+    threads: int
+    ncoef: int
+
+    def _coefficients_into(self, y: np.ndarray, w: np.ndarray, out: np.ndarray) -> None:
+        raise NotImplementedError
+
+    def _evaluate_into(self, x: np.ndarray, c: np.ndarray, psi: np.ndarray, G: np.ndarray) -> None:
+        raise NotImplementedError
+
+    def coefficients(self, y: np.ndarray, w: np.ndarray) -> np.ndarray:
+        """The series coefficients (``ncoef`` complex) of the sources y (N, d) with weights w."""
+        y = as_points("y", y, self.d)
+        w = as_weights(w, y.shape[0])
+
+        def one(j: int, c: slice) -> np.ndarray:
+            out = np.empty(self.ncoef, dtype=complex)
+            self._coefficients_into(y[c], w[c], out)
+            return out
+        if y.shape[0] <= SERIES_CHUNK:                 # one chunk (the common case): no closure, no pool
+            return one(0, slice(None))
+        return chunk_sum(one, y.shape[0], self.threads, "attnpde-series")
+
+    def fields(self, y: np.ndarray, w: np.ndarray, x: np.ndarray | None = None
+               ) -> tuple[np.ndarray, np.ndarray]:
+        """Psi (M,) and G (M, d) at x (default: at the sources y)."""
+        y = as_points("y", y, self.d)
+        x = y if x is None else as_points("x", x, self.d)
+        c = self.coefficients(y, w)
+        psi, G = np.empty(x.shape[0]), np.empty_like(x)
+        if x.shape[0] <= SERIES_CHUNK:
+            self._evaluate_into(x, c, psi, G)
+        else:
+            map_chunks(lambda j, s: self._evaluate_into(x[s], c, psi[s], G[s]), x.shape[0], SERIES_CHUNK,
+                       self.threads, "attnpde-series")
+        return psi, G

@@ -71,8 +71,8 @@ from spectral.multipliers import kernel_bandwidth, potential_multipliers, zonal_
 from . import validators as check
 from ._chunks import map_chunks
 from ._compiled import kernels
-from ._sums import (DEFAULT_TOL, NUFFT_COST_THREADS, NUFFT_EPS_MIN, SERIES_CHUNK, as_points, as_weights,
-                    chunk_rounds, chunk_sum)
+from ._sums import (DEFAULT_TOL, NUFFT_COST_THREADS, NUFFT_EPS_MIN, SERIES_CHUNK, SeriesSums, as_points,
+                    as_weights, chunk_rounds)
 from .interaction_sphere import (PAIR_MIN_POINTS, SPHERE_MAX_DEGREE, SphereNufftSums, SphereSums,
                                  _sphere_nufft_cost, _sphere_nufft_degree, _sphere_series_cost, sphere_bandwidth,
                                  sphere_nufft_chunk)
@@ -211,7 +211,7 @@ def circle_bandwidth(beta: float, tol: float = DEFAULT_TOL) -> int:
         K = n
 
 
-class CircleSums:
+class CircleSums(SeriesSums):
     """Interaction sums on S^1 through the kernel's Fourier (Bessel) series, by compiled loops.
 
     With z = x_1 + i x_2 and its powers z^k = z^{k-1} z (k <= K, a product of unit complex numbers at each
@@ -240,6 +240,7 @@ class CircleSums:
     def __init__(self, beta: float, tol: float = DEFAULT_TOL, threads: int = 1) -> None:
         self.beta = float(beta)
         self.K = K = circle_bandwidth(self.beta, tol)
+        self.ncoef = K + 1
         self.threads = check.integer("threads", threads, ge=1)
         self.lam = zonal_multipliers(self.beta, 2, K)
         self.g = potential_multipliers(self.beta, 2, K)
@@ -254,32 +255,12 @@ class CircleSums:
                   + chunk_rounds(n_eval, SERIES_CHUNK, NUFFT_COST_THREADS))
         return (_C_CIRCLE * (self.K + 1) + _C_CIRCLE_POINT) * points + _C_CIRCLE_CALL
 
-    def coefficients(self, y: np.ndarray, w: np.ndarray) -> np.ndarray:
+    def _coefficients_into(self, y: np.ndarray, w: np.ndarray, out: np.ndarray) -> None:
         """c_k = sum_j w_j conj(z_j)^k, k = 0 .. K, of the sources y (N, 2) with weights w."""
-        y = as_points("y", y, 2)
-        w = as_weights(w, y.shape[0])
+        kernels.circle_coefficients(y, w, out)
 
-        def one(j: int, c: slice) -> np.ndarray:
-            out = np.empty(self.K + 1, dtype=complex)
-            kernels.circle_coefficients(y[c], w[c], out)
-            return out
-        if y.shape[0] <= SERIES_CHUNK:                 # one chunk (the common case): no closure, no pool
-            return one(0, slice(None))
-        return chunk_sum(one, y.shape[0], self.threads, "attnpde-series")
-
-    def fields(self, y: np.ndarray, w: np.ndarray, x: np.ndarray | None = None
-               ) -> tuple[np.ndarray, np.ndarray]:
-        """Psi (M,) and G (M, 2) at x (default: at the sources y)."""
-        y = as_points("y", y, 2)
-        x = y if x is None else as_points("x", x, 2)
-        c = self.coefficients(y, w)
-        psi, G = np.empty(x.shape[0]), np.empty_like(x)
-        if x.shape[0] <= SERIES_CHUNK:
-            kernels.circle_evaluate(x, c, self._mult, psi, G)
-        else:
-            map_chunks(lambda j, s: kernels.circle_evaluate(x[s], c, self._mult, psi[s], G[s]), x.shape[0],
-                       SERIES_CHUNK, self.threads, "attnpde-series")
-        return psi, G
+    def _evaluate_into(self, x: np.ndarray, c: np.ndarray, psi: np.ndarray, G: np.ndarray) -> None:
+        kernels.circle_evaluate(x, c, self._mult, psi, G)
 
 
 class CircleNufftSums:
@@ -313,6 +294,7 @@ class CircleNufftSums:
     def __init__(self, beta: float, tol: float = DEFAULT_TOL, threads: int = 1) -> None:
         self.beta = float(beta)
         self.K = K = circle_bandwidth(self.beta, tol)
+        self.ncoef = K + 1
         self.eps = max(float(tol), NUFFT_EPS_MIN)
         self.threads = check.integer("threads", threads, ge=1)
         k = np.arange(-K, K + 1)

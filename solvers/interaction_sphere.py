@@ -18,8 +18,8 @@ from spectral.multipliers import kernel_bandwidth, potential_multipliers, zonal_
 from . import validators as check
 from ._chunks import chunk_slices, map_chunks, shared_pool
 from ._compiled import kernels
-from ._sums import (DEFAULT_TOL, NUFFT_COST_THREADS, NUFFT_EPS_MIN, SERIES_CHUNK, as_points, as_weights, chunk_rounds,
-                    chunk_sum)
+from ._sums import (DEFAULT_TOL, NUFFT_COST_THREADS, NUFFT_EPS_MIN, SERIES_CHUNK, SeriesSums, as_points, as_weights,
+                    chunk_rounds)
 
 __all__ = ["SphereSums", "SphereNufftSums", "sphere_bandwidth", "sphere_nufft_chunk", "sphere_nufft_cuts",
            "SPHERE_MAX_DEGREE", "SPHERE_NUFFT_SIGMA", "PAIR_MIN_POINTS"]
@@ -144,7 +144,7 @@ def legendre_tables(L: int) -> tuple[np.ndarray, np.ndarray]:
     return ab, pmm
 
 
-class SphereSums:
+class SphereSums(SeriesSums):
     """Interaction sums on S^2 through the addition theorem, by compiled recurrences (no angles, no transforms).
 
     With the reduced Legendre functions P_l^m of :func:`legendre_tables` and u = x_0 + i x_1, z = x_2
@@ -189,39 +189,18 @@ class SphereSums:
         # C) and of its z-derivative (E = emult C)
         self._rec = np.ascontiguousarray(np.vstack([ab, dmult, emult]))
         self._lam0 = float(zonal_multipliers(self.beta, 3, 0)[0])
-        self.nlm = deg.size
+        self.nlm = self.ncoef = deg.size
 
     def cost(self, n_src: int, n_eval: int) -> float:
         """Estimated seconds of one :meth:`fields` call."""
         return _sphere_series_cost(self.L, n_src, n_eval)
 
-    def coefficients(self, y: np.ndarray, w: np.ndarray) -> np.ndarray:
+    def _coefficients_into(self, y: np.ndarray, w: np.ndarray, out: np.ndarray) -> None:
         """C_lm (nlm complex, the layout of m, then l = m .. L) of the sources y (N, 3) with weights w."""
-        y = as_points("y", y, 3)
-        w = as_weights(w, y.shape[0])
+        kernels.sphere_coefficients(y, w, self._rec, self._pmm, out)
 
-        def one(j: int, c: slice) -> np.ndarray:
-            out = np.empty(self.nlm, dtype=complex)
-            kernels.sphere_coefficients(y[c], w[c], self._rec, self._pmm, out)
-            return out
-        if y.shape[0] <= SERIES_CHUNK:                 # one chunk (the common case): no closure, no pool
-            return one(0, slice(None))
-        return chunk_sum(one, y.shape[0], self.threads, "attnpde-series")
-
-    def fields(self, y: np.ndarray, w: np.ndarray, x: np.ndarray | None = None
-               ) -> tuple[np.ndarray, np.ndarray]:
-        """Psi (M,) and G (M, 3) at x (default: at the sources y)."""
-        y = as_points("y", y, 3)
-        x = y if x is None else as_points("x", x, 3)
-        c = self.coefficients(y, w)
-        psi, G = np.empty(x.shape[0]), np.empty_like(x)
-        if x.shape[0] <= SERIES_CHUNK:
-            kernels.sphere_evaluate(x, self._rec, self._pmm, c, self._lam0, self.beta, psi, G)
-        else:
-            map_chunks(lambda j, s: kernels.sphere_evaluate(x[s], self._rec, self._pmm, c, self._lam0, self.beta,
-                                                            psi[s], G[s]),
-                       x.shape[0], SERIES_CHUNK, self.threads, "attnpde-series")
-        return psi, G
+    def _evaluate_into(self, x: np.ndarray, c: np.ndarray, psi: np.ndarray, G: np.ndarray) -> None:
+        kernels.sphere_evaluate(x, self._rec, self._pmm, c, self._lam0, self.beta, psi, G)
 
 
 class SphereNufftSums:

@@ -60,7 +60,8 @@ Outputs (in --out, default runs/paper_protocol/):
   error bars ("rerun cut by the cap").
 - Each certified PDE end is set beside the certified global extremum of the energy (``solvers.extremum``:
   the main paper's Prop. 3.7): the table's energy gap and "global" columns, and the extremum's atoms in
-  ``final_states.png``. The slow stages and plateaus the flow passed are the table's stages column.
+  ``final_states.png``; ``energy_gap.png`` draws E(end) - E* against sqrt(beta) per setup. ``--replot`` writes
+  the table and that figure again from an output directory's summary.json. The slow stages and plateaus the flow passed are the table's stages column.
 
 The longest jobs go first (:func:`expected_cost`). --quick (no PDE) takes seconds.
 
@@ -653,6 +654,39 @@ def pde_markdown(records: list[dict], pde: list[dict]) -> str:
     return "\n".join(rows) + "\n"
 
 
+GAP_FLOOR = 1e-14
+
+
+def plot_energy_gaps(pde: list[dict], path: Path) -> None:
+    """Does the flow from uniform reach the global extremum? E(end) - E* against sqrt(beta) per setup (log
+    scale; a gap below GAP_FLOOR, round-off of energies of order 1, drawn on the floor), filled where the end
+    is the global extremum within its error bars (``TerminalState.is_global``), open where it is not."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7.5, 4.2))
+    setups = sorted({p["setup"] for p in pde}, key=list(SETUPS).index)
+    for s in setups:
+        rows = [p for p in pde if p["setup"] == s and p["terminal"] is not None
+                and p["terminal"].get("energy_gap") is not None]
+        if not rows:
+            continue
+        x = np.sqrt([p["beta"] for p in rows])
+        gap = np.maximum([abs(p["terminal"]["energy_gap"]) for p in rows], GAP_FLOOR)
+        glob = np.array([bool(p["terminal"].get("is_global")) for p in rows])
+        c = SETUPS[s][3]
+        ax.plot(x, gap, "-", color=c, lw=0.8, alpha=0.6)
+        ax.plot(x[glob], gap[glob], "o", color=c, ms=6, label=f"{s} ({SETUPS[s][0]}): the global extremum")
+        ax.plot(x[~glob], gap[~glob], "o", mfc="white", mec=c, mew=1.4, ms=6, label=f"{s}: not the global one")
+    ax.axhline(GAP_FLOOR, color="0.6", lw=0.8, ls=":")
+    ax.set_yscale("log")
+    ax.set_xlabel("sqrt(beta)")
+    ax.set_ylabel(f"E(certified end) - E*   (floor {GAP_FLOOR:g})")
+    ax.set_title("The flow from uniform against the global extremum of the energy (Prop. 3.7)", fontsize=10)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
 def _pde_stages(p: dict, sep: str = "; ", k: int = 3) -> str:
     """The slow stages and plateaus of a PDE run in the order the flow met them: t entered -> left, and what
     held the flow there (the slowest unbalanced atom's speed, or the plateau's growth)."""
@@ -704,7 +738,15 @@ def main(argv=None) -> int:
                     help=f"cap on the accepted steps of each PDE run's continuation and of its rerun (default "
                          f"{PDE_MAX_STEPS}; 0: none): a run that reaches it is 'not certified: cap reached'")
     ap.add_argument("--no-pde", action="store_true", help="skip the PDE runs")
+    ap.add_argument("--replot", action="store_true",
+                    help="run nothing: write terminal_table.md and energy_gap.png again from --out's summary.json")
     args = ap.parse_args(argv)
+    if args.replot:
+        summary = json.loads((args.out / "summary.json").read_text())
+        (args.out / "terminal_table.md").write_text(pde_markdown(summary["records"], summary["pde"]))
+        plot_energy_gaps(summary["pde"], args.out / "energy_gap.png")
+        print(f"wrote {args.out}/terminal_table.md, energy_gap.png")
+        return 0
     from solvers.app.executor import SchedulerError, open_pool
     if args.workers < 1:
         ap.error("--workers must be >= 1")
@@ -787,6 +829,8 @@ def main(argv=None) -> int:
     plot_counts(records, fits, setups, args.out / "clusters_vs_sqrt_beta.png", args.fit_min_beta, title, pde)
     plot_masses(records, setups, args.out / "cluster_masses.png", title, pde)
     plot_final_states(records, setups, args.out / "final_states.png", pde)
+    if pde:
+        plot_energy_gaps(pde, args.out / "energy_gap.png")
     summary = {
         "settings": {"d": D, "n": n, "dt": DT, "stop": STOP, "max_steps": args.max_steps, "particle_seed": PARTICLE_SEED,
                      "perceptron": f"Perceptron.random(2, 2, activation, 1.0, seed={PERCEPTRON_SEED})",
@@ -808,7 +852,7 @@ def main(argv=None) -> int:
     print(f"\nwall time {wall:.1f} s ({len(jobs)} runs, {args.workers} workers; CPU time of the runs: particles "
           f"{summary['cpu_time']['particles']:.0f} s, PDE {summary['cpu_time']['pde']:.0f} s); wrote {args.out}/summary.json, "
           f"clusters_vs_sqrt_beta.png, cluster_masses.png, final_states.png"
-          + (", terminal_table.md" if pde else ""), flush=True)
+          + (", energy_gap.png, terminal_table.md" if pde else ""), flush=True)
     return 0
 
 
