@@ -73,7 +73,7 @@ from .balance import balanced, force_scales
 from .atoms import Atoms, circle_closest_chord, circle_neighbour_chords, single_linkage_clusters
 from .interaction import InteractionSums
 from .model import Model
-from .particles import measure_energy, measure_velocity
+from .empirical import measure_energy, measure_velocity
 from .restart import LagrangianState
 from .stepping import RODASP, ROS34PW2, TABLEAUS, Integration, Rosenbrock, StepController
 
