@@ -23,7 +23,8 @@ import time
 import numpy as np
 
 from solvers import Model, Perceptron
-from solvers import stationary as st
+from solvers import branches, stationary as st
+from solvers.stationary_problems import _problem
 
 
 def _best(fn, repeats: int) -> tuple[float, object]:
@@ -37,7 +38,7 @@ def _best(fn, repeats: int) -> tuple[float, object]:
 
 def _correction_floor(branch, repeats: int) -> float:
     """One correction step at a mid-branch point: an evaluation of the fixed-point map and a bordered solve."""
-    p = st._problem(branch.model, branch.degree, branch.representation)
+    p = _problem(branch.model, branch.degree, branch.representation)
     i = len(branch.noise) // 3
     x, nu, t = branch.unknowns[i], float(branch.noise[i]), branch.tangents[i]
     rhs = np.zeros(p.n + 1)
@@ -59,7 +60,7 @@ def _branch_record(d: int, degree: int, points: int, target: float | None, repea
     nu1 = m.energy_multipliers(1)[1]
     # steps bounded so that each side spends its points inside the range (S^1 reaches its end sooner)
     kw = dict(noise_range=(0.3 * nu1, 1.2 * nu1), max_points=points // 2, max_step=0.02 if d == 2 else 0.05)
-    seconds, b = _best(lambda: st.branch_from_uniform(m, 1, degree, **kw), repeats)
+    seconds, b = _best(lambda: branches.branch_from_uniform(m, 1, degree, **kw), repeats)
     floor = len(b.noise) * _correction_floor(b, repeats)
     name = "S^1" if d == 2 else "S^2 zonal"
     fold = f"fold nu = {b.folds[0]['nu']:.10g}" if b.folds else "no fold in range"

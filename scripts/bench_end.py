@@ -101,20 +101,20 @@ def circle_record(quick: bool) -> dict:
     c0, t0 = time.process_time(), time.perf_counter()
     r = solve_pde(model, t_final, 64)
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-    L = r.lagrangian or {}
-    n = int(L["handoff"]["nodes"]) if L else 2048
+    L = r.lagrangian
+    n = L.handoff.nodes if L is not None else 2048
     floor = velocity_floor(model, n)
-    steps, rejected = int(L.get("node_nsteps", 0)), int(L.get("node_nrejected", 0))
-    check = L.get("check") or {}
+    steps, rejected = (L.node_nsteps, L.node_nrejected) if L is not None else (0, 0)
+    rerun = L.check.wall_time if L is not None and L.check is not None else math.nan
     return {"case": f"circle S2 (descent ReLU seed 111) beta=5 to {'its end' if not quick else 't = 20'}: solve_pde("
                     f"model, {t_final:g}, 64), with the error-estimate rerun",
             "seconds": wall, "floor_seconds": floor, "ratio": wall / floor,
             "target": "none (quick mode)" if quick else f"<= {CIRCLE_GOAL:g} s",
             "met": None if quick else bool(wall <= CIRCLE_GOAL), "cpu_seconds": cpu, "node_steps": steps,
             "node_rejected": rejected, "stop": r.stop_reason, "t_stop": float(r.t_stop),
-            "rerun_seconds": float(check.get("wall_time", math.nan)), "load": [load0, os.getloadavg()[0]],
+            "rerun_seconds": rerun, "load": [load0, os.getloadavg()[0]],
             "note": f"wall {wall:.2f} s, CPU {cpu:.2f} s; {r.stop_reason} at t = {r.t_stop:.4g}; node steps {steps}, "
-                    f"rejected {rejected}; the rerun {float(check.get('wall_time', math.nan)):.2f} s of wall beside "
+                    f"rejected {rejected}; the rerun {rerun:.2f} s of wall beside "
                     f"or after the run; floor: one node velocity at {n} nodes; load average {load0:.2f} -> "
                     f"{os.getloadavg()[0]:.2f}"}
 

@@ -16,8 +16,8 @@ import importlib
 _HOMES = {"Model": ".model", "Perceptron": ".perceptron", "solve_pde": ".pde", "PDEResult": ".pde",
           "simulate_particles": ".particles", "ParticleResult": ".particles", "compare": ".comparison",
           "Comparison": ".comparison", "atomic_state": ".atomic", "AtomicState": ".atomic",
-          "polish_atoms": ".balance", "stationary_state": ".stationary", "branch_from_uniform": ".stationary",
-          "continue_branch": ".stationary", "Branch": ".stationary", "StationaryState": ".stationary",
+          "polish_atoms": ".balance", "stationary_state": ".stationary", "branch_from_uniform": ".branches",
+          "continue_branch": ".branches", "Branch": ".branches", "StationaryState": ".stationary",
           "extremum": ".landscape", "Extremum": ".landscape", "compare_end": ".landscape_end",
           "EndVsExtremum": ".landscape_end"}
 

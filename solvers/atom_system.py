@@ -9,12 +9,14 @@ switching line (``KINK``). :class:`AtomSystem` holds these parts of :class:`~sol
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
 from . import terminal as term
 from .node_measures import Nodes
 from .stepping import Rosenbrock
+from .tableaus import RosenbrockTableau, Tableau
 
 __all__ = ["AtomSystem", "IMPLICIT_DIMENSIONS", "ATOM_TOLERANCE", "UNSTABLE_STEP", "KINK"]
 
@@ -35,6 +37,28 @@ class AtomSystem:
     """The atom system's part of :class:`~solvers.lagrangian.LagrangianPhase` (module docstring): when it starts
     (:meth:`_all_atoms`, :meth:`_to_atoms`), the meetings and merges of atoms in ascent, and the switching
     lines of a ReLU perceptron."""
+
+    if TYPE_CHECKING:     # the state and methods of the phase this is a part of (LagrangianPhase)
+        from .model import Model
+        model: Model
+        nodes: Nodes
+        atom_radius: float
+        atoms_mode: bool
+        f: np.ndarray | None
+        psi: np.ndarray | None
+        _merge_slack: float | None
+        forced: bool
+        kink_crossings: int
+        _t_step: float
+        tableau: Tableau | RosenbrockTableau
+
+        def rhs(self, t: float, u: np.ndarray, last: bool = False) -> np.ndarray: ...
+
+        def jacobian_factor(self, u: np.ndarray, g: float) -> Callable: ...
+
+        def _check_stiffness(self) -> None: ...
+
+        def _choose_method(self) -> None: ...
 
     def _all_atoms(self, groups: "term.Groups") -> bool:
         """Whether every node group is an atom within the grouping radius: at least two initial nodes (a node
@@ -75,6 +99,7 @@ class AtomSystem:
         """The time within the step from (``_t_step``, x_old) at which the first of ``pairs`` came within the
         grouping radius: the step taken again with shorter lengths, bisection and secant on its length."""
         link = 2.0 * math.sin(self.atom_radius / 2.0)
+        assert isinstance(self.tableau, RosenbrockTableau)      # the atom system's steps are RODASP's
         stepper = Rosenbrock(self.rhs, self.tableau, self.jacobian_factor)
         i, j = np.array(pairs).T
 

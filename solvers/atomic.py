@@ -116,8 +116,6 @@ in ascent, split in descent).
 
 References
 ----------
-Confirmed against publisher or author pages:
-
 - K. Fellner, G. Raoul, "Stability of stationary states of non-local equations with singular interaction
   potentials", Math. Comput. Modelling 53 (2011) 1436-1450, doi:10.1016/j.mcm.2010.03.021 (local
   non-linear stability of finite sums of Dirac masses under a linear stability condition).
@@ -127,9 +125,8 @@ Confirmed against publisher or author pages:
 - E. Geigant, M. Stoll, "Stability of peak solutions of a non-linear transport equation on the circle",
   Electron. J. Differential Equations 2012 (2012), No. 157, 1-41.
 
-Also on the subject, details not confirmed here (no source was found to check volume and pages):
-K. Fellner, G. Raoul, "Stable stationary states of non-local interaction equations" (Math. Models Methods
-Appl. Sci., 2010), the smooth-potential counterpart of the first reference; G. Raoul, "Non-local
+Also on the subject: K. Fellner, G. Raoul, "Stable stationary states of non-local interaction equations" (Math. Models
+Methods Appl. Sci., 2010), the smooth-potential counterpart of the first reference; G. Raoul, "Non-local
 interaction equations: stationary states and stability analysis" (Differential Integral Equations, 2012);
 D. Balague, J. A. Carrillo, T. Laurent, G. Raoul, "Dimensionality of local minimizers of the interaction
 energy" (Arch. Ration. Mech. Anal., 2013).
@@ -137,7 +134,7 @@ energy" (Arch. Ration. Mech. Anal., 2013).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import scipy.linalg
@@ -401,13 +398,13 @@ def symmetry_algebra(model: Model) -> np.ndarray:
     with W_u != 0}: the infinitesimal rotations that leave the field equivariant (all of so(d), r = d(d-1)/2,
     without a perceptron; r = 0 for a generic one with at least d - 1 units)."""
     d = model.d
-    basis = []
+    rotations = []
     for a in range(d):
         for b in range(a + 1, d):
             A = np.zeros((d, d))
             A[b, a], A[a, b] = 1.0 / math.sqrt(2.0), -1.0 / math.sqrt(2.0)
-            basis.append(A)
-    basis = np.array(basis)                                   # (d(d-1)/2, d, d)
+            rotations.append(A)
+    basis = np.array(rotations)                               # (d(d-1)/2, d, d)
     p = model.perceptron
     if p is None:
         return basis

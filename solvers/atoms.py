@@ -147,7 +147,8 @@ class _Adjacency(NamedTuple):
 _ADJACENCIES: dict[int, list] = {}
 
 #: larger graphs are not kept: 2^23 directed edges (about 10^6 nodes of a sphere grid, L ~ 480) keep
-#: ~72 MiB, and at larger degrees the atoms are a small part of a run's time. A process keeps the graphs of grid_neighbours' last two sphere grids and
+#: ~72 MiB, and at larger degrees the atoms are a small part of a run's time. A process keeps the graphs of
+#: grid_neighbours' last two sphere grids and
 #: circle_neighbours' last eight circles (their edges cached there in any case), so the adjacencies a
 #: long-lived one (a sweep worker) keeps stay under 2 x 72 MiB plus the circles' 24 bytes per node
 KEPT_EDGES = 2 ** 23
@@ -161,7 +162,9 @@ def shared_graph(edges: np.ndarray) -> np.ndarray:
     cannot tell that nobody will write into it."""
     key = id(edges)
     if key not in _ADJACENCIES and 2 * len(edges) <= KEPT_EDGES:
-        _ADJACENCIES[key] = [weakref.ref(edges, lambda _, key=key: _ADJACENCIES.pop(key, None)), None]
+        def forget(_, key: int = key) -> None:
+            _ADJACENCIES.pop(key, None)
+        _ADJACENCIES[key] = [weakref.ref(edges, forget), None]
     return edges
 
 

@@ -44,6 +44,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -105,9 +106,10 @@ class Comparison:
             h = self.options.get("smoothing", float("nan"))
             # the rule is named: `attnpde info` lists other atoms too (the PDE's node groups, the particles'
             # clusters), which count other mass
-            lines.append(f"matched atoms at t = {t:.4g}: {len(self.matched_atoms)} (unmatched: {len(self.unmatched_pde)} "
-                         f"PDE, {len(self.unmatched_particles)} particle atom(s)); one rule for both measures: density "
-                         f"peaks (smoothed at {h:.3g} rad), each atom's mass the mass within {r:.3g} rad of its peak:")
+            lines.append(f"matched atoms at t = {t:.4g}: {len(self.matched_atoms)} (unmatched: "
+                         f"{len(self.unmatched_pde)} PDE, {len(self.unmatched_particles)} particle atom(s)); "
+                         f"one rule for both measures: density peaks (smoothed at {h:.3g} rad), each atom's mass "
+                         f"the mass within {r:.3g} rad of its peak:")
             for p in self.matched_atoms:
                 lines.append(f"    PDE {p['pde_mass']:.4f} vs particles {p['particle_mass']:.4f} (difference "
                              f"{p['mass_difference']:+.4f}), position error {p['position_error']:.2e} rad")
@@ -225,7 +227,8 @@ def match_atoms(pde_atoms, clusters, tol: float) -> tuple[list, list, list]:
     from scipy.optimize import linear_sum_assignment
 
     (P, mp), (Q, mq) = pde_atoms, clusters
-    pairs, un_p, un_q = [], list(range(len(mp))), list(range(len(mq)))
+    pairs: list[dict[str, Any]] = []
+    un_p, un_q = list(range(len(mp))), list(range(len(mq)))
     if len(mp) and len(mq):
         D = _geodesic(np.asarray(P), np.asarray(Q))
         rows, cols = linear_sum_assignment(D)
@@ -309,7 +312,8 @@ def compare(pde, particles, *, moments: int = 8, mmd_beta: float = 4.0, atom_thr
     # past the handoff the PDE is a node measure: its coefficients are exact (moments, MMD), but its
     # CDF, cap masses and atoms are those of its points, not of its truncated series
     nodes = {int(i): pde.node_measure(int(i)) for i in ip} if getattr(pde, "nodes", None) else {}
-    angle = lambda p: np.arctan2(p[:, 1], p[:, 0])                     # noqa: E731
+    def angle(p):
+        return np.arctan2(p[:, 1], p[:, 0])
     if space.has_cdf and nodes.get(int(ip[0])) is None:
         F0 = space.cdf(pde.coefficients(int(ip[0])), angle(particles.x[iq[0]]))
     for n, (i, j) in enumerate(zip(ip, iq)):
@@ -346,8 +350,8 @@ def compare(pde, particles, *, moments: int = 8, mmd_beta: float = 4.0, atom_thr
         pa, qa = common_atoms(space, pde.coefficients(int(ip[-1])), particles.x[iq[-1]], w,
                               threshold=atom_threshold, radius=radius, smoothing=h, min_mass=min_mass)
     else:
-        kw = dict(degree=int(pde.degree[int(ip[-1])]), threshold=atom_threshold, radius=radius, smoothing=h,
-                  min_mass=min_mass)
+        kw: dict[str, Any] = dict(degree=int(pde.degree[int(ip[-1])]), threshold=atom_threshold, radius=radius,
+                                  smoothing=h, min_mass=min_mass)
         pa = measure_atoms(space, x=last.x, w=last.w, **kw)
         qa = measure_atoms(space, x=particles.x[iq[-1]], w=w, **kw)
     pairs, up, uq = match_atoms((pa.positions, pa.masses), (qa.positions, qa.masses), radius)
@@ -383,13 +387,14 @@ def _concentration_at_final_atoms(space, res, kind: str, akw: dict) -> dict:
 
 
 def atom_scales(model, atom_radius: float | None = None, smoothing: float | None = None,
-                cluster_scale: float = 0.5) -> tuple[float, float]:
-    """The (atom_radius, smoothing) of :func:`compare` with their defaults filled in."""
+                cluster_scale: float = 0.5, check: bool = True) -> tuple[float, float]:
+    """The (atom_radius, smoothing) of :func:`compare` with their defaults filled in; ValueError unless both are
+    finite and > 0 (``check``)."""
     from .particles import cluster_radius
 
     radius = min(cluster_radius(model.beta, model.d, cluster_scale), 0.1) if atom_radius is None else float(atom_radius)
     h = radius / 4.0 if smoothing is None else float(smoothing)
-    if not (radius > 0 and math.isfinite(radius)) or not (h > 0 and math.isfinite(h)):
+    if check and (not (radius > 0 and math.isfinite(radius)) or not (h > 0 and math.isfinite(h))):
         raise ValueError(f"atom_radius and smoothing must be finite and > 0, got {radius!r}, {h!r}")
     return radius, h
 
@@ -421,13 +426,15 @@ def measure_atoms(space, *, coeffs: np.ndarray | None = None, x: np.ndarray | No
         c = np.asarray(coeffs)
         D = min(space.degree_of(c.size), cut if degree is None else min(cut, degree))
         cs = smoothed(space, np.array(c[:space.ncoef(D)]), smoothing)
-        mass_of = lambda P: space.cap_mass(c, P, radius)
+        def mass_of(P):
+            return space.cap_mass(c, P, radius)
     else:
         x = np.asarray(x, dtype=float)
         w = np.asarray(w, dtype=float)
         D = min(cut, degree if degree is not None else space.default_particle_degree)
         cs = smoothed(space, space.particle_coefficients(x, w, D), smoothing)
-        mass_of = lambda P: _particle_cap_mass(x, w, P, radius)
+        def mass_of(P):
+            return _particle_cap_mass(x, w, P, radius)
     lv = space.atoms(cs, threshold=threshold, method="level", smoothing=None)
     masses = mass_of(lv.positions)
     keep = masses >= min_mass

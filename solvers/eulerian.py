@@ -5,7 +5,7 @@ control (module docstring of :mod:`solvers.pde`), up to a stop or the handoff to
 from __future__ import annotations
 
 import math
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -97,16 +97,17 @@ class EulerianPhase(Integration):
         self.fresh = state is None
         self.filter = opts._filter
         self.degree = degree
-        self._norms = ((None, 0.0), (None, 0.0))       # (state, its norm), see _norm
-        self._scaled = None                            # see rhs_scaled
-        self._forced = None                            # handoff_at, once the phase runs
+        self._norms: tuple = ((None, 0.0), (None, 0.0))      # (state, its norm), see _norm
+        self._scaled: tuple | None = None                     # see rhs_scaled
+        self._forced: float | None = None                     # handoff_at, once the phase runs
         self.disc = Disc(model, degree, threads=opts.threads, effort=opts.planner)
         self.lin = self.disc.lin
         grids[degree] = tuple(self.disc.grid_shape)
         self.u = space.to_state(coeffs, degree)
         with np.errstate(all="ignore"):             # a state it cannot use is reported just below
             self._start = self._rhs_with_diag()
-        self.diag, self.tail = None, None
+        self.diag: dict | None = None
+        self.tail: float | None = None
         # the last resolved state (tail <= tail_tol, positivity and SA checks passed): the handoff's source
         self.good: GoodState | None = None
         self._refuse_infeasible(self._start[1])
@@ -134,8 +135,8 @@ class EulerianPhase(Integration):
             need = left * vmax / (opts.cfl * self.disc.spacing)
             if need > opts.max_steps:
                 raise ValueError(f"at t = {self.t:g} max |v| = {vmax:.3g} limits the step to cfl h / max|v| = "
-                                 f"{opts.cfl * self.disc.spacing / vmax:.3g}: t_final = {self.t_final:g} needs more than "
-                                 f"max_steps = {opts.max_steps} steps (check the model's perceptron scale and "
+                                 f"{opts.cfl * self.disc.spacing / vmax:.3g}: t_final = {self.t_final:g} needs more "
+                                 f"than max_steps = {opts.max_steps} steps (check the model's perceptron scale and "
                                  "strength, and the option cfl)")
 
     def _refuse_unusable_initial_state(self, diag: dict, miss: float) -> None:
@@ -148,13 +149,14 @@ class EulerianPhase(Integration):
         if self.degree >= self.cap and self.continues and tail > opts.tail_tol:
             raise ValueError(f"initial data refused before any step: the initial density is not resolved at the "
                              f"handoff degree {self.cap} (spectral tail or miss at check points "
-                             f"{_above(tail, opts.tail_tol)} > tail_tol {_sci(opts.tail_tol)}), so the continuation has no resolved state to start "
-                             "from; raise handoff_degree (and max_degree), or start from a smoother density")
+                             f"{_above(tail, opts.tail_tol)} > tail_tol {_sci(opts.tail_tol)}), so the continuation "
+                             "has no resolved state to start from; raise handoff_degree (and max_degree), or start "
+                             "from a smoother density")
         if self.degree >= self.cap and tail > opts.tail_max:
             raise ValueError(f"initial data refused before any step: the initial density is not resolved at "
                              f"max_degree = {self.max_degree} (spectral tail or miss at check points "
-                             f"{_above(tail, opts.tail_max)} > tail_max {_sci(opts.tail_max)}; the run would stop at once with 'resolution'); raise "
-                             "max_degree, or start from a smoother density")
+                             f"{_above(tail, opts.tail_max)} > tail_max {_sci(opts.tail_max)}; the run would stop at "
+                             "once with 'resolution'); raise max_degree, or start from a smoother density")
         chk = self._check_state(diag)
         if chk is not None:
             reason, message = chk
@@ -270,12 +272,12 @@ class EulerianPhase(Integration):
         forced = self._forced
         return min(self.save_time(), forced) if forced is not None else self.save_time()
 
-    def before_step(self) -> tuple[str, object] | None:
+    def before_step(self) -> tuple[str, Any] | None:
         if self._forced is not None and self.t >= self._forced:
             return "handoff", ("handoff_at", f"handoff forced at t = {self._forced:g} (option handoff_at)")
         return None
 
-    def accept(self, u_new: np.ndarray, f_new: np.ndarray | None, h: float, lands: bool) -> tuple[str, object] | None:
+    def accept(self, u_new: np.ndarray, f_new: np.ndarray | None, h: float, lands: bool) -> tuple[str, Any] | None:
         """An accepted spectral step: the explicit filter, refinement (an exact re-representation at twice
         the degree) or, with the continuation at its largest degree, the handoff; the checks of the
         state; the snapshot when the step landed on a snapshot time."""

@@ -21,8 +21,8 @@ from ._compiled import kernels
 from ._sums import (DEFAULT_TOL, NUFFT_COST_THREADS, NUFFT_EPS_MIN, SERIES_CHUNK, SeriesSums, as_points, as_weights,
                     chunk_rounds)
 
-__all__ = ["SphereSums", "SphereNufftSums", "sphere_bandwidth", "sphere_nufft_chunk", "sphere_nufft_cuts", "SPHERE_MAX_DEGREE",
-           "SPHERE_NUFFT_SIGMA", "PAIR_MIN_POINTS"]
+__all__ = ["SphereSums", "SphereNufftSums", "sphere_bandwidth", "sphere_nufft_chunk", "sphere_nufft_cuts",
+           "SPHERE_MAX_DEGREE", "SPHERE_NUFFT_SIGMA", "PAIR_MIN_POINTS"]
 
 #: ducc0's oversampling factor of the S^2 NUFFT sums, passed as a window of +-0.01 that holds a single factor of
 #: ducc0's kernel table, where ducc0 then takes the narrowest kernel of that factor meeting the precision (left

@@ -24,10 +24,10 @@ from typing import Iterator
 
 __all__ = ["StopRequest", "graceful_stop", "add_stop_signal", "set_stop_pending", "at_once"]
 
-_NAMES = {signal.SIGINT: "Ctrl-C (SIGINT)", signal.SIGTERM: "SIGTERM"}
+_NAMES: dict[int, str] = {signal.SIGINT: "Ctrl-C (SIGINT)", signal.SIGTERM: "SIGTERM"}
 
 #: the signals :func:`graceful_stop` turns into a stop request (where they have a Python handler)
-_STOP_SIGNALS = [signal.SIGINT, signal.SIGTERM]
+_STOP_SIGNALS: list[int] = [signal.SIGINT, signal.SIGTERM]
 
 
 #: the signal of an interrupt this process took before the current block (None: none), see
@@ -81,7 +81,7 @@ def graceful_stop(signals: tuple | None = None) -> Iterator[StopRequest]:
     if threading.current_thread() is not threading.main_thread():
         yield request
         return
-    saved = {}
+    saved: dict = {}
 
     def handler(signum, frame):
         previous = saved[signum]

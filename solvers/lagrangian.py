@@ -52,9 +52,9 @@ from .balance import balanced, force_scales
 from .atoms import circle_closest_chord, circle_neighbour_chords, single_linkage_clusters
 from .interaction import InteractionSums
 from .model import Model
+from .empirical import measure_energy, measure_velocity
 from .node_jacobian import (DENSE_DIMENSIONS, GroupedJacobian, atoms_factor, growth_bound, spectral_radius,
                             tangent_solver)
-from .particles import measure_energy, measure_velocity
 # the node measures are a module of their own; their names are also imported from here
 from .node_measures import (DUST, UNRESOLVED, NodeAtoms, Nodes, estimate_atoms, handoff_nodes, node_atoms,
                             not_stationary_note, unresolved)
@@ -243,12 +243,13 @@ class LagrangianPhase(AtomSystem, Integration):
         self.sums = sums
         self.merges = [] if merges is None else merges
         self.certify, self.atom_radius, self.kick = certify, atom_radius, kick
-        self.psi = None
-        self._save_time = self._on_save = None
+        self.psi: np.ndarray | None = None
+        self._save_time: Callable[[], float] | None = None
+        self._on_save: Callable[[], None] | None = None
         self.stationary = True
-        self._merge_slack = None          # see _merge (not part of the restart state: it only skips searches)
+        self._merge_slack: float | None = None     # see _merge (not part of the restart state: it only skips searches)
         self.implicit = False             # Rosenbrock steps (see _check_stiffness)
-        self._jac = None                  # (x, w, kind, W) of the last W (see _jacobian)
+        self._jac: tuple | None = None    # (x, w, kind, W) of the last W (see _jacobian)
         self.terminal = None              # the certified state (solvers.terminal.TerminalState)
         self.ended = None                 # (stop reason, message) once certified stationary
         self.plateaus: list = []
@@ -382,10 +383,13 @@ class LagrangianPhase(AtomSystem, Integration):
         kind = self._w_kind()
         x = u if u is self.nodes.x else u / np.linalg.norm(u, axis=1, keepdims=True)
         W = self._jacobian(kind, None if u is self.nodes.x else x)
+        if isinstance(W, GroupedJacobian):
+            return W.solver(g)
+        J, E = W
         if kind == "atoms":
             v = self.f if u is self.nodes.x and self.f is not None else self.model.velocity_at_atoms(x, self.nodes.w)
-            return atoms_factor(*W, x, v, g)
-        return W.solver(g) if kind == "grouped" else tangent_solver(*W, g)
+            return atoms_factor(J, E, x, v, g)
+        return tangent_solver(J, E, g)
 
     @staticmethod
     def _rate(W) -> float:
@@ -436,7 +440,8 @@ class LagrangianPhase(AtomSystem, Integration):
             return "non-finite", f"non-finite node velocity at t = {self.t:.6g}"
         if self.stationary and drift <= self.drift_tol and not self.forced:
             if not self.certify:
-                return "stationary", f"max |v| over the {len(self.nodes)} nodes = {drift:.3g} <= drift_tol {self.drift_tol:g}"
+                return "stationary", (f"max |v| over the {len(self.nodes)} nodes = {drift:.3g} <= drift_tol "
+                                      f"{self.drift_tol:g}")
             plateaus = len(self.plateaus)
             stop = self._attempt(force=True, slow=True)
             if stop is not None:

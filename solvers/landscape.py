@@ -76,6 +76,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
+from typing import Any, Callable
 
 import numpy as np
 
@@ -85,7 +86,7 @@ from .landscape_bound import certified_minimum, cube_sphere_points, newton_minim
 from .landscape_descent import exchange, merge_atoms, newton_atoms, qp_data, simplex_qp, slide
 from .model import Model
 
-__all__ = ["Extremum", "ContinuousPart", "extremum", "ROUTES", "TARGET_GAP", "EndVsExtremum", "compare_end"]
+__all__ = ["Extremum", "ExtremumSpec", "ContinuousPart", "extremum", "ROUTES", "TARGET_GAP"]
 
 ROUTES = ("auto", "grid", "relu-qp")
 #: the gap the descent's loop aims at (absolute; the energies are O(1) above gamma g(1) / 2)
@@ -234,7 +235,7 @@ def _potential_extreme(model: Model, sign: float, route: str, spacing: float | N
     """max V (sign +1) or min V (sign -1) with a maximiser (minimiser) and a proven bound."""
     p = model.perceptron
     d = model.d
-    out = {"evaluations": 0, "finished": True}
+    out: dict[str, Any] = {"evaluations": 0, "finished": True}
     methods = []
     candidates = []
     upper = math.inf                          # proven upper bound on max (sign V)
@@ -281,7 +282,7 @@ def _potential_extreme(model: Model, sign: float, route: str, spacing: float | N
     out["value"] = float(sign * p.potential(out["x"][None, :])[0])         # sign V at x, evaluated once more
     out["upper"] = max(upper, out["value"])
     near = vals >= out["upper"] - (out["upper"] - out["value"]) * 2.0 - 1e-15
-    keep = []
+    keep: list = []
     for x in cand[near][np.argsort(-vals[near])]:
         x = x / np.linalg.norm(x)
         if all(np.linalg.norm(x - y) > 1e-7 for y in keep):
@@ -376,7 +377,7 @@ def _round_off(model: Model, k: int) -> tuple[float, float, float]:
             4.0 * u * (3.0 * gamma * (model.beta + 2.0) * nk + nm * (mag + curv)))
 
 
-def _kink_free(model: Model) -> callable | None:
+def _kink_free(model: Model) -> Callable | None:
     """For ReLU: a test of which cells (centres x, radii r) cross no kink <a_k, x> + b_k = 0 of a unit with
     c_k != 0 (the angle from a_k to x differs from arccos(-b_k) by more than r); None for smooth activations."""
     p = model.perceptron
@@ -464,7 +465,7 @@ def _descent(model: Model, spacing: float | None, target: float, t0: float) -> E
             break
         # the certificate found Phi below the level: those points join the support and the masses re-solve
         order = np.argsort(cert.below_f)
-        new = []
+        new: list = []
         for y in cert.below[order]:
             if all(np.linalg.norm(y - z) > 0.25 * spacing for z in new):
                 new.append(y)
@@ -496,6 +497,32 @@ def _descent(model: Model, spacing: float | None, target: float, t0: float) -> E
 # ----------------------------------------------------------------------------------------------
 # the entry point
 # ----------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ExtremumSpec:
+    """One search for the global extremum (:func:`extremum`), checked (:meth:`resolve`): the model, the route of
+    the ascent's max V, the grid's first spacing (None: from beta) and the descent's target gap."""
+
+    model: Model
+    route: str = "auto"
+    spacing: float | None = None
+    target: float = TARGET_GAP
+
+    @classmethod
+    def resolve(cls, model: Model, route: str = "auto", spacing: float | None = None,
+                target: float = TARGET_GAP) -> "ExtremumSpec":
+        """The spec of ``extremum(model, route=, spacing=, target=)``; ValueError for what it does not cover."""
+        _check(model, route)
+        return cls(model=model, route=route, spacing=spacing, target=float(target))
+
+    def solve(self) -> Extremum:
+        """The extremum (:func:`extremum`)."""
+        t0 = time.perf_counter()
+        # small dense matrices only (Hessians of a few hundred unknowns): a second BLAS thread gains nothing and
+        # on a busy machine stalls each call
+        with blas_threads(1):
+            return _extremum(self.model, self.route, self.spacing, self.target, t0)
+
+
 def extremum(model: Model, *, route: str = "auto", spacing: float | None = None,
              target: float = TARGET_GAP) -> Extremum:
     """The global extremum of the energy of ``model`` over all probability measures (module docstring).
@@ -519,12 +546,7 @@ def extremum(model: Model, *, route: str = "auto", spacing: float | None = None,
     -------
     Extremum
     """
-    t0 = time.perf_counter()
-    _check(model, route)
-    # small dense matrices only (Hessians of a few hundred unknowns): a second BLAS thread gains nothing and on
-    # a busy machine stalls each call
-    with blas_threads(1):
-        return _extremum(model, route, spacing, target, t0)
+    return ExtremumSpec.resolve(model, route, spacing, target).solve()
 
 
 def _extremum(model: Model, route: str, spacing: float | None, target: float, t0: float) -> Extremum:

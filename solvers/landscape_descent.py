@@ -119,7 +119,7 @@ def exchange(model: Model, pool: np.ndarray, x: np.ndarray, w: np.ndarray, *, to
             return x, w, rounds
         energy = now
         bad = bad[np.argsort(phi_pool[bad])]
-        chosen = []
+        chosen: list = []
         for j in bad:
             if all(np.linalg.norm(pool[j] - pool[i]) > radius for i in chosen):
                 chosen.append(j)

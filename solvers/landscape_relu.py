@@ -149,7 +149,7 @@ def relu_maximum(perceptron: Perceptron, feasibility: float = FEASIBILITY) -> Re
     err = 16.0 * d * np.finfo(float).eps * scale + feasibility ** 2 * scale
     upper = max(float(np.max(bounds)), float(values[best])) + err
     near = values >= values[best] - (upper - values[best]) - 1e-300
-    keep = []
+    keep: list = []
     for x in X[near][np.argsort(-values[near])]:
         if all(np.linalg.norm(x - y) > 1e-8 for y in keep):
             keep.append(x)

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -208,7 +209,8 @@ class Model:
         object.__setattr__(self, "noise", noise)
         if self.perceptron is not None:
             if not isinstance(self.perceptron, Perceptron):
-                raise ValueError(f"Model: perceptron must be a Perceptron or None, got {type(self.perceptron).__name__}")
+                raise ValueError("Model: perceptron must be a Perceptron or None, got "
+                                 f"{type(self.perceptron).__name__}")
             if self.perceptron.d != self.d:
                 raise ValueError(f"Model: perceptron dimension {self.perceptron.d} does not match d = {self.d}")
 
@@ -462,7 +464,7 @@ class Model:
 
     def replace(self, **changes) -> "Model":
         """A copy with some parameters changed (validated again)."""
-        params = {"d": self.d, "beta": self.beta, "flow": self.flow, "attention": self.attention,
+        params: dict[str, Any] = {"d": self.d, "beta": self.beta, "flow": self.flow, "attention": self.attention,
                   "strength": self.strength, "perceptron": self.perceptron, "noise": self.noise}
         params.update(changes)
         return Model(**params)

@@ -79,9 +79,10 @@ class NodeAtoms(Atoms):
         self.diffuse = float(diffuse)
         self.radius = float(radius)
         self.dust, self.dust_groups = float(dust), int(dust_groups)
-        self.mass_errors = self.position_errors = None
-        self.diffuse_error = None
-        self.check_nodes = None
+        self.mass_errors: np.ndarray | None = None
+        self.position_errors: np.ndarray | None = None
+        self.diffuse_error: float | None = None
+        self.check_nodes: int | None = None
 
     def heavy(self, min_mass: float) -> "NodeAtoms":
         keep = self.masses >= min_mass

@@ -16,17 +16,14 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from dataclasses import dataclass, field, fields
 from typing import Any, Callable
 
 import numpy as np
 
-from spectral.filters import make_filter
 from . import lagrangian
 from . import validators as check
 from ._blas import blas_threads
 from ._memory import refuse_if_too_big
-from .atoms import DEFAULT_PROMINENCE
 from .interaction import InteractionSums
 from .interrupts import at_once, graceful_stop
 from .model import Model, density_values
@@ -34,435 +31,16 @@ from .eulerian import EulerianPhase, grid_rows
 from .rerun import BackgroundRerun, spare_core
 from .restart import GoodState, LagrangianState, pde_state_from_dict
 from .stepping import Progress
-from .terminal import Stage, TerminalState
+from .terminal import TerminalState
+from .continuation_record import ContinuationRecord, ErrorEstimate, Handoff
+from .pde_result import PDEResult
+from .pde_spec import (DENSE_DOUBLINGS, LATE_PER_DOUBLING, SNAPSHOTS_PER_DOUBLING, PDEOptions, PDESpec,
+                       snapshot_time, space_for)
 
-__all__ = ["solve_pde", "prepare_pde", "PDERun", "PDEResult", "PDEOptions", "STOP_REASONS", "space_for",
-           "snapshot_time"]
+__all__ = ["solve_pde", "prepare_pde", "prepare_spec", "PDERun", "PDEResult", "PDEOptions", "PDESpec", "STOP_REASONS",
+           "space_for", "snapshot_time"]
 
 STOP_REASONS = ("t_final", "stationary", "resolution", "positivity", "non-finite", "max_steps", "interrupted")
-CONTINUATIONS = ("lagrangian", "none")
-METHODS = ("DP54", "BS32")
-#: smallest tail_tol, tail_max, positivity_tol accepted (see PDEOptions)
-_ROUND_OFF_FLOOR = 1e-14
-
-
-#: the nodes' default step tolerance, as a fraction of their mean spacing (PDEOptions.node_rtol)
-NODE_TOLERANCE = 2.5e-3
-
-#: with t_final = inf, snapshots are save_every apart for the first hundred, then twice as far apart for
-#: every next hundred, and past DENSE_DOUBLINGS doublings ten per doubling: a run of unknown length keeps a
-#: bounded number of them per decade of time (a slow stage can last to t = 1e40)
-SNAPSHOTS_PER_DOUBLING = 100
-DENSE_DOUBLINGS = 8
-LATE_PER_DOUBLING = 10
-
-
-def snapshot_time(k: int, save_every: float | None, t_final: float) -> float:
-    """The time of snapshot k >= 1 (snapshot 0 is the start): k save_every up to t_final; with t_final = inf,
-    the schedule of ``SNAPSHOTS_PER_DOUBLING``; without save_every, t_final."""
-    if save_every is None:
-        return t_final
-    if math.isfinite(t_final):
-        return min(k * save_every, t_final)
-    n = SNAPSHOTS_PER_DOUBLING
-    if k - 1 < n * DENSE_DOUBLINGS:
-        b, j = divmod(k - 1, n)
-        return save_every * (n * (2.0 ** b - 1.0) + 2.0 ** b * (j + 1))
-    b, j = divmod(k - 1 - n * DENSE_DOUBLINGS, LATE_PER_DOUBLING)
-    b += DENSE_DOUBLINGS
-    return save_every * (n * (2.0 ** b - 1.0) + (n // LATE_PER_DOUBLING) * 2.0 ** b * (j + 1))
-
-
-def space_for(d: int):
-    """(Discretization class, Space class) for the PDE on S^{d-1}."""
-    if d == 2:
-        from .pde_circle import CircleDiscretization, CircleSpace
-        return CircleDiscretization, CircleSpace
-    if d == 3:
-        from .pde_sphere import SphereDiscretization, SphereSpace
-        return SphereDiscretization, SphereSpace
-    raise ValueError(f"the spectral PDE solver works on the circle (d = 2) and the sphere (d = 3), got d = {d}")
-
-
-@dataclass
-class PDEOptions:
-    """Numerical options of :func:`solve_pde` (all recorded with the run).
-
-    Attributes
-    ----------
-    rtol, atol : float
-        Tolerances of the embedded error estimate, in the L^2(sigma) norm of rho:
-        err <= atol + rtol * ||rho||.
-    method : {"DP54", "BS32"}
-        Embedded Runge–Kutta pair (integrating-factor form when noise > 0).
-    cfl : float
-        Step bound dt <= cfl * h / max|v| with h the grid spacing (radians).
-    dt0, dt_max : float or None
-        First step (default from ||rho|| / ||d rho/dt||) and largest step (default none).
-    max_degree : int or None
-        Cap of the resolution (circle: modes, default 2^16; sphere: degree, default 511).
-    tail_tol : float
-        Refine (double the degree) when the spectral tail exceeds this.
-    tail_max : float
-        At the cap, stop with "resolution" when the tail exceeds this.
-    positivity_tol : float
-        Stop with "positivity" when min rho < -positivity_tol * max rho on the grid.
-    sa_psi_min : float
-        SA only: stop with "resolution" when min Psi / (absolute sum of its series) falls below this,
-        i.e. when log Psi (hence the SA velocity) loses more than -log10(sa_psi_min) digits.
-    filter : None or mapping
-        Explicit exponential filter {"kind": "exponential", "alpha": 36, "order": 16} applied to the
-        state after every accepted step. Off by default.
-    max_steps : int
-        Stop with "max_steps" after this many accepted steps.
-    output_points : int or None
-        Output grid: number of points on S^1 (default 1024); on S^2 the number of latitudes of an
-        equiangular grid with twice as many longitudes (default 96).
-    threads : int
-        Threads for the transforms.
-    planner : str
-        FFTW planner effort: of the circle's FFTs, and on the sphere SHTns's initialisation
-        ("FFTW_ESTIMATE", the default, is deterministic: restarts then reproduce uninterrupted runs
-        exactly; any other effort times FFTW's plans, and on the sphere SHTns's algorithm variants, so
-        the plans and the round-off can differ between runs and machines).
-    continuation : {"lagrangian", "none"} or None
-        What happens when the grid can no longer follow the density (``solvers.lagrangian``). Default
-        (None): "lagrangian" when noise = 0, "none" with noise (which has no characteristics to follow).
-        "lagrangian": when the run would have to refine past ``handoff_degree`` or would stop for
-        resolution or positivity, the last resolved state (tail <= tail_tol) becomes a node measure that
-        moves along the characteristics to t_final or until "stationary". "none": the Eulerian run alone,
-        which stops as described above.
-    handoff_degree : int or None
-        Largest Eulerian resolution with the continuation (default the larger of ``degree`` and 1024 modes
-        on S^1, L = 127 on S^2; refinements are clipped to it, as to ``max_degree``).
-    handoff_at : float or None
-        Hand off at this time (a resolved state), whatever the resolution: for consistency checks.
-    nodes : int or None
-        Nodes of the continuation (default ``space.default_nodes``: 4096 on S^1, 8192 on S^2, where the
-        count is rounded to a Gauss grid 2 nlat^2).
-    node_rtol, node_atol : float or None
-        Step error tolerances of the nodes (radians): max_j |err_j| <= node_atol + node_rtol. Default
-        ``NODE_TOLERANCE`` (2.5e-3) times the nodes' mean spacing, and node_atol 1e-2 of that (S^1, 4096
-        nodes: 3.8e-6; S^2, 8192 nodes: 9.8e-5 rad): a step's error is then a small fraction of the distance
-        between nodes, which is what decides the atoms and their masses. The error-estimate rerun scales
-        them with its own spacing. Much finer tolerances only multiply the rejected steps where nodes cross a
-        ReLU unit's switching line (the drift's derivative jumps there).
-    merge_tol : float
-        Nodes closer than this (radians) become one node.
-    drift_tol : float
-        The nodes are at rest when max |v| over them is below this (radians per unit time): the run is
-        certified there or stops "stationary" with the reason it is not (``solvers.terminal``).
-    kick : float
-        The perturbation (radians) along the unstable direction of a certified saddle, after which the run
-        goes on (a plateau: ``PDEResult.plateaus``).
-    atom_radius : float or None
-        Grouping radius of the atoms of a node measure (default a tenth of the initial node spacing).
-    error_estimate : bool
-        After the run, repeat the continuation from the handoff state with twice the nodes to the same
-        time: the atoms then carry error estimates (``PDEResult.atoms``).
-    """
-
-    rtol: float = 1e-8
-    atol: float = 1e-12
-    method: str = "DP54"
-    cfl: float = 1.0
-    dt0: float | None = None
-    dt_max: float | None = None
-    max_degree: int | None = None
-    tail_tol: float = 1e-4
-    tail_max: float = 1e-3
-    positivity_tol: float = 1e-3
-    sa_psi_min: float = 1e-11
-    filter: Any = None
-    max_steps: int = 10_000_000
-    output_points: int | None = None
-    threads: int = 1
-    planner: str = "FFTW_ESTIMATE"
-    continuation: str | None = None
-    handoff_degree: int | None = None
-    handoff_at: float | None = None
-    nodes: int | None = None
-    node_rtol: float | None = None
-    node_atol: float | None = None
-    merge_tol: float = 1e-6
-    drift_tol: float = 1e-10
-    atom_radius: float | None = None
-    error_estimate: bool = True
-    kick: float = 1e-4
-
-    def __post_init__(self) -> None:
-        for name in ("rtol", "atol", "cfl", "tail_tol", "tail_max", "positivity_tol", "sa_psi_min", "merge_tol",
-                     "drift_tol", "kick"):
-            check.number(f"option {name}", getattr(self, name), gt=0)
-        for name in ("dt0", "dt_max", "handoff_at", "atom_radius", "node_rtol", "node_atol"):
-            check.number(f"option {name}", getattr(self, name), gt=0, allow_none=True)
-        if self.continuation is not None:
-            check.choice("option continuation", self.continuation, CONTINUATIONS)
-        check.flag("option error_estimate", self.error_estimate)
-        check.choice("option method", self.method, METHODS)
-        for name in ("max_steps", "threads"):
-            check.integer(f"option {name}", getattr(self, name), ge=1)
-        for name in ("max_degree", "output_points", "handoff_degree", "nodes"):
-            check.integer(f"option {name}", getattr(self, name), ge=2, allow_none=True)
-        if self.tail_max < self.tail_tol:
-            raise ValueError(f"option tail_max ({self.tail_max}) must be >= tail_tol ({self.tail_tol})")
-        for name in ("tail_tol", "tail_max", "positivity_tol"):
-            # the spectral tail and min rho / max rho of a resolved density sit at double-precision
-            # round-off, about 1e-15: a tolerance below it fails at the first check
-            if getattr(self, name) < _ROUND_OFF_FLOOR:
-                raise ValueError(f"option {name} = {getattr(self, name)!r} is below the round-off floor "
-                                 f"{_ROUND_OFF_FLOOR:g} of what it bounds (~1e-15 in double precision): the run would "
-                                 "stop at its first check; use a larger value")
-        self._filter = make_filter(self.filter)
-        if self._filter is not None:
-            self.filter = self._filter.describe()
-
-    @classmethod
-    def from_kwargs(cls, options: dict, arguments: tuple = ()) -> "PDEOptions":
-        """The options ``options``; TypeError for an unknown one (``arguments``: the named parameters of
-        solve_pde, listed in the message)."""
-        check.known_options("solve_pde", options, [f.name for f in fields(cls)], arguments)
-        return cls(**options)
-
-    def to_dict(self) -> dict:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
-
-
-@dataclass
-class PDEResult:
-    """The run of :func:`solve_pde`: snapshots, diagnostics and how it ended.
-
-    Attributes
-    ----------
-    model : Model
-    t : (T,) snapshot times
-    coeffs : (T, n) complex canonical coefficients, zero-padded to the finest resolution reached
-        (circle: c_0..c_{K-1}; sphere: orthonormal-harmonic coefficients in l-major order, index
-        l(l+1)/2 + m, m >= 0 — a coarser representation is a prefix of a finer one)
-    degree : (T,) resolution of each snapshot (circle: modes K; sphere: maximal degree L)
-    grid : unit vectors of the output grid, (n, 2) on S^1, (nlat, nphi, 3) on S^2
-    density : (T, *grid.shape[:-1]) rho on the output grid
-    energy, mass, min_density, tail, dissipation : (T,) per snapshot; min_density is on the
-        computational grid; dissipation is s ∫ rho |v|^2 dsigma (= dE/dt for noiseless USA)
-    steps : dict of arrays "t", "dt", "error", "accepted" — every attempted step
-    refinements : list of (t, old degree, new degree)
-    grids : list of (degree, *grid sizes): the computational grid of every degree used ((M,) on S^1,
-        (nlat, nphi) on S^2), fixed by the degree (``space.computational_grid``)
-    stop_reason : one of STOP_REASONS; message : human-readable detail; t_stop : time reached
-    restart : the state a run continues from (``solve_pde(..., restart=...)``, bit for bit): that of the
-        last snapshot, or, for a run that Ctrl-C stopped after its current step (:mod:`solvers.interrupts`),
-        that step's (``restart["t"] == t_stop`` past ``restart["last_snapshot_t"]``)
-    nodes : per snapshot, None (an Eulerian snapshot) or the node measure of the continuation: a dict of
-        "x" (N, d), "w" (N,), "count" (N,) (initial nodes held by each node) and "max_drift"
-    lagrangian : None (no handoff), or a dict: "handoff" (t, reason, message, degree, nodes, clipped_mass,
-        description, smoothing, atom_radius), "merges" (M, 3: t, nodes before, nodes after),
-        "node_nsteps", "node_nrejected", "check" (the error-estimate run at twice the nodes: "t",
-        "initial_nodes", "x", "w", "count", "nsteps", "stop_reason", "wall_time"; None if not run),
-        "check_interrupted" (a Ctrl-C cut that run: the solution reached its end and its atoms hold,
-        without error bars; a resume runs the rerun again)
-
-    Past a handoff (``lagrangian`` not None) the snapshots are those of the node measure: ``coeffs`` its
-    exact coefficients up to the handoff degree, ``density`` their heat-smoothed series on the output grid
-    (scale ``lagrangian["handoff"]["smoothing"]``: ``space.smoothing_scale`` of the handoff degree), with
-    ``min_density`` its minimum, ``mass`` the sum of the weights, ``tail`` that of the coefficients.
-    """
-
-    model: Model
-    t: np.ndarray
-    coeffs: np.ndarray
-    degree: np.ndarray
-    grid: np.ndarray
-    density: np.ndarray
-    energy: np.ndarray
-    mass: np.ndarray
-    min_density: np.ndarray
-    tail: np.ndarray
-    dissipation: np.ndarray
-    steps: dict
-    refinements: list
-    stop_reason: str
-    message: str
-    t_stop: float
-    nsteps: int
-    nrejected: int
-    options: dict
-    initial: str
-    wall_time: float
-    restart: dict | None = field(default=None, repr=False)
-    grids: list = field(default_factory=list)
-    nodes: list = field(default_factory=list, repr=False)
-    lagrangian: dict | None = field(default=None, repr=False)
-    terminal: TerminalState | None = None
-    plateaus: list = field(default_factory=list)
-    slow_stages: list = field(default_factory=list)
-
-    @property
-    def stages(self) -> list:
-        """The slow stages (``slow_stages``) and the plateaus (``plateaus``) as :class:`~solvers.terminal.Stage`
-        records, in the order the flow met them (solvers.terminal)."""
-        out = list(self.slow_stages) + [Stage.of_plateau(p) for p in self.plateaus]
-        return sorted(out, key=lambda s: (s.t_entered, s.kind))
-
-    @property
-    def space(self):
-        return space_for(self.model.d)[1]
-
-    def _index(self, i: int) -> int:
-        T = len(self.t)
-        if not -T <= i < T:
-            raise IndexError(f"snapshot index {i} out of range for {T} snapshots")
-        return i % T
-
-    def coefficients(self, i: int = -1) -> np.ndarray:
-        """Canonical coefficients of snapshot i, at that snapshot's own resolution."""
-        i = self._index(i)
-        return self.coeffs[i, : self.space.ncoef(int(self.degree[i]))]
-
-    def at(self, x: np.ndarray, i: int = -1) -> np.ndarray:
-        """The series of snapshot i's coefficients at unit vectors x (n, d) (direct summation): rho there.
-
-        Past the handoff the snapshot is a node measure and these are its exact coefficients up to the
-        handoff degree: the density where the measure is resolved at that degree (a smooth state: to
-        1e-8 of the Eulerian run, tests), an oscillating series, negative in places, where it has
-        concentrated (near atoms); ``density`` holds its heat-smoothed series on the output grid."""
-        return self.space.evaluate(self.coefficients(i), np.asarray(x, dtype=float))
-
-    def diffuse_rate(self) -> tuple[float, float] | None:
-        """(mass outside every group of two or more initial nodes, how fast it fell per unit time) between the
-        continuation's last two certification attempts; None before two. It says how far a run still moving
-        is from its end."""
-        return None if self.lagrangian is None else self.lagrangian.get("diffuse_rate")
-
-    @property
-    def t_handoff(self) -> float | None:
-        """Time of the handoff to the Lagrangian continuation (None without one)."""
-        return None if self.lagrangian is None else float(self.lagrangian["handoff"]["t"])
-
-    def node_measure(self, i: int = -1) -> "lagrangian.Nodes | None":
-        """The node measure of snapshot i (None for an Eulerian snapshot)."""
-        n = self.nodes[self._index(i)] if self.nodes else None
-        return None if n is None else lagrangian.Nodes(n["x"], n["w"], n["count"])
-
-    def atoms(self, i: int = -1, threshold: float = 10.0, method: str = "basin", min_mass: float = 0.0,
-              smoothing: float | str | None = "auto", prominence: float = DEFAULT_PROMINENCE):
-        """Positions (k, d) and masses (k,) of the concentrated pieces of rho at snapshot i.
-
-        Past the handoff (a snapshot of the node measure) the atoms are the node groups of
-        ``solvers.lagrangian.node_atoms`` (a :class:`~solvers.lagrangian.NodeAtoms`: also ``counts``,
-        ``diffuse``, and at the last snapshot, after the error-estimate run, ``mass_errors``,
-        ``position_errors``, ``diffuse_error``); ``threshold``, ``method``, ``smoothing`` and
-        ``prominence`` do not apply there, ``min_mass`` does (lighter groups count as diffuse).
-        Before it:
-
-        ``method="basin"`` (default): every peak of rho with rho >= threshold (the uniform density is
-        1) is an atom carrying the mass of its steepest-ascent basin, i.e. of everything that slopes
-        up into it; peaks less prominent than ``prominence`` x their height above the saddle to a
-        higher peak are merged into it (spurious maxima of the grid along a ridge; ``solvers.atoms``);
-        mass frozen on a plateau beyond a dip is not counted.
-        ``method="level"``: the connected components of {rho >= threshold}, with the mass above the
-        level set only. Positions are normalised rho-weighted mean directions.
-        ``smoothing``: peaks, basins and levels are those of rho smoothed by the heat kernel at this
-        angular scale ("auto": for the basin method one (S^2) or two (S^1) wavelengths of the highest
-        resolved mode — Gibbs oscillations beside a jump are not atoms —, for the level method none;
-        None: rho itself); masses are those of rho. The basin method tests the threshold on rho itself
-        in each peak's core (the top 10% of the smoothed peak): a narrow resolved peak the smoothing
-        lowers below the threshold is still an atom; beside an unresolved jump the test sees rho's Gibbs
-        overshoot (up to ~9% of the jump). Peaks closer than the smoothing scale allows merge into one
-        atom (``solvers.atoms``); ``smoothing=None`` resolves them when rho is resolved. Mass in no
-        atom's basin is reported by the summary.
-        """
-        i = self._index(i)
-        nodes = self.node_measure(i)
-        if nodes is not None:
-            radius = float(self.lagrangian["handoff"]["atom_radius"])
-            atoms = lagrangian.node_atoms(nodes, radius)
-            check = self.lagrangian.get("check")
-            # the rerun ends at the same time, or, for a certified run, at its own certified end: end against end
-            same_end = check is not None and (float(check["t"]) == float(self.t[i]) or (
-                self.terminal is not None and check.get("stop_reason") == "stationary"))
-            if i == len(self.t) - 1 and same_end:
-                fine = lagrangian.Nodes(np.asarray(check["x"]), np.asarray(check["w"]), np.asarray(check["count"]))
-                n2 = int(check["initial_nodes"])
-                ratio = n2 / float(self.lagrangian["handoff"]["nodes"])
-                # the grouping radius scales with the node spacing; the order of the node quadrature of a
-                # basin is N^-1/(d-1) (lagrangian module docstring)
-                atoms = lagrangian.estimate_atoms(
-                    atoms, lagrangian.node_atoms(fine, radius / ratio ** (1.0 / (self.model.d - 1))), n2,
-                    floor=self.space.basin_floor_nodes * float(self.lagrangian["handoff"].get("max_weight", 0.0)),
-                    ratio=ratio, order=1.0 / (self.model.d - 1))
-            return atoms.heavy(min_mass) if min_mass > 0 else atoms
-        return self.space.atoms(self.coefficients(i), threshold=threshold, method=method, min_mass=min_mass,
-                                smoothing=smoothing, prominence=prominence)
-
-    def step_counts(self) -> str:
-        """The steps taken: the spectral solver's ``nsteps`` (``nrejected``), and past a handoff the node
-        measure's (the error-estimate rerun's are not counted)."""
-        text = f"{self.nsteps} spectral steps ({self.nrejected} rejected)"
-        if self.lagrangian is not None:
-            text += (f" + {self.lagrangian.get('node_nsteps', 0)} node steps "
-                     f"({self.lagrangian.get('node_nrejected', 0)} rejected)")
-        return text
-
-    def summary(self) -> str:
-        m = self.model
-        lines = [
-            f"PDE on S^{m.d - 1}: beta={m.beta:g} flow={m.flow} attention={m.attention} "
-            f"strength={m.strength:g} noise={m.noise:g} perceptron={m.perceptron!r}",
-            f"  stop: {self.stop_reason} at t={self.t_stop:.6g} ({self.message})",
-            f"  {self.step_counts()}, {len(self.t)} snapshots, "
-            f"resolution {int(self.degree[0])} -> {int(self.degree[-1])}, wall {self.wall_time:.2f} s",
-            f"  energy {self.energy[0]:.10g} -> {self.energy[-1]:.10g}; |mass - 1| <= "
-            f"{np.max(np.abs(self.mass - 1)):.2e}"
-            # past the handoff rho is a node measure: no minimum or spectral tail to watch
-            + (f"; min rho {self.min_density[-1]:.3g}; tail {self.tail[-1]:.2e}" if self.lagrangian is None else ""),
-        ]
-        if self.lagrangian is not None:
-            h = self.lagrangian["handoff"]
-            merges = self.lagrangian["merges"]
-            lines.append(f"  handoff at t={h['t']:.6g} ({h['reason']}: {h['message']}), degree {h['degree']}, "
-                         f"{h['nodes']} nodes, clipped mass {h['clipped_mass']:.2e}; {len(merges)} merge steps, "
-                         f"{int(merges[-1, 2]) if len(merges) else h['nodes']} nodes at the end")
-        for k, pl in enumerate(self.plateaus):
-            lines.append(f"  plateau {k + 1}: entered t={pl.t_entered:.6g}, certified t={pl.t_certified:.6g}, "
-                         f"{len(pl.masses)} atom(s), energy {pl.energy:.10g}, growth {pl.growth:.3e} ({pl.part}), "
-                         f"left by a kick of {pl.kick:.1e} rad")
-        for st in self.slow_stages:
-            lines.append(f"  {st.summary()}")
-        if self.terminal is not None:
-            lines += ["  " + line for line in self.terminal.summary_lines()]
-        elif self.lagrangian is not None:
-            lines.append("  terminal state: not certified")
-        atoms = self.atoms()
-        if isinstance(atoms, lagrangian.NodeAtoms):
-            lines.append(f"  atoms (node groups within {atoms.radius:.2g} rad): {len(atoms)}; diffuse mass "
-                         f"{atoms.diffuse:.4f}" + (f" ± {atoms.diffuse_error:.1e}" if atoms.diffuse_error is not None
-                                                   else "")
-                         + (f"; dust (groups below {lagrangian.DUST:g}): {atoms.dust_groups} groups, mass "
-                            f"{atoms.dust:.4f}" if atoms.dust_groups else ""))
-            rate = self.diffuse_rate()
-            if rate is not None and self.terminal is None:
-                left, fall = rate
-                lines.append(f"  mass in no group: {left:.4f}, falling by {fall:.2e} per unit time at the end"
-                             + (f" (at that rate gone in {left / fall:.3g} time units)" if fall > 0 and left > 0
-                                else ""))
-            note = lagrangian.not_stationary_note(self.stop_reason, float(self.t[-1]), len(atoms))
-            if note and self.terminal is None:
-                lines.append(f"  {note}")
-            loose = lagrangian.unresolved(atoms.masses, atoms.mass_errors)
-            # a certified end lists its atoms above; the node groups it was polished from only count
-            for k in range(0 if self.terminal is not None else min(len(atoms), 12)):
-                err = "" if atoms.mass_errors is None else f" ± {atoms.mass_errors[k]:.1e}"
-                lines.append(f"    mass {atoms.masses[k]:.4f}{err} at {np.round(atoms.positions[k], 4).tolist()}"
-                             + (lagrangian.UNRESOLVED if loose[k] else ""))
-        elif len(atoms):
-            lines.append(f"  atoms (rho >= 10): {len(atoms)}, masses "
-                         + ", ".join(f"{w:.4f}" for w in atoms.masses[:12])
-                         + (" ..." if len(atoms) > 12 else "")
-                         + f"; outside their basins {max(0.0, 1.0 - float(np.sum(atoms.masses))):.4f}")
-        else:
-            lines.append("  atoms (rho >= 10): none")
-        return "\n".join(lines)
-
 
 def _beside_extremum(model: Model, terminal: TerminalState) -> TerminalState:
     """The certified end with its distance to the global extremum of the energy (:func:`solvers.compare_end`:
@@ -487,9 +65,10 @@ def _check_restart_settings(saved: dict | None, now: dict) -> None:
     """ValueError listing what differs between a restart state's settings and this run's."""
     if saved is None:
         return
-    norm = lambda v: tuple(v) if isinstance(v, list) else v
-    # a setting the saved state does not name was not recorded when it was written (an older archive's:
-    # "option threads" until 2026-11-27); it ran with that setting's behaviour then, which is not checked
+    def norm(v):
+        return tuple(v) if isinstance(v, list) else v
+    # a setting the saved state does not name was not recorded when it was written (an older archive's,
+    # "option threads" say); it ran with that setting's behaviour then, which is not checked
     diff = [f"{k}: {saved.get(k)!r} -> {now[k]!r}" for k in now
             if (k in saved or not k.startswith("option ")) and norm(saved.get(k)) != norm(now[k])]
     if diff:
@@ -519,7 +98,8 @@ def _initial_coefficients(space, initial, degree: int, tail_tol: float, max_degr
             if not mass > 0:
                 raise ValueError(f"initial density has mass {mass:.3g}; it must be positive")
             c = c / mass
-            miss = float(np.linalg.norm(space.evaluate(c, probe) - want / mass) / np.linalg.norm(want / mass)) if np.any(want) else math.inf
+            miss = (float(np.linalg.norm(space.evaluate(c, probe) - want / mass) / np.linalg.norm(want / mass))
+                    if np.any(want) else math.inf)
             if max(space.tail(c), miss) <= tail_tol or degree >= max_degree:
                 break
             degree = min(2 * degree, max_degree)
@@ -555,7 +135,8 @@ class _Snapshots:
 
     def arrays(self, space) -> dict:
         if not self.rows:
-            out = {key: np.zeros(0) for key in ("t", "energy", "mass", "min_density", "tail", "dissipation")}
+            out: dict[str, Any] = {key: np.zeros(0) for key in ("t", "energy", "mass", "min_density", "tail",
+                                                                "dissipation")}
             out.update(degree=np.zeros(0, dtype=int), coeffs=np.zeros((0, 0), dtype=complex), density=None,
                        nodes=[])
             return out
@@ -632,43 +213,18 @@ def prepare_pde(model: Model, t_final: float, degree: int, initial="uniform", sa
     """
     if not isinstance(model, Model):
         raise TypeError(f"model must be a solvers.Model, got {type(model).__name__}")
-    Disc, space = space_for(model.d)
+    space_for(model.d)
     opts = PDEOptions.from_kwargs(options, check.named_parameters(solve_pde))
-    check.number("t_final", t_final, gt=0, infinite=check.UNTIL_CERTIFIED)
-    check.number("save_every", save_every, gt=0, allow_none=True)
-    max_degree = opts.max_degree or space.default_max_degree
-    check.integer("degree", degree, ge=space.min_degree)
-    if degree > max_degree:
-        raise ValueError(f"degree {degree} exceeds max_degree {max_degree}")
-    if opts.continuation is None:
-        opts.continuation = "lagrangian" if model.noise == 0 else "none"
-    elif opts.continuation == "lagrangian" and model.noise > 0:
-        raise ValueError("continuation='lagrangian' carries the density along the characteristics of the flow, "
-                         f"which noise (nu = {model.noise:g}) does not have: use continuation='none'")
-    if t_final == math.inf and opts.continuation != "lagrangian":
-        raise ValueError("t_final = inf runs until the terminal state is certified, which the Lagrangian "
-                         "continuation does (noise = 0, continuation='lagrangian'): give a finite t_final"
-                         + (" (with noise the stationary density is a smooth one)" if model.noise > 0 else ""))
-    if opts.continuation == "lagrangian":
-        spacing = space.node_spacing(opts.nodes or space.default_nodes)
-        if opts.node_rtol is None:
-            opts.node_rtol = NODE_TOLERANCE * spacing
-        if opts.node_atol is None:
-            opts.node_atol = 1e-2 * opts.node_rtol
-        # a degree above the default handoff degree raises it: the user asked for that resolution
-        opts.handoff_degree = opts.handoff_degree or max(space.default_handoff_degree, int(degree))
-        if degree > opts.handoff_degree:
-            raise ValueError(f"degree {degree} exceeds handoff_degree {opts.handoff_degree} (the continuation's "
-                             "largest Eulerian resolution): raise handoff_degree or lower degree")
-        if opts.handoff_at is not None and opts.handoff_at >= t_final:
-            raise ValueError(f"handoff_at = {opts.handoff_at!r} is not before t_final = {t_final!r}")
-    elif any(getattr(opts, k) is not None for k in ("handoff_degree", "handoff_at", "nodes", "atom_radius")):
-        raise ValueError("handoff_degree, handoff_at, nodes and atom_radius are options of the Lagrangian "
-                         "continuation, which continuation='none' turns off")
+    return prepare_spec(PDESpec.resolve(model, t_final, degree, initial, save_every, opts), restart)
+
+
+def prepare_spec(spec: PDESpec, restart: dict | None = None) -> "PDERun":
+    """:func:`prepare_pde` of a resolved spec (the run layer's way in): its combined settings checked
+    (:meth:`PDESpec.check`), the initial state built, or that of ``restart``, whose run it continues."""
+    spec.check()
     # one BLAS thread, as in the run: the initial checks' norms are BLAS dots, split by thread at K >= 10^4
     with blas_threads(1):
-        return PDERun(model, Disc, space, float(t_final), int(degree), initial, save_every, opts, max_degree,
-                      restart)
+        return PDERun(spec, restart)
 
 
 class PDERun:
@@ -682,37 +238,45 @@ class PDERun:
     states, the result and the wording of an interruption.
     """
 
-    def __init__(self, model, Disc, space, t_final, degree, initial, save_every, opts: PDEOptions,
-                 max_degree, restart) -> None:
+    def __init__(self, spec: PDESpec, restart: dict | None) -> None:
+        self.spec = spec
+        model, opts, max_degree, degree, initial = spec.model, spec.options, spec.max_degree, spec.degree, spec.initial
+        Disc, space = space_for(model.d)
+        t_final, save_every = spec.t_final, spec.save_every
         self.model, self.space = model, space
         self.t_final, self.save_every, self.opts, self.max_degree = t_final, save_every, opts, max_degree
-        self.continues = opts.continuation == "lagrangian"
+        self.continues = spec.continues
         # the largest Eulerian resolution: refinements are clipped to it
-        self.cap = min(max_degree, opts.handoff_degree) if self.continues else max_degree
-        self.callback = self.progress = self.stop_request = None
-        self.checkpoint, self.checkpoint_every = None, math.inf
-        self._settings_once = None
+        self.cap = spec.cap
+        self.callback: Callable[[dict], None] | None = None
+        self.progress: Progress | None = None
+        self.stop_request: Any = None
+        self.checkpoint: Callable[[], None] | None = None
+        self.checkpoint_every = math.inf
+        self._keep: Callable[[dict], None] | None = None
+        self._settings_once: dict | None = None
         self.snaps = _Snapshots()
-        self.steps = {"t": [], "dt": [], "error": [], "accepted": []}
+        self.steps: dict[str, list] = {"t": [], "dt": [], "error": [], "accepted": []}
         self._steps_mark = 0
         self.refinements: list = []
         # the computational grid of every degree used (fixed by the degree: recorded so that a resume on
         # a machine or version whose grid would differ can be refused)
         self.grids: dict = {}
-        self.output_points = opts.output_points or space.default_output_points
+        self.output_points = spec.output_points
         state = None if restart is None else pde_state_from_dict(restart)
         self.t = 0.0 if state is None else state.t
         self._refuse_too_big()
         self.grid = space.output_grid(self.output_points)
         self.euler: EulerianPhase | None = None     # the spectral phase, until the handoff
-        self.lag = None              # the Lagrangian phase, after the handoff
-        self.handoff = None          # what the handoff was (dict), after it
-        self.good = None             # the handoff state (GoodState), after it
-        self.spectral = None         # (nsteps, nrejected, facold) the spectral phase ended with, after it
-        self.check = None            # the error-estimate run's final node measure
+        self.lag: lagrangian.LagrangianPhase | None = None     # the Lagrangian phase, after the handoff
+        self.handoff: Handoff | None = None             # what the handoff was, after it
+        self.good: GoodState | None = None           # the handoff state, after it
+        # (nsteps, nrejected, facold) the spectral phase ended with, after it
+        self.spectral: tuple[int, int, float] | None = None
+        self.check: ErrorEstimate | None = None               # the error-estimate run's final node measure
         self.checking = False        # inside the error-estimate run (an interruption there says so)
-        self._background = None      # the error-estimate rerun beside the continuation (solvers.rerun)
-        self.last_restart = None
+        self._background: BackgroundRerun | None = None   # the error-estimate rerun beside the run (solvers.rerun)
+        self.last_restart: dict | None = None
         self._ran = False
         self._resumed_from = None if state is None else state.t
         # a restart state is that of the last snapshot taken, or of a step after it where an interruption
@@ -744,7 +308,7 @@ class PDERun:
     def _refuse_too_big(self) -> None:
         """Refuse (ValueError) a run whose snapshots, output grid and transforms would not fit in memory
         (checked before any of them is built)."""
-        opts, space = self.opts, self.space
+        space = self.space
         left = self.t_final - self.t
         if self.save_every is None:
             n_snap = 2
@@ -756,9 +320,9 @@ class PDERun:
         grid_points = space.output_grid_size(self.output_points)
         per_snap = 8.0 * grid_points + 16.0 * space.ncoef(self.cap)
         if self.continues:
-            per_snap += 8.0 * (self.model.d + 2) * (opts.nodes or space.default_nodes)
-        # the snapshots are kept as rows, then stacked into the result's arrays (measured peak: 2.3 x their
-        # size, 1002 snapshots of 2^17 points on S^1)
+            per_snap += 8.0 * (self.model.d + 2) * self.spec.nodes
+        # the snapshots are kept as rows, then stacked into the result's arrays: at the peak both, and the
+        # temporaries of the stacking
         parts = {f"{n_snap} snapshots kept and stacked": 2.5 * n_snap * per_snap,
                  "output grid": 8.0 * self.model.d * grid_points}
         parts[f"transforms at degree {self.cap}"] = space.transform_bytes(self.cap)
@@ -770,8 +334,7 @@ class PDERun:
 
     def _settings(self) -> dict:
         """What a restart must share with the run it continues (else it would not be that run); t_final
-        and the step budget may change. Fixed for the run: computed once (every restart state holds it;
-        14 us a snapshot otherwise, measured)."""
+        and the step budget may change. Fixed for the run: computed once (every restart state holds it)."""
         if self._settings_once is None:
             self._settings_once = self._compute_settings()
         return dict(self._settings_once)
@@ -787,8 +350,8 @@ class PDERun:
                 h.update(k.encode())
                 h.update(np.ascontiguousarray(v).tobytes() if isinstance(v, np.ndarray) else repr(v).encode())
             digest = h.hexdigest()[:16]
-        # threads count: on S^2 SHTns's transforms round differently with 1 and 2 threads (2.5e-16, measured),
-        # so a restart with other threads would not continue the run bit for bit
+        # threads count: on S^2 SHTns's transforms round differently with 1 and 2 threads, so a restart with
+        # other threads would not continue the run bit for bit
         opts = {k: v for k, v in self.opts.to_dict().items() if k != "max_steps"}
         return {"d": m.d, "beta": m.beta, "flow": m.flow, "attention": m.attention, "strength": m.strength,
                 "noise": m.noise, "perceptron": digest, "save_every": self.save_every,
@@ -811,7 +374,7 @@ class PDERun:
         return self.lag.restart_state(
             **common, nsteps=nsteps, nrejected=nrejected, save_index=self.save_index,
             refinements=[tuple(r) for r in self.refinements], grids=grid_rows(self.grids),
-            coeffs=self.snaps.rows[-1]["coeffs"] if self.snaps.rows else g.coeffs, handoff=dict(self.handoff),
+            coeffs=self.snaps.rows[-1]["coeffs"] if self.snaps.rows else g.coeffs, handoff=self.handoff,
             handoff_coeffs=g.coeffs, good_t=g.t, good_save_index=g.save_index, facold=facold).to_dict()
 
     def _checkpoint(self) -> None:
@@ -850,7 +413,8 @@ class PDERun:
             self.checkpoint = self._checkpoint
         self.progress = Progress(progress, self.t_final, self.t)
         wall0 = time.perf_counter()
-        stop, message = None, ""
+        stop: str | None = None
+        message: Any = ""
         try:
             # one BLAS thread: the loop's BLAS calls (the norms) are a few microseconds each; the
             # first Ctrl-C stops the loop after its current step (solvers.interrupts), a second at once
@@ -911,19 +475,13 @@ class PDERun:
         return stop, message
 
     def resolved_options(self) -> dict:
-        """The options as this run uses them: each one left to a default of the space (None) replaced by its
-        value, so that a record of them repeats the run under other defaults. dt0 (from the initial state)
-        and atom_radius (from the handoff's nodes) stay None unless given: they are computed by the run."""
-        out = self.opts.to_dict()
-        out.update(max_degree=self.max_degree, output_points=self.output_points)
-        if self.continues:
-            out["nodes"] = self.opts.nodes or self.space.default_nodes
-        return out
+        """The options as this run uses them (``PDESpec.options_dict``)."""
+        return self.spec.options_dict()
 
     # --- the continuation -------------------------------------------------------------------------
     def _continuation_nodes(self, factor: int = 1):
         g = self.good
-        n = (self.opts.nodes or self.space.default_nodes) * factor
+        n = self.spec.nodes * factor
         return lagrangian.handoff_nodes(self.space, g.coeffs, g.degree, n)
 
     def _new_phase(self, nodes, t: float, radius: float | None = None,
@@ -936,7 +494,7 @@ class PDERun:
             sums = InteractionSums(self.model.d, self.model.beta, "auto")
         # the rerun at twice the nodes steps to its own, finer spacing
         scale = 1.0 if nodes is None else self.space.node_spacing(len(nodes)) / self.space.node_spacing(
-            int(self.handoff["nodes"]))
+            self.handoff.nodes)
         return lagrangian.LagrangianPhase(self.model, self.space, nodes, t, self.good.degree, o.node_rtol * scale,
                                           o.node_atol * scale, o.merge_tol, o.drift_tol, sums=sums,
                                           certify=radius is not None, atom_radius=radius or 0.0, kick=o.kick,
@@ -949,14 +507,13 @@ class PDERun:
             return "resolution", f"{message}; no resolved state (tail <= tail_tol) to hand off from"
         g = self.good = e.good
         nodes, clipped, desc = self._continuation_nodes()
-        self.handoff = {"t": g.t, "reason": reason, "message": message, "degree": g.degree,
-                        "nodes": len(nodes), "clipped_mass": clipped, "description": desc,
-                        "max_weight": float(nodes.w.max()),
-                        "smoothing": float(self.space.smoothing_scale(g.degree)),
-                        "atom_radius": self._atom_radius(len(nodes))}
+        self.handoff = Handoff(t=g.t, reason=reason, message=message, degree=g.degree, nodes=len(nodes),
+                               clipped_mass=clipped, description=desc, max_weight=float(nodes.w.max()),
+                               smoothing=float(self.space.smoothing_scale(g.degree)),
+                               atom_radius=self._atom_radius(len(nodes)))
         self.t, self.save_index = g.t, g.save_index
         self.spectral = (e.nsteps, e.nrejected, e.controller.facold)
-        self.lag = self._new_phase(nodes, g.t, self.handoff["atom_radius"])
+        self.lag = self._new_phase(nodes, g.t, self.handoff.atom_radius)
         self.euler = None               # its transforms go
         return None, ""
 
@@ -964,15 +521,15 @@ class PDERun:
         return self.opts.atom_radius or 0.1 * self.space.node_spacing(n)
 
     def _restore_lagrangian(self, state: LagrangianState) -> None:
-        self.handoff = dict(state.handoff)
-        self.good = GoodState(state.good_t, int(self.handoff["degree"]), state.good_save_index, state.handoff_coeffs)
+        self.handoff = state.handoff
+        self.good = GoodState(state.good_t, self.handoff.degree, state.good_save_index, state.handoff_coeffs)
         self.save_index = state.save_index
         self.spectral = (state.nsteps, state.nrejected, state.facold)
-        self.lag = self._new_phase(None, self.t, self.handoff["atom_radius"], state=state)
+        self.lag = self._new_phase(None, self.t, self.handoff.atom_radius, state=state)
 
     def _lagrangian(self) -> tuple[str, str]:
         lag = self.lag
-        smoothing = self.handoff["smoothing"]
+        smoothing = self.handoff.smoothing
 
         def save() -> None:
             self.t = lag.t
@@ -1051,18 +608,19 @@ class PDERun:
         finally:
             self.t = t_end                   # the run's own state is at t_end, interrupted or not
         self.checking = False
-        self.check = {"t": phase.t, "initial_nodes": n2, "x": phase.nodes.x, "w": phase.nodes.w,
-                      "count": phase.nodes.count, "nsteps": phase.nsteps, "stop_reason": stop,
-                      "wall_time": wall, "terminal": None if phase.terminal is None else phase.terminal.to_dict()}
+        self.check = ErrorEstimate(t=phase.t, initial_nodes=n2, x=phase.nodes.x, w=phase.nodes.w,
+                                   count=phase.nodes.count, nsteps=phase.nsteps, stop_reason=stop,
+                                   wall_time=wall, terminal=phase.terminal)
 
     def _terminal_errors(self, terminal: TerminalState, check: TerminalState, n2: int) -> TerminalState:
         """The terminal state with the errors of its masses and positions from the rerun's terminal state (the
         rule of ``PDEResult.atoms``: paired by position, Richardson-extrapolated, at least the basin floor)."""
-        n1 = int(self.handoff["nodes"])
+        n1 = self.handoff.nodes
         mine = lagrangian.NodeAtoms(terminal.positions, terminal.masses, terminal.counts, 0.0, 0.0)
         other = lagrangian.NodeAtoms(check.positions, check.masses, check.counts, 0.0, 0.0)
-        est = lagrangian.estimate_atoms(mine, other, n2, floor=self.space.basin_floor_nodes * self.handoff["max_weight"],
-                                        ratio=n2 / n1, order=1.0 / (self.model.d - 1))
+        est = lagrangian.estimate_atoms(mine, other, n2,
+                                        floor=self.space.basin_floor_nodes * self.handoff.max_weight, ratio=n2 / n1,
+                                        order=1.0 / (self.model.d - 1))
         out = dataclasses.replace(terminal)
         # NodeAtoms sorts by mass, as TerminalState does (heaviest first, stable): the same order
         out.mass_errors, out.position_errors, out.check_nodes = est.mass_errors, est.position_errors, n2
@@ -1074,19 +632,18 @@ class PDERun:
                  "error": np.array(self.steps["error"]), "accepted": np.array(self.steps["accepted"], dtype=bool)}
         lag = None
         if self.lag is not None:
-            lag = {"handoff": dict(self.handoff), "merges": np.array(self.lag.merges, dtype=float).reshape(-1, 3),
-                   "node_nsteps": self.lag.nsteps, "node_nrejected": self.lag.nrejected, "check": self.check,
-                   "kink_crossings": self.lag.kink_crossings,
-                   "diffuse_rate": self.lag.diffuse_rate(),
-                   # the solution reached its end and only the error-estimate rerun was cut: its atoms hold,
-                   # without error bars
-                   "check_interrupted": bool(self.checking)}
+            lag = ContinuationRecord(
+                handoff=self.handoff, merges=np.array(self.lag.merges, dtype=float).reshape(-1, 3),
+                node_nsteps=self.lag.nsteps, node_nrejected=self.lag.nrejected, check=self.check,
+                kink_crossings=self.lag.kink_crossings, diffuse_rate=self.lag.diffuse_rate(),
+                # the solution reached its end and only the error-estimate rerun was cut: its atoms hold,
+                # without error bars
+                check_interrupted=bool(self.checking))
         terminal = plateaus = slow = None
         if self.lag is not None:
             terminal, plateaus, slow = self.lag.terminal, list(self.lag.plateaus), list(self.lag.stages)
-            if terminal is not None and self.check is not None and self.check.get("terminal") is not None:
-                terminal = self._terminal_errors(terminal, TerminalState.from_dict(self.check["terminal"]),
-                                                 int(self.check["initial_nodes"]))
+            if terminal is not None and self.check is not None and self.check.terminal is not None:
+                terminal = self._terminal_errors(terminal, self.check.terminal, self.check.initial_nodes)
         if terminal is not None and stop == "stationary":
             terminal = _beside_extremum(self.model, terminal)
         nsteps, nrejected, _ = self._spectral()

@@ -43,6 +43,7 @@ class CircleSpace:
     basin_floor_nodes = 2               # an atom's basin is an arc: each end known to within one node
     default_particle_degree = 512       # modes of a particle measure's coefficients (comparison)
     has_cdf = True
+    resolution_symbol = "K"
     default_output_points = 1024
     min_degree = MIN_DEGREE
     mass_coefficient = 1.0      # c_0 of the uniform probability density
@@ -178,6 +179,11 @@ class CircleSpace:
     @staticmethod
     def harmonic_degree(degree: int) -> np.ndarray:
         return np.arange(degree)
+
+    @staticmethod
+    def mode_coordinates(degree: int) -> dict[str, np.ndarray]:
+        """The coordinates of the canonical coefficients: the wavenumber k of c_k."""
+        return {"k": np.arange(degree)}
 
     @staticmethod
     def particle_coefficients(x: np.ndarray, w: np.ndarray, degree: int) -> np.ndarray:
@@ -339,7 +345,7 @@ class CircleDiscretization:
         self._flux, self._flux_hat = fwd.grid[0], fwd.spec[0, : self.K]
         self._v = np.empty(b.M)          # the velocity of velocity(), and w without attention (rhs_flux)
         self._zero = np.zeros(b.M)       # G without attention
-        self.last = {}
+        self.last: dict = {}
 
     # --- right-hand side ------------------------------------------------------------------------
     def fields(self, c: np.ndarray, factor: np.ndarray | None = None

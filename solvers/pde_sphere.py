@@ -73,6 +73,7 @@ class SphereSpace:
     basin_floor_nodes = 1               # one node's weight; the rerun's extrapolation covers the boundary curve
     default_particle_degree = 255       # degree of a particle measure's coefficients (comparison)
     has_cdf = False
+    resolution_symbol = "L"
     default_output_points = 96
     min_degree = MIN_DEGREE
     mass_coefficient = _SQRT_4PI     # c_00 of the uniform probability density
@@ -218,6 +219,12 @@ class SphereSpace:
     @staticmethod
     def harmonic_degree(degree: int) -> np.ndarray:
         return sphere.canonical_degrees(degree)[0]
+
+    @staticmethod
+    def mode_coordinates(degree: int) -> dict[str, np.ndarray]:
+        """The coordinates of the canonical coefficients: degree l and order m (>= 0) of c_lm."""
+        l, m = sphere.canonical_degrees(degree)
+        return {"l": l, "m": m}
 
     @staticmethod
     def particle_coefficients(x: np.ndarray, w: np.ndarray, degree: int) -> np.ndarray:

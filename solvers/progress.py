@@ -35,7 +35,7 @@ class Progress:
         self._drawn = self._called = -math.inf
         self._phase, self._bar_t = None, -math.inf      # the drawn phase's t_end (None: the run's) and last t
         self._last_t = -math.inf
-        self._undrawn = None
+        self._undrawn: tuple[float, dict] | None = None
 
     def __call__(self, t: float, info: dict) -> None:
         if self.bar is not None:

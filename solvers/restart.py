@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from .continuation_record import Handoff
 from .terminal import Plateau, Stage, TerminalState
 
 __all__ = ["RunState", "EulerianState", "LagrangianState", "ParticleState", "pde_state_from_dict"]
@@ -185,8 +186,8 @@ class LagrangianState(_SpectralPart):
 
     Attributes
     ----------
-    handoff : dict
-        What the handoff was (``PDEResult.lagrangian["handoff"]``).
+    handoff : Handoff
+        What the handoff was (``PDEResult.lagrangian.handoff``).
     handoff_coeffs : (n,) complex ndarray
         Canonical coefficients of the handoff state (the error-estimate rerun starts from it).
     good_t : float
@@ -233,7 +234,7 @@ class LagrangianState(_SpectralPart):
         Atoms placed off a ReLU switching line (``solvers.lagrangian.KINK``).
     """
 
-    handoff: dict
+    handoff: Handoff
     handoff_coeffs: np.ndarray
     good_t: float
     good_save_index: int
@@ -261,7 +262,7 @@ class LagrangianState(_SpectralPart):
 
     def to_dict(self) -> dict:
         return {**self._spectral_dict(), "phase": "lagrangian", "degree": self.degree, "coeffs": self.coeffs,
-                "handoff": dict(self.handoff), "handoff_coeffs": self.handoff_coeffs, "good_t": self.good_t,
+                "handoff": self.handoff.to_dict(), "handoff_coeffs": self.handoff_coeffs, "good_t": self.good_t,
                 "good_save_index": self.good_save_index, "dt": self.dt, "facold": self.facold, "x": self.x,
                 "w": self.w, "count": self.count, "node_nsteps": self.node_nsteps,
                 "node_nrejected": self.node_nrejected, "merges": [list(m) for m in self.merges],
@@ -281,7 +282,7 @@ class LagrangianState(_SpectralPart):
         t = common["t"]
         q = d.get("quiet")
         return cls(
-            version=_version(cls, d), **common, **cls._spectral(d), handoff=dict(d["handoff"]),
+            version=_version(cls, d), **common, **cls._spectral(d), handoff=Handoff.from_dict(d["handoff"]),
             handoff_coeffs=np.asarray(d["handoff_coeffs"], dtype=complex), good_t=float(d["good_t"]),
             good_save_index=int(d["good_save_index"]), x=np.ascontiguousarray(d["x"], dtype=float),
             w=np.asarray(d["w"], dtype=float), count=np.asarray(d["count"], dtype=np.int64), dt=float(d["dt"]),

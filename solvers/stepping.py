@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
@@ -156,10 +156,13 @@ class IFRungeKutta:
         taus = {t for plan in self._stages + [self._final, self._error] for (_, _, t) in plan}
         taus |= set(tab.c) | {1.0}
         self._taus = sorted(t for t in taus if t != 0.0)
-        self._h = None
+        self._h: float | None = None
         self._F: dict[float, np.ndarray] = {}
-        self._W, self._W_h = np.empty((s + 2, s + 1)), None
-        self._g = self._shape = self._udtype = None
+        self._W = np.empty((s + 2, s + 1))
+        self._W_h: float | None = None
+        self._g: np.ndarray | None = None
+        self._shape: tuple | None = None
+        self._udtype: np.dtype | None = None
 
     # --- the Lawson form (stiff steps) ------------------------------------------------------------
     def _factors(self, h: float) -> dict:
@@ -361,7 +364,7 @@ class _Exponentials:
     h, on the flat float layout of a state, with their rows by stage."""
 
     def __init__(self, nl: np.ndarray, row: dict, c: tuple, D: np.ndarray | None = None) -> None:
-        self.h = None
+        self.h: float | None = None
         self.decay = np.empty_like(nl)
         self.grow = np.empty_like(nl)
         self.decay_of = [self.decay[row[ci]] if ci != 0.0 else None for ci in c]
@@ -499,6 +502,9 @@ class Integration:
     #: fixed steps landing on a snapshot time are shortened; this relative slack keeps float round-off in t
     #: from adding a spurious tiny step
     LANDING_SLACK = 1e-9
+    if TYPE_CHECKING:     # the state the loop steps: a representation's property (or attribute)
+        @property
+        def state(self) -> np.ndarray: ...
     #: the step after a rejected one does not grow (Hairer & Wanner's rule for stiff problems, where a step
     #: held by stability, not accuracy, would otherwise grow into a rejection again and again)
     HOLD_AFTER_REJECT = False

@@ -5,7 +5,7 @@ alpha, Gamma form, converted once to the form the stepper uses without matrix-ve
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -86,6 +86,12 @@ class RosenbrockTableau:
     bhat: tuple[float, ...]
     order: int
     error_order: int
+    # the form the stepper uses, derived in __post_init__
+    gamma: float = field(init=False, repr=False, compare=False)
+    a: np.ndarray = field(init=False, repr=False, compare=False)
+    c: np.ndarray = field(init=False, repr=False, compare=False)
+    m: np.ndarray = field(init=False, repr=False, compare=False)
+    e: np.ndarray = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         G = np.array(self.Gamma, dtype=float)

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .atomic import Mode, atomic_state
+from .atomic import AtomicState, Mode, atomic_state
 from .atoms import single_linkage_clusters
 from .balance import PolishInfo, polish_atoms
 from .model import Model
@@ -105,7 +105,7 @@ class Certificate:
     counts: np.ndarray
     extents: np.ndarray
     energy: float
-    state: object        # solvers.atomic.AtomicState
+    state: AtomicState
     polish: PolishInfo
     verdict: str = ""
     growth: float = math.nan

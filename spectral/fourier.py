@@ -97,7 +97,7 @@ _timed_wisdom = True
 _planning = threading.Lock()
 
 
-def _plan(src: np.ndarray, dst: np.ndarray, direction: str, flags: tuple, threads: int) -> "pyfftw.FFTW":
+def _plan(src: np.ndarray, dst: np.ndarray, direction: str, flags: tuple, threads: int):
     """An FFTW plan along the last axis; an FFTW_ESTIMATE plan is made from wisdom without timed plans in it
     (forgotten first when a timed planning may have left some: :class:`Transform`)."""
     global _timed_wisdom
@@ -128,8 +128,8 @@ class Transform:
     wisdom when a timed planning may have left some: at the first plan of the process, and after each
     timed plan made here (:func:`_plan`). Wisdom that only ESTIMATE plannings left is kept: it gives the
     plan a fresh planner gives (tested bit for bit over sizes, batch counts, directions and orders), and
-    planning without it costs some fifty times as long. A process that plans pyFFTW transforms with a timed effort itself,
-    outside this module, calls ``pyfftw.forget_wisdom()`` before its next run to keep that run's bits.
+    planning without it costs some fifty times as long. A process that plans pyFFTW transforms with a timed effort
+    itself, outside this module, calls ``pyfftw.forget_wisdom()`` before its next run to keep that run's bits.
     """
 
     def __init__(self, M: int, nfields: int, direction: str, *, threads: int = 1,

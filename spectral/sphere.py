@@ -252,9 +252,10 @@ class SphereBasis:
         # Gauss–Legendre weights sum to 2 over the full cos(theta) interval, 2 pi over phi: the
         # probability weight of a node is wlat_i / (2 nphi)
         self.lat_weights = wlat / 2.0
-        self._weights = None
-        self._points = None
-        self._et = self._ep = None
+        self._weights: np.ndarray | None = None
+        self._points: np.ndarray | None = None
+        self._et: np.ndarray | None = None
+        self._ep: np.ndarray | None = None
 
     def _new_sht(self):
         return shtns.sht(self.lmax, self.lmax, 1, shtns.sht_orthonormal, self.threads)

@@ -12,9 +12,9 @@ import signal
 import sys
 import traceback
 
-from solvers.app import archive_writer as archive
+from solvers.app import archive_dims, archive_transaction, archive_writer
 
-_set_attrs = archive._set_attrs
+_set_attrs = archive_dims._set_attrs
 _writes = []
 _batches_only = sys.argv[1].startswith("batch:")
 _nth = int(sys.argv[1].removeprefix("batch:"))
@@ -33,7 +33,9 @@ def _set_attrs_then_die(obj, values, new=False):
     return _set_attrs(obj, values, new)
 
 
-archive._set_attrs = _set_attrs_then_die
+# every module that writes a restart state looks the function up in its own namespace
+for module in (archive_dims, archive_transaction, archive_writer):
+    module._set_attrs = _set_attrs_then_die
 
 if __name__ == "__main__":
     from solvers.app.cli import main

@@ -411,7 +411,7 @@ def test_an_archive_of_the_writer_before_the_checksums_loads_and_resumes(tmp_pat
     assert np.array_equal(a.pde.t, b.pde.t) and np.array_equal(a.particles.t, b.particles.t)
     assert a.pde.nsteps == run.pde.nsteps and a.pde.steps.keys() == run.pde.steps.keys()
     assert all(np.array_equal(a.pde.steps[k], run.pde.steps[k]) for k in run.pde.steps)
-    assert a.pde.lagrangian["node_nsteps"] > run.pde.restart["node_nsteps"]
+    assert a.pde.lagrangian.node_nsteps > run.pde.restart["node_nsteps"]
     np.testing.assert_allclose(a.pde.coeffs, b.pde.coeffs, rtol=0, atol=ACROSS_CPUS_ATOL)
     assert np.array_equal(a.particles.x, b.particles.x) and a.attrs["resumed"] == 1
 
@@ -463,9 +463,9 @@ def test_a_resume_across_a_changed_default_is_refused_naming_the_version(tmp_pat
 def test_a_changed_node_tolerance_default_is_refused_naming_both_options(tmp_path, runs, monkeypatch):
     """The node step tolerances, which follow the node spacing by default (pde.NODE_TOLERANCE), are stored as
     the run resolved them: another default names both."""
-    from solvers import pde
+    from solvers import pde_spec
     path = copy(runs / "cut_pde.h5", tmp_path / "c.h5")
-    monkeypatch.setattr(pde, "NODE_TOLERANCE", pde.NODE_TOLERANCE / 2)
+    monkeypatch.setattr(pde_spec, "NODE_TOLERANCE", pde_spec.NODE_TOLERANCE / 2)
     with pytest.raises(RunRefused, match=r"other defaults than this version's \(\S+\): pde.node_atol: \S+ in the "
                                          r"archive, \S+ now; pde.node_rtol: \S+ in the archive, \S+ now;"):
         check_resumable(path, parse_config(CFG))

@@ -35,11 +35,6 @@ def test_quick_bench_writes_records_of_the_common_form(tmp_path, capsys):
         assert r["met"] in (True, False, None)
         for k in ("seconds", "floor_seconds", "ratio"):
             assert r[k] is None or (isinstance(r[k], float) and r[k] > 0), (k, r)
-        if r["ratio"] is not None:
-            assert r["seconds"] is not None and r["floor_seconds"] is not None
-            assert abs(r["ratio"] - r["seconds"] / r["floor_seconds"]) <= 1e-12 * r["ratio"]
-        if r["floor_seconds"] is None:
-            assert r["ratio"] is None
     assert all(r["met"] is None for r in records)            # quick mode: no target applies
     cases = " | ".join(r["case"] for r in records)
     for word in ("circle PDE RHS", "sphere PDE RHS", "whole PDE run S^1", "whole PDE run S^2",

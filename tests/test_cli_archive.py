@@ -770,8 +770,8 @@ def test_continuation_resumes_to_the_same_numbers(tmp_path, sig, after):
         assert (na is None) == (nb is None)
         if na is not None:
             assert all(np.array_equal(na[k], nb[k]) for k in ("x", "w", "count"))
-    assert np.array_equal(a.lagrangian["merges"], b.lagrangian["merges"])
-    assert a.lagrangian["handoff"] == b.lagrangian["handoff"]
+    assert np.array_equal(a.lagrangian.merges, b.lagrangian.merges)
+    assert a.lagrangian.handoff == b.lagrangian.handoff
     for u, v in zip(done.atoms["pde"], ref.atoms["pde"]):                   # positions, masses
         assert np.array_equal(u, v)
     for key in ("pde:mass_errors", "pde:counts"):

@@ -29,7 +29,7 @@ def test_continuation_agrees_with_the_eulerian_solver(d, degree, max_degree, nod
     lag = solve_pde(m, 1.0, degree, handoff_at=0.5, handoff_degree=max_degree, nodes=nodes, node_rtol=node_rtol,
                     node_atol=1e-2 * node_rtol, error_estimate=False, **common)
     assert eul.stop_reason == lag.stop_reason == "t_final" and eul.lagrangian is None
-    assert lag.t_handoff == 0.5 and lag.lagrangian["handoff"]["reason"] == "handoff_at"
+    assert lag.t_handoff == 0.5 and lag.lagrangian.handoff.reason == "handoff_at"
     assert lag.node_measure(0) is None and lag.node_measure(-1) is not None
     n = 65 if d == 2 else sphere.ncoef(64)
     assert np.abs(eul.coefficients(-1)[:n] - lag.coefficients(-1)[:n]).max() < tol
@@ -84,8 +84,8 @@ def test_the_default_relu_run_that_stalled_now_finishes():
     p = Perceptron.random(2, 2, "relu", 1.0, seed=111)
     r = solve_pde(Model(2, 6.0, "ascent", perceptron=p), 12.0, 256, save_every=1.0)
     assert r.stop_reason == "t_final" and r.t_stop == 12.0
-    h = r.lagrangian["handoff"]
-    assert h["reason"] == "resolution" and h["degree"] == 1024 and h["nodes"] == 4096 and h["t"] < 0.1
+    h = r.lagrangian.handoff
+    assert h.reason == "resolution" and h.degree == 1024 and h.nodes == 4096 and h.t < 0.1
     a = r.atoms()
     assert len(a.heavy(0.01)) == 1 and a.masses[0] > 0.5
     assert a.mass_errors is not None and a.mass_errors[0] < 0.01
@@ -95,7 +95,7 @@ def test_the_default_relu_run_that_stalled_now_finishes():
     top = x[np.argmax(p.potential(x))]
     assert math.acos(min(1.0, float(a.positions[0] @ top))) < 1e-3
     # the nodes merged as the atom formed: fewer nodes, same mass
-    assert len(r.lagrangian["merges"]) > 0 and len(r.nodes[-1]["w"]) < 4096
+    assert len(r.lagrangian.merges) > 0 and len(r.nodes[-1]["w"]) < 4096
 
 
 # --- the node measure ------------------------------------------------------------------------------------
@@ -143,11 +143,11 @@ def test_a_node_group_within_its_mass_error_is_listed_as_not_resolved(tmp_path):
     info = describe(tmp_path / "a.h5")
     assert UNRESOLVED not in info and "dust (node groups below 0.001 of the mass" in info, info
     # without the floor the same groups are atoms, each within its error estimate
-    radius = float(r.lagrangian["handoff"]["atom_radius"])
-    check = r.lagrangian["check"]
-    fine = Nodes(np.asarray(check["x"]), np.asarray(check["w"]), np.asarray(check["count"]))
+    radius = float(r.lagrangian.handoff.atom_radius)
+    check = r.lagrangian.check
+    fine = Nodes(np.asarray(check.x), np.asarray(check.w), np.asarray(check.count))
     every = estimate_atoms(node_atoms(r.node_measure(-1), radius, dust=0.0),
-                           node_atoms(fine, radius / 2 ** 0.5, dust=0.0), int(check["initial_nodes"]),
+                           node_atoms(fine, radius / 2 ** 0.5, dust=0.0), check.initial_nodes,
                            floor=2.4e-3, ratio=2.0, order=0.5)
     assert len(every) >= 1 and np.all(every.masses < 1e-3) and unresolved(every.masses, every.mass_errors).all()
     assert not unresolved([0.3, 0.002], [1e-3, 2.4e-3])[0] and unresolved([0.3, 0.002], [1e-3, 2.4e-3])[1]
@@ -270,7 +270,7 @@ def test_an_interrupt_in_the_error_estimate_rerun_keeps_the_solution_time():
     m = Model(2, 1.0, "ascent", perceptron=Perceptron.random(2, 2, "relu", 1.0, seed=111))
     r = solve_pde(m, 2.0, 128, save_every=0.5, progress=progress)
     assert r.stop_reason == "interrupted" and r.t_stop == 2.0 == r.t[-1], (r.t_stop, r.message)
-    assert r.lagrangian["check"] is None and "error-estimate rerun" in r.message
+    assert r.lagrangian.check is None and "error-estimate rerun" in r.message
     assert r.t_handoff < 0.1
 
 

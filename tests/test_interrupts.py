@@ -60,7 +60,7 @@ def test_ctrl_c_stops_the_pde_after_its_step_and_the_resume_is_the_uninterrupted
     if case == "spectral":
         assert np.array_equal(_concatenated_steps(cut, rest), full.steps["dt"])
     else:
-        assert rest.lagrangian["node_nsteps"] == full.lagrangian["node_nsteps"]
+        assert rest.lagrangian.node_nsteps == full.lagrangian.node_nsteps
         assert np.array_equal(rest.atoms().masses, full.atoms().masses)
         assert np.array_equal(rest.atoms().mass_errors, full.atoms().mass_errors)
 
@@ -189,7 +189,7 @@ def test_a_run_stopped_between_snapshots_resumes_from_there_to_the_same_numbers(
     info = _command("info", cut).stdout
     assert "a state kept after its last snapshot" in info
     if case.startswith("nodes"):             # where the continuation began (before the cut), and its steps so far
-        t_handoff = load(full).pde.lagrangian["handoff"]["t"]
+        t_handoff = load(full).pde.lagrangian.handoff.t
         assert f"handoff to the Lagrangian continuation at t = {t_handoff:.6g} " in info, info
         assert 0.01 < t_handoff < 0.02 and " node steps" in info, info
     r = _command("run", cfg, "--out", cut, "--resume", "--quiet")

@@ -123,7 +123,7 @@ def test_other_files_that_are_not_configurations(tmp_path):
     good.write_text(SMALL)
     link = tmp_path / "link.toml"
     link.symlink_to(good)
-    assert load_config(link).pde["degree"] == 16
+    assert load_config(link).pde.degree == 16
 
 
 def test_a_config_at_the_size_cap_is_read(tmp_path):
@@ -179,4 +179,4 @@ def test_a_max_degree_beyond_memory_is_accepted_where_the_continuation_caps_the_
     monkeypatch.setattr("solvers._memory.physical_memory", lambda: 16.0 * 2 ** 30)
     c = tmp_path / "c.toml"
     c.write_text(BASE.replace("d = 2", "d = 3") + "[pde]\ndegree = 16\nt_final = 1.0\nmax_degree = 8191\n")
-    assert load_config(c).pde["max_degree"] == 8191
+    assert load_config(c).pde.max_degree == 8191

@@ -8,7 +8,8 @@ from scipy.integrate import simpson, solve_ivp
 
 from solvers import Model, Perceptron, ParticleResult, simulate_particles, solve_pde
 from solvers.interaction import InteractionSums
-from solvers.particles import POINTWISE_CHUNK, cluster_radius, initial_particles, measure_velocity
+from solvers.empirical import POINTWISE_CHUNK, measure_velocity
+from solvers.particles import cluster_radius, initial_particles
 
 
 # --- The model §3.4: equiangular particles ------------------------------------------------------------

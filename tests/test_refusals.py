@@ -637,7 +637,7 @@ def test_a_configuration_refuses_t_final_in_the_words_of_the_python_check(v):
     with pytest.raises(ValueError) as p:
         validators.number("t_final", v, gt=0, infinite=validators.UNTIL_CERTIFIED)
     assert (e.value.path, e.value.detail) == ("pde.t_final", str(p.value).removeprefix("t_final "))
-    assert parse_config(BASE + "[pde]\ndegree = 16\nt_final = inf\n").pde["t_final"] == np.inf
+    assert parse_config(BASE + "[pde]\ndegree = 16\nt_final = inf\n").pde.t_final == np.inf
     assert validators.number("t_final", np.inf, gt=0, infinite=validators.UNTIL_CERTIFIED) == np.inf
 
 

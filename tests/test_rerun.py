@@ -44,17 +44,17 @@ def started(monkeypatch):
 
 
 def _same_check(a, b) -> None:
-    ca, cb = a.lagrangian["check"], b.lagrangian["check"]
+    ca, cb = a.lagrangian.check, b.lagrangian.check
     assert ca is not None and cb is not None
     for key in ("x", "w", "count"):
-        assert np.array_equal(ca[key], cb[key]), key
-    assert (ca["t"], ca["nsteps"], ca["stop_reason"], ca["initial_nodes"]) == \
-        (cb["t"], cb["nsteps"], cb["stop_reason"], cb["initial_nodes"])
-    assert (ca["terminal"] is None) == (cb["terminal"] is None)
-    if ca["terminal"] is not None:
-        assert ca["terminal"].keys() == cb["terminal"].keys()
-        for key in ca["terminal"]:
-            assert np.array_equal(np.asarray(ca["terminal"][key]), np.asarray(cb["terminal"][key])), key
+        assert np.array_equal(getattr(ca, key), getattr(cb, key)), key
+    assert (ca.t, ca.nsteps, ca.stop_reason, ca.initial_nodes) == (cb.t, cb.nsteps, cb.stop_reason, cb.initial_nodes)
+    assert (ca.terminal is None) == (cb.terminal is None)
+    if ca.terminal is not None:
+        da, db = ca.terminal.to_dict(), cb.terminal.to_dict()
+        assert da.keys() == db.keys()
+        for key in da:
+            assert np.array_equal(np.asarray(da[key]), np.asarray(db[key])), key
     ea, eb = a.atoms(), b.atoms()
     assert np.array_equal(ea.masses, eb.masses) and np.array_equal(ea.mass_errors, eb.mass_errors)
     if a.terminal is not None:
@@ -82,7 +82,7 @@ def test_the_rerun_beside_the_run_has_the_numbers_of_the_rerun_after_it(case, ke
     after = solve_pde(*args, **kw)
     assert len(started) == 1
     assert beside.stop_reason == after.stop_reason == ("t_final" if case == "t_final reached" else "stationary")
-    assert (beside.lagrangian["check"]["terminal"] is None) == (case == "t_final reached")
+    assert (beside.lagrangian.check.terminal is None) == (case == "t_final reached")
     _same_check(beside, after)
 
 
@@ -110,7 +110,7 @@ def test_ctrl_c_in_the_node_phase_stops_the_rerun_and_the_resume_has_the_same_er
             sent.append(True)
             os.kill(os.getpid(), signal.SIGINT)
     cut = solve_pde(*NODES, save_every=0.5, progress=progress)
-    assert cut.stop_reason == "interrupted" and cut.lagrangian["check"] is None and not _rerun_threads()
+    assert cut.stop_reason == "interrupted" and cut.lagrangian.check is None and not _rerun_threads()
     assert len(started) == 2 and not getattr(started[1], "kept", False)
     rest = solve_pde(*NODES, save_every=0.5, restart=cut.restart)
     assert len(started) == 3 and started[2].kept and not _rerun_threads()

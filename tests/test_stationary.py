@@ -11,8 +11,8 @@ from scipy.optimize import brentq
 from scipy.special import iv, ive
 
 from solvers import Model, Perceptron, simulate_particles, solve_pde
-from solvers.stationary import (Branch, StationaryState, branch_from_uniform, continue_branch, free_energy,
-                                stationary_state)
+from solvers.branches import Branch, branch_from_uniform, continue_branch
+from solvers.stationary import StationaryState, free_energy, stationary_state
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_pde_circle import fixed_point as circle_fixed_point  # noqa: E402

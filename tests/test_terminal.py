@@ -61,7 +61,7 @@ def test_a_run_without_end_resumed_from_a_snapshot_is_the_uninterrupted_run():
     assert again.stop_reason == ref.stop_reason == "stationary" and again.t_stop == ref.t_stop
     assert np.array_equal(again.terminal.positions, ref.terminal.positions)
     assert [p.to_dict() for p in again.plateaus] == [p.to_dict() for p in ref.plateaus]
-    assert again.lagrangian["node_nsteps"] == ref.lagrangian["node_nsteps"]
+    assert again.lagrangian.node_nsteps == ref.lagrangian.node_nsteps
 
 
 def test_a_density_at_rest_ends_a_run_without_end():
@@ -96,10 +96,9 @@ def test_the_command_runs_to_the_certified_end_and_archives_it(tmp_path):
     run = load(tmp_path / "pair.h5")
     # the same run in memory (its initial density is the configuration's, so the same bits)
     from solvers.app.config import load_config
-    from solvers.app.runner import _pde_arguments
+    from solvers.pde import prepare_spec
     config = load_config(cfg)
-    args, kw = _pde_arguments(config)
-    ref = solve_pde(config.model, **args, **kw)
+    ref = prepare_spec(config.pde).run()
     T, R = run.pde.terminal, ref.terminal
     assert T.t == R.t and np.array_equal(T.positions, R.positions) and np.array_equal(T.masses, R.masses)
     assert T.verdict == R.verdict and np.array_equal(T.eigenvalues, R.eigenvalues)

@@ -88,10 +88,10 @@ def terminal(case: tuple, t_final: float | None = None, nodes: int | None = None
     r = solve_pde(model, t_final, 64 if d == 2 else 16, initial=initial, save_every=SAVE_EVERY[d],
                   error_estimate=error_estimate, **({"nodes": nodes} if nodes else {}))
     wall = time.perf_counter() - t0
-    h = r.lagrangian["handoff"] if r.lagrangian else None
+    h = r.lagrangian.handoff if r.lagrangian else None
     rec = {"d": d, "setup": name, "beta": beta, "stop": r.stop_reason, "t_stop": float(r.t_stop),
-           "message": r.message, "wall": wall, "handoff_t": h["t"] if h else None,
-           "handoff_reason": h["reason"] if h else None, "nodes": h["nodes"] if h else None,
+           "message": r.message, "wall": wall, "handoff_t": h.t if h else None,
+           "handoff_reason": h.reason if h else None, "nodes": h.nodes if h else None,
            "nodes_end": len(r.nodes[-1]["w"]) if r.nodes and r.nodes[-1] is not None else None,
            "max_drift_end": r.nodes[-1]["max_drift"] if r.nodes and r.nodes[-1] is not None else None}
     rec.update(_atoms_record(r.atoms()))

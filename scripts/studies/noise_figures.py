@@ -17,7 +17,7 @@ from scipy.optimize import brentq
 from scipy.special import iv
 
 from solvers import Model
-from solvers.stationary import branch_from_uniform
+from solvers.branches import branch_from_uniform
 
 
 def bessel_root(d: int) -> float:

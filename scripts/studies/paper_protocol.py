@@ -261,14 +261,16 @@ def run_pde(setup: str, beta: float, t_final: float = math.inf, max_steps: int |
         pos, masses, errors = groups.positions, groups.masses, getattr(groups, "mass_errors", None)
         status = ("not certified: cap reached" if res.stop_reason == "max_steps" else
                   f"not certified: {res.stop_reason} ({res.message})")
-    lag = res.lagrangian or {}
-    check = lag.get("check") or {}
+    lag = res.lagrangian
+    check = None if lag is None else lag.check
     dead = _dead_atoms(model.perceptron, np.asarray(pos))
     return {"setup": setup, "beta": float(beta), "status": status, "certified": T is not None,
             "stop_reason": res.stop_reason, "t_stop": float(res.t_stop), "message": res.message,
             "t_handoff": res.t_handoff, "max_steps": max_steps,
-            "node_steps": lag.get("node_nsteps"), "check_steps": check.get("nsteps"),
-            "check_stop": check.get("stop_reason"), "check_wall": check.get("wall_time"),
+            "node_steps": None if lag is None else lag.node_nsteps,
+            "check_steps": None if check is None else check.nsteps,
+            "check_stop": None if check is None else check.stop_reason,
+            "check_wall": None if check is None else check.wall_time,
             "atoms": int(len(masses)), "heavy_atoms": int(np.sum(masses >= HEAVY)),
             "resolved_atoms": int(len(masses) if errors is None else np.sum(np.asarray(masses) > np.asarray(errors))),
             "masses": [float(m) for m in masses],
@@ -280,7 +282,7 @@ def run_pde(setup: str, beta: float, t_final: float = math.inf, max_steps: int |
             "terminal": None if T is None else T.to_dict(),
             "plateaus": [{k: v for k, v in pl.to_dict().items() if k != "direction"} for pl in res.plateaus],
             "slow_stages": [st.to_dict() for st in res.slow_stages],
-            "merges": int(len(lag.get("merges", []))),
+            "merges": 0 if lag is None else int(len(lag.merges)),
             "extremum": _extremum_record(model),
             "wall": wall, "cpu": cpu}
 

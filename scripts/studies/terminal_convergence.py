@@ -52,14 +52,14 @@ def run(case: str, nodes: int) -> dict:
     r = solve_pde(model, math.inf, degree, nodes=nodes, error_estimate=False)
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     T = r.terminal
-    h = (r.lagrangian or {}).get("handoff", {})
-    return {"case": case, "nodes": nodes, "handoff_nodes": h.get("nodes"), "stop_reason": r.stop_reason,
+    lag = r.lagrangian
+    return {"case": case, "nodes": nodes, "handoff_nodes": None if lag is None else lag.handoff.nodes, "stop_reason": r.stop_reason,
             "message": r.message, "t_stop": float(r.t_stop), "certified": T is not None,
             "t": None if T is None else T.t, "verdict": None if T is None else T.verdict,
             "growth": None if T is None else T.growth,
             "positions": [] if T is None else T.positions.tolist(), "masses": [] if T is None else T.masses.tolist(),
             "plateaus": [{k: v for k, v in p.to_dict().items() if k != "direction"} for p in r.plateaus],
-            "node_steps": (r.lagrangian or {}).get("node_nsteps"), "wall": wall, "cpu": cpu}
+            "node_steps": None if lag is None else lag.node_nsteps, "wall": wall, "cpu": cpu}
 
 
 def paired(runs: list[dict]) -> list[dict]:

@@ -42,18 +42,18 @@ tools read each group; a dimension without coordinates is an empty placeholder d
 say what it counts. Compression (gzip 1 with byte shuffling) applies to ``compression="none"`` (the default:
 nothing), ``"density"`` (the output-grid density) or ``"all"`` (also coefficients and particle positions).
 
-How a run is written (:mod:`.archive_writer`): snapshots are buffered and written in batches, each a transaction
-whose commit record is the restart state (``restart@state``: the slot ``restart/a`` or ``restart/b``
-holding its arrays, the rows it covers with their CRC-32, its digest). A kill at any moment leaves the last
-committed state whole. How it is read (:mod:`.archive_reader`): under a shared lock, after checking the digests,
+How a run is written (:mod:`.archive_transaction`, :mod:`.archive_writer`): snapshots are buffered and written in
+batches, each a transaction whose commit record is the restart state (``restart@state``: the slot ``restart/a`` or
+``restart/b`` holding its arrays, the rows it covers with their CRC-32, its digest). A kill at any moment leaves the
+last committed state whole. How it is read (:mod:`.archive_reader`): under a shared lock, after checking the digests,
 the CRC-32 of every dataset and HDF5's Fletcher-32 of every chunk. Locks and room to write: :mod:`.archive_files`.
 The names, dimensions and CF attributes: :mod:`.archive_schema`.
 """
 from .archive_files import ArchiveDamaged, ArchiveError, ArchiveFull, ArchiveInUse, Lock, replace_into
 from .archive_reader import (RunArchive, load, model_differences, open_archive, read_comparison, read_model, read_pde,
                      read_particles, read_restart, read_state, read_validation, verify)
-from .archive_schema import (COMPRESSIONS, FORMAT, FORMAT_VERSION, PARTICLE_SERIES, PDE_SERIES, STEP_KEYS, SWEEP_COMMAND,
-                     VALIDATE_COMMAND, libraries, made_by, software_version)
+from .archive_schema import (COMPRESSIONS, FORMAT, FORMAT_VERSION, PARTICLE_SERIES, PDE_SERIES, STEP_KEYS,
+                             SWEEP_COMMAND, VALIDATE_COMMAND, libraries, made_by, software_version)
 from .archive_writer import ArchiveWriter, write_comparison, write_model, write_validation
 
 __all__ = ["ArchiveError", "ArchiveDamaged", "ArchiveFull", "ArchiveInUse", "ArchiveWriter", "Lock", "RunArchive",

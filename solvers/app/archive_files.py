@@ -198,7 +198,7 @@ def abandon(f: h5py.File) -> None:
         pass
     try:
         f.close()
-    except Exception:                                      # noqa: BLE001 — what HDF5 says now goes nowhere
+    except Exception:                                      # what HDF5 says now goes nowhere
         pass
 
 

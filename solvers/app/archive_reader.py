@@ -21,6 +21,7 @@ from typing import Any
 import h5py
 import numpy as np
 
+from ..continuation_record import ContinuationRecord, ErrorEstimate, Handoff
 from ..model import Model
 from ..perceptron import Perceptron
 from . import archive_files as files
@@ -62,7 +63,7 @@ def open_archive(path: str | Path, mode: str = "r") -> h5py.File:
     lock = Lock(p, exclusive=mode != "r")
     try:
         f = ArchiveFile(p, mode, lock)
-    except Exception as e:                        # noqa: BLE001 — HDF5's errors come as several kinds
+    except Exception as e:                        # HDF5's errors come as several kinds
         lock.release()
         raise files.hdf5_error(p, e) from None
     try:
@@ -81,7 +82,7 @@ def open_archive(path: str | Path, mode: str = "r") -> h5py.File:
     except ArchiveError:
         f.close()
         raise
-    except Exception as e:                        # noqa: BLE001
+    except Exception as e:
         f.close()
         raise ArchiveDamaged(f"{p}: damaged archive ({one_line(e)})") from None
     return f
@@ -383,7 +384,8 @@ def read_pde(g: h5py.Group, model: Model, cache: dict | None = None, all_rows: b
     state = _committed(g)
     limit = None if all_rows else state
     T = len(cache["pde/t"]) if "pde/t" in cache else _rows(g, limit)
-    get = lambda k: _series(g, "pde", k, T, cache)                            # noqa: E731
+    def get(k):
+        return _series(g, "pde", k, T, cache)
     steps = {}
     if "steps" in g:
         # the steps the committed state covers (all of a complete stage's, also those after its last snapshot)
@@ -453,12 +455,13 @@ def _record(g: h5py.Group, name: str, cache: dict) -> np.ndarray:
 
 
 def _read_nodes(g: h5py.Group, T: int, restart: dict | None, state: dict | None, cache: dict
-                ) -> tuple[list, dict | None]:
+                ) -> tuple[list, ContinuationRecord | None]:
     """Per snapshot the node measure (None for Eulerian ones), and the Lagrangian record, of /pde
     (``restart``: its restart state, which holds that record for a run stopped in the node phase before
     its first node snapshot)."""
     state = state or {}
-    steps = {k: int(g.attrs.get(k, (restart or {}).get(k, 0))) for k in ("node_nsteps", "node_nrejected")}
+    steps: dict[str, Any] = {k: int(g.attrs.get(k, (restart or {}).get(k, 0))) for k in ("node_nsteps",
+                                                                                        "node_nrejected")}
     from ..lagrangian import diffuse_rate_of
     rate = diffuse_rate_of((restart or {}).get("diffuse_log") or [])
     if rate is not None:
@@ -466,12 +469,12 @@ def _read_nodes(g: h5py.Group, T: int, restart: dict | None, state: dict | None,
     if "lagrangian" not in g or "t" not in g["lagrangian"]:
         if (restart or {}).get("phase") != "lagrangian" or not restart.get("handoff"):
             return [None] * T, None
-        return [None] * T, {"handoff": restart["handoff"], "check": None,
-                            "merges": np.array(restart.get("merges", []), dtype=float).reshape(-1, 3), **steps}
+        return [None] * T, ContinuationRecord.from_dict({"handoff": restart["handoff"],
+                                                         "merges": restart.get("merges", []), **steps})
     lg = g["lagrangian"]
     n, m = state.get("lag_rows"), state.get("lag_points")
-    get = lambda k, rows: (cache[f"pde/lagrangian/{k}"] if f"pde/lagrangian/{k}" in cache          # noqa: E731
-                           else value(lg[k], rows))
+    def get(k, rows):
+        return cache[f"pde/lagrangian/{k}"] if f"pde/lagrangian/{k}" in cache else value(lg[k], rows)
     rows, counts, drift = get("snapshot", n), get("node_count", n), get("max_drift", n)
     x, w, count = get("x", m), get("w", m), get("count", m)
     nodes: list = [None] * T
@@ -484,25 +487,27 @@ def _read_nodes(g: h5py.Group, T: int, restart: dict | None, state: dict | None,
     check = None
     if "check" in lg:
         c = lg["check"]
-        check = {k: value(c[k]) for k in ("x", "w", "count")}
-        check.update({k: plain(v) for k, v in c.attrs.items() if k != SEAL})
+        check = ErrorEstimate.from_dict({**{k: value(c[k]) for k in ("x", "w", "count")},
+                                         **{k: plain(v) for k, v in c.attrs.items() if k != SEAL}})
     handoff = json.loads(attr_text(lg.attrs["handoff"]))
     if restart is not None and restart.get("handoff") is not None and restart["handoff"] != handoff:
         raise ArchiveDamaged(f"{g.file.filename}: damaged archive: /pde/lagrangian@handoff differs from the "
                              "handoff its restart state records")
     merges = get("merges", None) if "merges" in lg else np.zeros((0, 3))
-    return nodes, {"handoff": handoff, "merges": merges, "check": check, **steps}
+    return nodes, ContinuationRecord(handoff=Handoff.from_dict(handoff), merges=merges, check=check, **steps)
 
 
 def read_particles(g: h5py.Group, model: Model, cache: dict | None = None):
-    from ..particles import STABILITY_BOUND, ParticleOptions, ParticleResult
+    from ..particle_run import STABILITY_BOUND
+    from ..particles import ParticleOptions, ParticleResult
     cache = cache or {}
     a = g.attrs
     state = _committed(g)
     T = len(cache["particles/t"]) if "particles/t" in cache else _rows(g, state)
     restart = read_restart(g) if state is not None else None
     settings = json.loads(attr_text(a.get("options", "{}")))
-    get = lambda k: _series(g, "particles", k, T, cache, fill=np.nan)         # noqa: E731
+    def get(k):
+        return _series(g, "particles", k, T, cache, fill=np.nan)
     option_names = {f.name for f in fields(ParticleOptions)}
     # the fixed steps' stiffness: absent before it was recorded; the first step beyond the bound as the run
     # recorded it at its end, else (a run still going, killed) the first snapshot whose steps went beyond
@@ -535,7 +540,8 @@ def read_comparison(g: h5py.Group):
     """The :class:`~solvers.comparison.Comparison` that ``write_comparison`` wrote to ``g``."""
     from ..comparison import Comparison
 
-    get = lambda k: value(g[k]) if k in g else None                         # noqa: E731
+    def get(k):
+        return value(g[k]) if k in g else None
     pairs = []
     if "matched_position_error" in g:
         err, a, b = get("matched_position_error"), get("matched_pde_mass"), get("matched_particle_mass")
@@ -616,7 +622,7 @@ def read_archive(f: h5py.File, path: Path) -> RunArchive:
         particles = read_particles(f["particles"], model, cache)
     comparison = read_comparison(f["comparison"]) if "comparison" in f and "t" in f["comparison"] else None
     validation = read_validation(f["validation"], path) if "validation" in f else None
-    atoms = {}
+    atoms: dict[str, Any] = {}
     if "atoms" in f:
         for k, g in f["atoms"].items():
             atoms[k] = (value(g["positions"]), value(g["masses"]))
@@ -640,7 +646,7 @@ def load(path: str | Path) -> RunArchive:
             return read_archive(f, path)
         except ArchiveError:
             raise
-        except Exception as e:                    # noqa: BLE001 — whatever a damaged file makes the reading do
+        except Exception as e:                    # whatever a damaged file makes the reading do
             raise ArchiveDamaged(f"{path}: damaged archive ({type(e).__name__}: {one_line(e)})") from None
 
 

@@ -28,7 +28,7 @@ PURE_DIM = "This is a netCDF dimension but not a netCDF variable."
 
 # dimensions by group and dataset name (fnmatch patterns; "*" is the default of a group); MODE and GRID
 # stand for the coefficient and output-grid axes of the manifold (MODE_DIMS, GRID_DIMS)
-DIMS = {
+DIMS: dict[str, dict] = {
     "pde": {"coeffs": ("t", "MODE"), "density": ("t", "GRID"), "grid": ("GRID", "component"),
             "refinements": ("refinement", "refinement_field"), "grids": ("grid_record", "grid_field"),
             "l": ("mode",), "m": ("mode",), "k": ("k",), "theta": ("theta",), "lat": ("lat",), "lon": ("lon",),
@@ -295,7 +295,7 @@ def crc(values, start: int = 0) -> int:
     import zlib
 
     import numpy as np
-    return zlib.crc32(np.ascontiguousarray(values).reshape(-1).view(np.uint8), start)      # (no copy)
+    return zlib.crc32(np.ascontiguousarray(values).reshape(-1).view(np.uint8).data, start)      # (no copy)
 
 
 def digest(state: dict) -> int:

@@ -9,7 +9,7 @@ is the branch's parameter) and a [branch] table::
     degree = 64                 # resolution of the states to start from (default 64 on S^1, 32 on S^2)
     max_degree = 256            # raised up to this where a state sharpens (default 256 on S^1, 128 on S^2)
     representation = "auto"     # "even" / "full" (S^1), "zonal" / "general" (S^2)
-    # step control (solvers.stationary.ContinuationOptions): first_step, max_step, min_step,
+    # step control (solvers.branches.ContinuationOptions): first_step, max_step, min_step,
     # max_points (per side), max_angle, tol, max_corrections, tail_max
 
 The archive is an attnpde archive (root attributes, /model) with a /branch group, netCDF-4 like the others
@@ -21,8 +21,8 @@ the located events ``fold_*`` (fold) and ``bifurcation_*`` (bifurcation); attrib
 ``representation``, ``threshold``, ``kind``, ``normal_form``, ``normal_form_fit`` (JSON), ``transition``
 (NaN: none), ``free_energy_uniform``, ``noise_range``, ``options`` (JSON), ``ended`` (JSON: why each side
 ended), ``degree_raised`` (JSON: each raise of the degree, after which the group holds the branch followed
-again at the new degree), ``points`` (the rows complete), ``complete``. Each point is written (and the file flushed) as it is
-computed; ``--resume`` continues the unfinished side from the last point written, with the same numbers as an
+again at the new degree), ``points`` (the rows complete), ``complete``. Each point is written (and the file flushed) as
+it is computed; ``--resume`` continues the unfinished side from the last point written, with the same numbers as an
 uninterrupted run. The diagram (:func:`plot_branch`) is written next to the archive.
 """
 from __future__ import annotations
@@ -38,9 +38,11 @@ import numpy as np
 
 from ..interrupts import graceful_stop
 from ..model import Model
-from ..stationary import REPRESENTATIONS, Branch, BranchSetup, branch_degrees, prepare_branch, refinement_lines
+from ..branch_spec import BranchSpec, ContinuationOptions
+from ..branches import Branch, BranchSetup, prepare_spec, refinement_lines
 from .archive import ArchiveError, ArchiveWriter, open_archive, read_model
-from .config import (DEGREE_MAX, DEGREE_WHY, MODEL, RUN, ConfigError, Int, Num, Table, Array, Choice, _perceptron,
+from ..fields import table_of
+from .config import (MODEL, RUN, ConfigError, Table, parse_model,
                      _refuse_too_big, parse_toml, read_config_text)
 from .plots_branch import branch_title, plot_branch
 from .runner import RunRefused, deferred_interrupt
@@ -52,47 +54,34 @@ __all__ = ["BranchConfig", "parse_branch_config", "load_branch_config", "run_bra
 #: how the ``command`` attribute of a branch archive begins
 BRANCH_COMMAND = "attnpde branch"
 
-POS = Num(gt=0)
-BRANCH = Table({
-    "mode": Int(min=1), "noise_range": Array(1), "degree": Int(min=4, max=DEGREE_MAX, why=DEGREE_WHY),
-    "max_degree": Int(min=4, max=DEGREE_MAX, why=DEGREE_WHY),
-    "representation": Choice(REPRESENTATIONS), "first_step": POS, "max_step": POS, "min_step": POS,
-    "max_points": Int(min=2), "max_angle": POS, "tol": POS, "max_corrections": Int(min=2), "tail_max": POS,
-})
+#: [branch]: the fields of the spec and of the continuation's options that a file may set (solvers.fields.toml)
+BRANCH = table_of(BranchSpec, ContinuationOptions)
 SCHEMA = Table({"run": RUN, "model": MODEL, "branch": BRANCH}, required=("model", "branch"))
 
 
 @dataclass
 class BranchConfig:
-    """A validated branch configuration: the model (noise unused), the [branch] table, the run's name."""
+    """A validated branch configuration: the model (noise unused), the [branch] table as written, its resolved
+    spec (``solvers.branch_spec.BranchSpec``), the run's name."""
 
     text: str
     raw: dict
     model: Model
     branch: dict
+    spec: BranchSpec
     name: str = ""
-
-    def arguments(self) -> dict:
-        """The keyword arguments of :func:`solvers.stationary.prepare_branch`."""
-        b = dict(self.branch)
-        kw = {"mode": b.pop("mode", 1), "degree": b.pop("degree", None),
-              "representation": b.pop("representation", "auto")}
-        if "noise_range" in b:
-            kw["noise_range"] = tuple(float(v) for v in b.pop("noise_range"))
-        kw.update(b)
-        return kw
 
 
 def parse_branch_config(text: str, source: str = "<string>") -> BranchConfig:
     """Parse and validate a branch configuration (ConfigError naming the key path), and check it as
-    :func:`~solvers.stationary.prepare_branch` would (the threshold inside noise_range, the degree holding
+    :func:`~solvers.branches.prepare_branch` would (the threshold inside noise_range, the degree holding
     the mode, ...), without following anything."""
     raw = parse_toml(text)
     run_tables = [k for k in ("pde", "particles", "initial", "compare") if isinstance(raw, dict) and k in raw]
     if run_tables:
         # a configuration of the other command: said, rather than "unknown key"
         key = run_tables[0]
-        raise ConfigError(key, f"is a table of an `attnpde run` configuration (also `sweep`, `validate`): "
+        raise ConfigError(key, "is a table of an `attnpde run` configuration (also `sweep`, `validate`): "
                                + ("run it with `attnpde run CONFIG`; " if "branch" not in raw else "remove it; ")
                                + "an `attnpde branch` configuration has [run], [model] and [branch] (docs/noise.md, "
                                "docs/configuration.md)")
@@ -101,19 +90,19 @@ def parse_branch_config(text: str, source: str = "<string>") -> BranchConfig:
     d = m["d"]
     if d not in (2, 3):
         raise ConfigError("model.d", f"branches are computed on the circle (d = 2) and the sphere (d = 3), got {d}")
-    perceptron = _perceptron(m["perceptron"], d) if "perceptron" in m else None
-    try:
-        model = Model(d=d, beta=m["beta"], flow=m["flow"], attention=m.get("attention", "unnormalized"),
-                      strength=m.get("strength", 1.0), perceptron=perceptron, noise=m.get("noise", 0.0))
-    except ValueError as e:
-        raise ConfigError("model", str(e).replace("Model: ", "")) from None
+    model = parse_model(m)
     branch = cfg["branch"]
     if "noise_range" in branch and branch["noise_range"].shape != (2,):
         raise ConfigError("branch.noise_range", f"must be [lo, hi], got {raw['branch']['noise_range']!r}")
-    out = BranchConfig(text=text, raw=raw, model=model, branch=branch, name=cfg.get("run", {}).get("name", ""))
+    try:
+        spec = BranchSpec.resolve(model, **branch)
+    except (ValueError, TypeError) as e:
+        raise ConfigError("branch", str(e)) from None
+    out = BranchConfig(text=text, raw=raw, model=model, branch=branch, spec=spec,
+                       name=cfg.get("run", {}).get("name", ""))
     _check_branch_memory(out)
     try:
-        prepare_branch(model, **out.arguments())
+        prepare_spec(spec)
     except (ValueError, TypeError) as e:
         raise ConfigError("branch", str(e)) from None
     return out
@@ -127,13 +116,13 @@ def _check_branch_memory(config: BranchConfig) -> None:
     S^2 'zonal' 8 (L + 1)^2 nlat bytes; S^2 'general' ~370 (L + 1)^2."""
     from spectral import fourier, sphere
     from spectral.multipliers import kernel_bandwidth
-    from ..stationary import KERNEL_TOL, _is_zonal_potential
+    from ..stationary_problems import KERNEL_TOL
 
-    model, b = config.model, config.branch
+    model, b, spec = config.model, config.branch, config.spec
     d = model.d
-    start, L = branch_degrees(d, b.get("degree"), b.get("max_degree"))
     key = "branch.max_degree" if "max_degree" in b else "branch.degree"
-    L = max(start, L)                         # the most the branch may need: its degree raised to the cap
+    # the most the branch may need: its degree raised to the cap
+    L = max(spec.degree, spec.options.max_degree)
     if d == 2:
         M = fourier.dealiased_size(L)
         La = min(L - 1, kernel_bandwidth(model.beta, 2, KERNEL_TOL))
@@ -141,10 +130,7 @@ def _check_branch_memory(config: BranchConfig) -> None:
         what = f"the tables of {La} kernel modes on the grid of {M} points"
     else:
         nlat, nphi = sphere.dealiased_grid(L)
-        rep = b.get("representation", "auto")
-        if rep == "auto":
-            rep = "zonal" if _is_zonal_potential(model) else "general"
-        if rep == "zonal":
+        if spec.representation == "zonal":
             need, points, what = 8.0 * (L + 1) ** 2 * nlat, nlat, f"the zonal tables at degree {L} ({nlat} latitudes)"
         else:
             need, points, what = 370.0 * (L + 1) ** 2, nlat * nphi, f"the harmonics at degree {L}"
@@ -315,7 +301,8 @@ def _write_events(g: h5py.Group, branch: Branch) -> None:
                                       dtype=h5py.string_dtype())
                 ds.dims[0].attach_scale(dim)
                 _cf(ds, long_name, None)
-    nan = lambda v: math.nan if v is None else float(v)  # noqa: E731
+    def nan(v):
+        return math.nan if v is None else float(v)
     g.attrs.update({"kind": branch.kind, "normal_form": nan(branch.normal_form),
                     "normal_form_fit": json.dumps(branch.normal_form_fit), "transition": nan(branch.transition),
                     "free_energy_uniform": nan(branch.free_energy_uniform), "wall_time": float(branch.wall_time),
@@ -350,7 +337,8 @@ def _check_resumable(path: Path, config: BranchConfig) -> tuple[list[dict], dict
         archived = parse_toml(text)
     except ConfigError:
         raise ArchiveError(f"{path}: damaged archive: its configuration does not parse") from None
-    strip = lambda raw: {k: v for k, v in raw.items() if k != "run"}  # noqa: E731
+    def strip(raw):
+        return {k: v for k, v in raw.items() if k != "run"}
     if strip(archived) != strip(config.raw):
         raise RunRefused(f"{path}: was made with a different [model] or [branch] table; use --force to start over")
     return points, ended, degree, raised
@@ -367,12 +355,12 @@ def run_branch(config: BranchConfig, out: str | Path, *, resume: bool = False, f
     if resume:
         points, ended, degree, raised = _check_resumable(out, config)
         # the points written are of the archive's degree, raised on the way or not
-        setup = prepare_branch(config.model, **{**config.arguments(), "degree": degree})
+        setup = prepare_spec(config.spec.at_degree(degree))
         restart = {"points": points, "ended": {int(k): tuple(v) for k, v in ended.items()}, "raised": raised}
         writer = ArchiveWriter(out, "resume", command=command)
         log(f"[branch] resuming from {len(points)} points" + (f" at degree {degree}" if raised else ""))
     else:
-        setup = prepare_branch(config.model, **config.arguments())
+        setup = prepare_spec(config.spec)
         if out.exists() and not force:
             raise RunRefused(f"{out} exists; use --force to overwrite it or --resume to continue it")
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -426,7 +414,7 @@ def run_branch(config: BranchConfig, out: str | Path, *, resume: bool = False, f
 
 # --- reading back ---------------------------------------------------------------------------------------
 def load_branch(path: str | Path) -> Branch:
-    """The :class:`~solvers.stationary.Branch` of an archive's /branch group (its events as written; the
+    """The :class:`~solvers.branches.Branch` of an archive's /branch group (its events as written; the
     points in the branch's order along the curve, as :func:`branch_from_uniform` returns them)."""
     with open_archive(path) as f:
         if "branch" not in f:
@@ -441,7 +429,7 @@ def load_branch(path: str | Path) -> Branch:
             items = []
             if f"{kind}_noise" in g:
                 for i in range(g[f"{kind}_noise"].shape[0]):
-                    e = {"nu": float(g[f"{kind}_noise"][i]), "amplitude": float(g[f"{kind}_amplitude"][i]),
+                    e: dict = {"nu": float(g[f"{kind}_noise"][i]), "amplitude": float(g[f"{kind}_amplitude"][i]),
                          "free_energy": float(g[f"{kind}_free_energy"][i])}
                     if kind == "bifurcation":
                         e["kind"] = g["bifurcation_kind"][i].decode() if isinstance(g["bifurcation_kind"][i], bytes) \
@@ -459,7 +447,8 @@ def load_branch(path: str | Path) -> Branch:
     if symmetric:
         cols["side"] = cols["side"].copy()
         cols["side"][plus[0]] = 0                     # the start: the uniform state at the threshold
-    nanless = lambda v: None if v is None or (isinstance(v, float) and math.isnan(v)) else float(v)  # noqa: E731
+    def nanless(v):
+        return None if v is None or (isinstance(v, float) and math.isnan(v)) else float(v)
     ended = {int(k): tuple(v) for k, v in json.loads(a.get("ended", "{}")).items()}
     return Branch(model=model, mode=int(a["mode"]), degree=int(a["degree"]), representation=str(a["representation"]),
                   noise=cols["noise"][order], amplitude=cols["amplitude"][order],

@@ -194,7 +194,7 @@ def cmd_info(args) -> int:
         text = describe_layout(args.archive) if args.layout else describe(args.archive)
     except ArchiveError as e:
         return _err(str(e))
-    except Exception as e:                      # noqa: BLE001 — content the checks let through, read wrong
+    except Exception as e:                      # content the checks let through, read wrong
         return _err(f"{args.archive}: damaged archive: cannot describe it ({type(e).__name__}: "
                     f"{' '.join(str(e).split())})")
     print(text)
@@ -222,7 +222,7 @@ def cmd_plot(args) -> int:
     except OSError as e:
         # writing the figures (the check above cannot foresee every file system)
         return _err(f"cannot write the figures ({e.strerror or e})")
-    except Exception as e:                      # noqa: BLE001 — content the checks let through, drawn wrong
+    except Exception as e:                      # content the checks let through, drawn wrong
         return _err(f"{args.archive}: damaged archive: cannot plot it ({type(e).__name__}: "
                     f"{' '.join(str(e).split())})")
     for f in files:
@@ -245,7 +245,8 @@ def _workers(args) -> tuple[int, str | None]:
     from .._memory import refuse_if_too_big
     try:
         refuse_if_too_big({f"{workers} worker processes": workers * WORKER_BYTES},
-                          f"lower --workers (each process takes about {WORKER_BYTES / 2 ** 20:.0f} MiB before its runs)")
+                          f"lower --workers (each process takes about {WORKER_BYTES / 2 ** 20:.0f} MiB before its "
+                          "runs)")
     except ValueError as e:
         return 0, f"--workers {workers}: {str(e).replace('the run would need', 'would need')}"
     return workers, None
@@ -314,7 +315,7 @@ def cmd_validate(args) -> int:
         return _err(problem)
     if config.pde is None or config.particles is None:
         return _err(f"{args.config}: validate needs both a [pde] and a [particles] table")
-    if config.particles.get("stop") is not None:
+    if config.particles.stop is not None:
         return _err(f"{args.config}: particles.stop: validate compares every N at the same times; "
                     "remove the stopping rule")
     out = Path(args.out) if args.out else Path(args.config).with_name(Path(args.config).stem + "_validation.h5")
@@ -509,8 +510,8 @@ def main(argv: list[str] | None = None) -> int:
     #
     # A Ctrl-C can also be swallowed: raised inside the initialisation of a compiled module whose import a
     # library wraps in ``try: ... except ImportError`` (an optional dependency), it never reaches _main, and
-    # the command went on to run to its end and exit 0 (seen once, in a fresh clone under load). The
-    # handler has recorded it all the same: a run started after it stops after its first step
+    # the command would go on to run to its end and exit 0. The handler has recorded it all the same: a run started
+    # after it stops after its first step
     # (``set_stop_pending``), as after a Ctrl-C in that step, and the command exits as interrupted.
     try:
         from ..interrupts import set_stop_pending
@@ -558,7 +559,7 @@ def _main(argv: list[str] | None) -> int:
         silence(sys.stdout)
         say(f"attnpde: error: cannot write the output: {e}")
         return EXIT_FAILED
-    except Exception as e:                  # noqa: BLE001 — a bug: one line all the same (no traceback)
+    except Exception as e:                  # a bug: one line all the same (no traceback)
         return _internal_error(e)
 
 

@@ -60,8 +60,8 @@ class TaskInterrupted(KeyboardInterrupt):
 # A terminal's Ctrl-C reaches the whole process group. A worker running a task must get its
 # KeyboardInterrupt (the runs catch it and leave a resumable archive marked "interrupted"), at every
 # Ctrl-C as in any Python process; an idle worker must not (raised in ProcessPoolExecutor's own loop it
-# kills the worker, and the pool's shutdown could then wait forever: seen once in seven interrupted
-# sweeps), and the tasks already queued to it must not start. When only the pool's owner was interrupted
+# kills the worker, and the pool's shutdown could then wait forever), and the tasks already queued to it must not
+# start. When only the pool's owner was interrupted
 # (kill -INT of its pid) it forwards FORWARDED_SIGNAL, which interrupts a task only if no Ctrl-C did:
 # after a Ctrl-C of the group it must not interrupt a run that is writing its interrupted state.
 # ``solvers.app.runner.deferred_interrupt`` holds both signals during an archive write: it calls these
@@ -76,8 +76,8 @@ class TaskInterrupted(KeyboardInterrupt):
 FORWARDED_SIGNAL = signal.SIGUSR1
 # "first": the first interrupting signal the worker took (None: not interrupted); "board", "slot": where
 # it shows its owner whether it is done (see _Board)
-_WORKER = {"in_task": False, "first": None, "direct": 0, "forwarded": False, "terminated": False, "board": None,
-           "slot": None}
+_WORKER: dict[str, Any] = {"in_task": False, "first": None, "direct": 0, "forwarded": False, "terminated": False,
+                           "board": None, "slot": None}
 
 
 class _Board:
@@ -147,8 +147,8 @@ def _on_forwarded(signum, frame) -> None:
 # one of them died (a broken pool): their runs stop after their step, and :meth:`LocalPool.close` kills
 # each once its board (:class:`_Board`) shows it done, or after BROKEN_GRACE seconds (the executor may wait
 # for them forever: Python >= 3.12 sends them no shutdown sentinel, and a worker killed while it waited for
-# work leaves the task queue's lock held). A worker whose owner died (killed by the group's SIGTERM without a handler of its
-# own, or by kill -9) has nobody to collect its result or end it: :func:`_watch_owner` stops its task after
+# work leaves the task queue's lock held). A worker whose owner died (killed by the group's SIGTERM without a handler
+# of its own, or by kill -9) has nobody to collect its result or end it: :func:`_watch_owner` stops its task after
 # the step and ends the process.
 # A worker takes only its first SIGTERM: the executor of Python >= 3.12 sends a broken pool's workers two
 # in a row (when it breaks, and again when it joins them), which would stop their runs at once, without
@@ -211,8 +211,8 @@ def _openmp_one_thread() -> None:
     A runtime reads OMP_NUM_THREADS once, when it is loaded: in a worker forked from an owner that had
     loaded it (every sweep of S^2: SHTns), the variable set for the task changes nothing. And libgomp is
     not fork-safe: the owner's pool of OpenMP threads is copied into the worker without its threads, so the
-    worker's first region of two or more threads waits for them forever (SHTns's ``shtns_create``: an
-    S^2 sweep with local workers hung at its first member, measured). A region of one thread uses no pool."""
+    worker's first region of two or more threads waits for them forever (SHTns's ``shtns_create`` in the
+    first member of an S^2 sweep with local workers). A region of one thread uses no pool."""
     import ctypes
 
     try:
@@ -371,7 +371,8 @@ class DaskPool(TaskPool):
         except ImportError:
             raise SchedulerError("--scheduler needs dask.distributed, which is not installed; install the "
                                  "cluster extra: pip install -e '.[cluster]' (scripts/setup does)") from None
-        where = {"scheduler_file": address} if Path(address).is_file() else {"address": _checked_address(address)}
+        where: dict[str, Any] = ({"scheduler_file": address} if Path(address).is_file()
+                                 else {"address": _checked_address(address)})
         if timeout is not None:
             where["timeout"] = timeout
         try:

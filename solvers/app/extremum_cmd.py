@@ -26,13 +26,14 @@ from __future__ import annotations
 import datetime
 import math
 from pathlib import Path
+from typing import Any
 
 import h5py
 import numpy as np
 
 from ..landscape import ContinuousPart, Extremum
 from ..model import Model
-from .config import MODEL, RUN, ConfigError, _perceptron, parse_toml, read_config_text
+from .config import MODEL, RUN, ConfigError, parse_model, parse_toml, read_config_text
 
 __all__ = ["load_model_config", "run_extremum", "write_extremum", "read_extremum", "EXTREMUM_FORMAT"]
 
@@ -44,15 +45,8 @@ def load_model_config(path: str | Path) -> tuple[Model, str]:
     raw = parse_toml(read_config_text(path))
     if "model" not in raw:
         raise ConfigError("model", "missing: the extremum is of the configuration's [model]")
-    m = MODEL.check("model", raw["model"])
+    model = parse_model(MODEL.check("model", raw["model"]))
     run = RUN.check("run", raw.get("run", {}))
-    d = m["d"]
-    perceptron = _perceptron(m["perceptron"], d) if "perceptron" in m else None
-    try:
-        model = Model(d=d, beta=m["beta"], flow=m["flow"], attention=m.get("attention", "unnormalized"),
-                      strength=m.get("strength", 1.0), perceptron=perceptron, noise=m.get("noise", 0.0))
-    except ValueError as e:
-        raise ConfigError("model", str(e).replace("Model: ", "")) from None
     return model, run.get("name", "") or Path(path).stem
 
 
@@ -139,11 +133,12 @@ def _run_archive_end(out: Path, model: Model):
 
 
 def run_extremum(config_path: str | Path, out: str | Path | None = None, *, command: str = "",
-                 figure: bool = True) -> tuple[Extremum, object, Path, Path | None]:
+                 figure: bool = True) -> tuple[Extremum, Any, Path, Path | None]:
     """Compute the configuration's extremum, write it to ``out`` and draw its figure (module docstring).
 
     Returns (Extremum, EndVsExtremum or None, the archive's path, the figure's path or None)."""
-    from .. import compare_end, extremum
+    from .. import compare_end
+    from ..landscape import ExtremumSpec
     from .archive import open_archive
     from .archive_schema import FORMAT
 
@@ -160,7 +155,7 @@ def run_extremum(config_path: str | Path, out: str | Path | None = None, *, comm
             raise ValueError(f"{out}: neither an attnpde run archive nor an extremum file (format {fmt!r}): give "
                              "another --out")
     terminal, t_end = _run_archive_end(out, model) if run_archive else (None, None)
-    ext = extremum(model)
+    ext = ExtremumSpec.resolve(model).solve()
     end = None
     if terminal is not None:
         end = compare_end(model, terminal.positions, terminal.masses, terminal.position_errors,

@@ -300,7 +300,7 @@ def _time_axes(fig) -> list:
 def time_axes(fig, renderer, span: tuple[float, float] | None) -> list[str]:
     """``span``: (first positive time, last time) of the run the figure draws (None: not checked)."""
     found = _time_axes(fig)
-    out = []
+    out: list = []
     if span is None or not found:
         return out
     lo, hi = span
@@ -323,7 +323,8 @@ def time_axes(fig, renderer, span: tuple[float, float] | None) -> list[str]:
         a = np.array(ranges)
         width = max(float(np.max(a[:, 1]) - np.min(a[:, 0])), 1e-300)
         if np.max(np.ptp(a, axis=0)) > 1e-6 * width:
-            out.append(f"time: the time axes show different ranges {[tuple(float(f'{v:.4g}') for v in r) for r in ranges]}")
+            shown = [tuple(float(f'{v:.4g}') for v in r) for r in ranges]
+            out.append(f"time: the time axes show different ranges {shown}")
     return out
 
 

@@ -53,11 +53,11 @@ def describe_model(m, noise: str | None = None) -> list[str]:
 
 def _continuation_lines(r) -> list[str]:
     """The Lagrangian continuation of a PDE run: handoff, nodes, merges."""
-    h, merges = r.lagrangian["handoff"], r.lagrangian["merges"]
+    h, merges = r.lagrangian.handoff, r.lagrangian.merges
     last = next((n for n in reversed(r.nodes) if n is not None), None)
-    return [f"  handoff to the Lagrangian continuation at t = {h['t']:.6g} ({h['reason']}): {h['message']}",
-            f"    from degree {h['degree']}: {h['description']}; clipped mass {h['clipped_mass']:.2e}",
-            f"    {len(merges)} steps with merges; nodes {h['nodes']} -> {len(last['w']) if last else '?'}; "
+    return [f"  handoff to the Lagrangian continuation at t = {h.t:.6g} ({h.reason}): {h.message}",
+            f"    from degree {h.degree}: {h.description}; clipped mass {h.clipped_mass:.2e}",
+            f"    {len(merges)} steps with merges; nodes {h.nodes} -> {len(last['w']) if last else '?'}; "
             f"max |v| over the nodes at the end {last['max_drift']:.3g}" if last else "    no node snapshot"]
 
 
@@ -117,7 +117,8 @@ def describe_pde(r, atoms: dict) -> list[str]:
         out.append("  terminal state: not certified")
     if "pde" in atoms and terminal is None:
         attrs = atoms.get("pde:attrs", {})
-        lines = _pde_atoms_lines(*atoms["pde"], attrs, atoms.get("pde:mass_errors"),
+        positions, masses = atoms["pde"]
+        lines = _pde_atoms_lines(positions, masses, attrs, atoms.get("pde:mass_errors"),
                                  atoms.get("pde:position_errors"), atoms.get("pde:extents"))
         note = (not_stationary_note(r.stop_reason, float(r.t[-1]), len(atoms["pde"][1]))
                 if attrs.get("kind") == "node groups" else None)
@@ -148,8 +149,9 @@ def _terminal_lines(T, attrs: dict) -> list[str]:
                      f"{T.newton_steps} Newton step(s), which moved the atoms by at most "
                      f"{float(np.max(T.displacement, initial=0.0)):.1e} rad")
     if getattr(T, "energy_gap", None) is not None:
-        lines.append(f"  against the global {T.extremum_kind} of the energy (E* = {T.extremum_energy:.10g}): energy gap "
-                     f"{T.energy_gap:.3e}; " + ("the end IS the global " if T.is_global else "not the global ")
+        lines.append(f"  against the global {T.extremum_kind} of the energy (E* = {T.extremum_energy:.10g}): "
+                     f"energy gap {T.energy_gap:.3e}; "
+                     + ("the end IS the global " if T.is_global else "not the global ")
                      + f"{T.extremum_kind} ({T.global_note})")
     elif getattr(T, "global_note", ""):
         lines.append(f"  global extremum: {T.global_note}")
@@ -304,7 +306,8 @@ def describe(path: str | Path) -> str:
     run = load(path)
     a = run.attrs
     out = [f"archive {run.path}  ({a.get('format')} v{a.get('format_version')}, attnpde {a.get('software_version')})",
-           f"  name: {a.get('name', '')}   status: {run.status}   created {a.get('created')}   updated {a.get('updated')}",
+           f"  name: {a.get('name', '')}   status: {run.status}   created {a.get('created')}   "
+           f"updated {a.get('updated')}",
            f"  command: {a.get('command', '')}"]
     if run.status != "finished":
         why = {"running": "killed, or still being written", "interrupted": "interrupted",
@@ -342,7 +345,7 @@ def describe(path: str | Path) -> str:
         listed = ((terminal.positions, terminal.masses) if terminal is not None
                   else run.atoms.get("pde"))
         if run.comparison is not None and len(run.comparison.t) and listed is not None:
-            out += _pde_atoms_and_comparison(run.pde, *listed, run.comparison)
+            out += _pde_atoms_and_comparison(run.pde, listed[0], listed[1], run.comparison)
     if run.particles is not None:
         out += describe_particles(run.particles, run.atoms, run.comparison)
     if run.comparison is not None:
@@ -369,7 +372,8 @@ def describe_layout(path: str | Path) -> str:
     from .archive_schema import RAGGED
 
     path = Path(path)
-    lines, placeholders = [], {}
+    lines: list = []
+    placeholders: dict = {}
 
     def short(v) -> str:
         v = v.item() if isinstance(v, np.generic) else v
@@ -409,7 +413,7 @@ def describe_layout(path: str | Path) -> str:
             attrs = [f"{k} = {short(v)}" for k, v in f.attrs.items() if k not in hidden]
             lines.append(("/", f"attrs: {', '.join(attrs)}"))
             f.visititems(visit)
-        except Exception as e:                    # noqa: BLE001 — a structure HDF5 cannot walk
+        except Exception as e:                    # a structure HDF5 cannot walk
             raise ArchiveDamaged(f"{path}: damaged archive: its structure cannot be read "
                                  f"({' '.join(str(e).split())})") from None
     from .archive_schema import DIMENSION_NOTES

@@ -86,7 +86,8 @@ def plot_comparison(cmp, path: Path, title: str = "", t_handoff: float | None = 
     fig, (ax, axc) = pyplot.subplots(2, 1, figsize=(10.5, 7.6), sharex=True)
     series = [cmp.concentration[k] for k in ("pde", "particles") if k in cmp.concentration]
     ta = time or time_axis(cmp.t, *[c["t"] for c in series])
-    labels, notes = [], []
+    labels: list = []
+    notes: list = []
     for name, label in (("w1", "W1"), ("mmd", "MMD"), ("moment_gap", "moment gap"), ("energy_gap", "energy gap"),
                         ("cdf_drift", "CDF drift")):
         v = getattr(cmp, name)

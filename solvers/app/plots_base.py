@@ -161,7 +161,7 @@ def readable_log_axis(ax, axis: str = "y") -> None:
         ticks = ticks[::-1][::step][::-1]
     which.set_major_locator(FixedLocator(ticks))
     which.set_major_formatter(FuncFormatter(_number))
-    which.set_minor_locator(LogLocator(base=10, subs=np.arange(2, 10) * 1.0))
+    which.set_minor_locator(LogLocator(base=10, subs=[2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0]))
     which.set_minor_formatter(NullFormatter())
 
 
@@ -189,8 +189,8 @@ def settle_labels(fig, labels: list, inside: bool = True) -> None:
     """Place the annotations ``labels`` (their text offset, in points, is what moves) in empty space: each is
     moved horizontally into its axes (``inside``), then by the smallest vertical shift that keeps it inside,
     off every other text of the figure (and the labels placed before it) and, where such a place exists, off
-    the data its axes draws (lines, points, steps; reference lines across the panel excepted). Labels that find no place without data keep the first
-    place without text."""
+    the data its axes draws (lines, points, steps; reference lines across the panel excepted). Labels that find no
+    place without data keep the first place without text."""
     if not labels:
         return
     from matplotlib.transforms import Bbox

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from ..model import Model
-from ..stationary import Branch
+from ..branches import Branch
 from .plots_base import LABEL_SIZE, NOTE_SIZE, plt
 
 __all__ = ["plot_branch", "branch_title"]

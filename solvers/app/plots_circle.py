@@ -135,7 +135,7 @@ def spacetime_figure(run, out: Path) -> Path:
         for pos in pa[0]:
             ax.plot(angle(pos), edges[-1], marker="v", color="lime", ms=9, mec="k", clip_on=False, ls="none")
     head = "density over time" + (" with particle trajectories (cyan)" if part is not None else "")
-    labels = []
+    labels: list = []
     th_h = pde.t_handoff
     spectral = np.array([pde.node_measure(int(i)) is None for i in range(len(T))])
     if th_h is not None and spectral.any() and not spectral.all():

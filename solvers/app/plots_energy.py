@@ -109,7 +109,7 @@ def _spectral_panels(fig, grid, col: int, pde, keep: np.ndarray, handoff: float 
     readable_log_axis(a2)
     apply_time_axis(a2, ta)
     a1.tick_params(labelbottom=False)
-    unit = "K" if pde.model.d == 2 else "L"
+    unit = pde.space.resolution_symbol
     end = handoff if handoff is not None else float(t[-1])
     for tr, _, new in pde.refinements:
         if tr <= end:

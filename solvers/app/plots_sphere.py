@@ -164,7 +164,7 @@ def sphere_figures(run, out: Path) -> list[Path]:
     cmap = matplotlib.colormaps["magma"]
     norm, mesh = None, None
     lo = 1e-2
-    fields = [None] * len(idx)
+    fields: list = [None] * len(idx)
     if pde is not None:
         lon, lat = _lonlat(pde.grid)
         order = np.argsort(lon[0])   # the output grid is equiangular; pcolormesh wants sorted longitude
@@ -194,7 +194,7 @@ def sphere_figures(run, out: Path) -> list[Path]:
             k = nearest(part.t, t)
             plon, plat = _lonlat(part.x[k])
             ax.scatter(plon, plat, s=2, c="cyan", alpha=0.5, lw=0)
-            if not len(common_times([t], part.t[k:k + 1])[0]):
+            if not len(common_times(np.array([t]), part.t[k:k + 1])[0]):
                 # the particles have no snapshot at t (other save_every, or they stopped earlier): say which
                 head += f", particles at t = {part.t[k]:.4g}"
         if i == idx[-1]:

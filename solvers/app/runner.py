@@ -18,13 +18,12 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
 from .archive import (ArchiveDamaged, ArchiveFull, ArchiveWriter, Lock, libraries, made_by,
                       open_archive, read_restart, read_state, software_version, verify)
-from .archive_schema import to_json
 from .config import ConfigError, RunConfig, parse_config
 from .executor import FORWARDED_SIGNAL as _FORWARDED_SIGNAL
 from .streams import say
@@ -44,9 +43,9 @@ class RunFailed(RuntimeError):
 class RunOutcome:
     path: Path
     status: str                       # "finished" or "interrupted"
-    pde: object | None = None
-    particles: object | None = None
-    comparison: object | None = None
+    pde: Any = None                   # PDEResult
+    particles: Any = None             # ParticleResult
+    comparison: Any = None            # Comparison
     skipped: list = field(default_factory=list)
 
 
@@ -150,7 +149,7 @@ def deferred_interrupt():
 
 def deferred_interrupt_if(write: bool):
     """:func:`deferred_interrupt` around a snapshot callback that writes to the archive; nothing around one
-    that only buffers its snapshot (installing a signal handler for each snapshot costs, measured)."""
+    that only buffers its snapshot (installing a signal handler for each snapshot costs time)."""
     return deferred_interrupt() if write else contextlib.nullcontext()
 
 
@@ -159,7 +158,8 @@ def _differences(a: dict, b: dict, path: str = "") -> list[str]:
     ("model.noise: 0.0 in the archive, absent in the configuration"). A key written in one and left to its
     default in the other differs: the comparison is of what was written."""
     out = []
-    show = lambda d, k: repr(d[k]) if k in d else "absent"            # noqa: E731
+    def show(d, k):
+        return repr(d[k]) if k in d else "absent"
     for k in sorted(set(a) | set(b)):
         p = f"{path}.{k}" if path else k
         if k in a and k in b and isinstance(a[k], dict) and isinstance(b[k], dict):
@@ -255,12 +255,11 @@ def check_resumable(path: Path, config: RunConfig, command: str = "") -> list[st
                 raise ArchiveDamaged(f"{path}: damaged archive: the restart state of /{stage} does not fit the "
                                      "rest: " + "; ".join(problems))
             restarts[stage] = True
-            options[stage] = json.loads(str(g.attrs.get("options", "{}")))
+            # the spec the run resolved (archives before /pde@spec: its options)
+            options[stage] = json.loads(str(g.attrs.get("spec", g.attrs.get("options", "{}"))))
     for stage in restarts:
-        # the options as this version resolves them (of a fresh run: they do not depend on the state)
-        prepared = _prepare_pde(config) if stage == "pde" else _prepare_particles(config)
-        now = prepared.resolved_options() if stage == "pde" else particle_settings(config, prepared)
-        changed = _option_differences(options[stage], now)
+        # the spec this version resolves from the same configuration
+        changed = _option_differences(options[stage], getattr(config, stage).to_dict())
         if changed:
             raise RunRefused(f"{path}: attnpde {made} started this run with other defaults than this version's "
                              f"({software_version()}): " + "; ".join(f"{stage}.{c}" for c in changed)
@@ -285,7 +284,7 @@ def _restart_problems(g, stage: str, config: RunConfig) -> list[str]:
         tn = float(g["t"][n - 1])
         if tn != last:
             out.append(f"its last snapshot is at t = {last!r}, /{stage}/t[{n - 1}] = {tn!r}")
-    t_final = float(getattr(config, stage)["t_final"])
+    t_final = float(getattr(config, stage).t_final)
     if not last <= t <= t_final:
         out.append(f"its time t = {t!r} is not between its last snapshot ({last!r}) and t_final ({t_final!r})")
     for k, v in restart.items():
@@ -293,8 +292,7 @@ def _restart_problems(g, stage: str, config: RunConfig) -> list[str]:
             out.append(f"its array {k} holds values that are not finite")
     d = config.model.d
     if stage == "pde":
-        from ..pde import space_for
-        space = space_for(d)[1]
+        space = config.pde.space
         lagrangian = restart.get("phase") == "lagrangian"
         # the spectral state (past the handoff: the handoff's, which the continuation's error estimate reruns)
         key, degree = (("handoff_coeffs", (restart.get("handoff") or {}).get("degree")) if lagrangian
@@ -321,31 +319,23 @@ def _nodes_ok(restart: dict, d: int) -> bool:
 def _option_differences(archived: dict, now: dict) -> list[str]:
     """The options whose value this version resolves differently from the archive's record ("nodes: 4096 in
     the archive, 8192 now"). A value the archive left to a default (None: written before options were
-    resolved) is not compared."""
-    now = json.loads(to_json(now))
+    resolved) is not compared; ``now``, a spec's plain values, as the archive's JSON reads back."""
+    now = json.loads(json.dumps(now, sort_keys=True))
     return [f"{k}: {archived[k]!r} in the archive, {v!r} now" for k, v in now.items()
             if archived.get(k) is not None and archived[k] != v]
 
 
-def particle_settings(config: RunConfig, prepared) -> dict:
-    """The particle stage's settings as the run resolves them (``simulate_particles`` arguments, every
-    default filled in: the count, the seed, the step, the snapshot interval, the stopping rule, the options;
-    ``sum_method`` the interaction sums "auto" picked), recorded in /particles@options."""
-    from dataclasses import asdict
-
-    kw = config.particle_kwargs()
-    return {"n": int(prepared.N), "init": kw.get("init", "random"), "seed": prepared.seed,
-            "integrator": prepared.integrator, "dt": prepared.dt0, "t_final": kw.get("t_final"),
-            "save_every": prepared.save_every, "stop": None if prepared.rule is None else asdict(prepared.rule),
-            **prepared.opts.to_dict(), "sum_method": prepared.sum_method}
+def particle_settings(prepared) -> dict:
+    """The particle stage's settings as the run resolves them, recorded in /particles@options: its spec
+    (``ParticleSpec.to_dict``: every default filled in), the count placed and the interaction sums "auto"
+    picked (``sum_method``)."""
+    return {**prepared.spec.to_dict(), "n": int(prepared.N), "sum_method": prepared.sum_method}
 
 
 def _check_grids(path: Path, config: RunConfig, grids) -> None:
     """Refuse to resume a PDE run whose computational grids differ from the ones this machine and version
     would use: the continuation would not be the uninterrupted run."""
-    from ..pde import space_for
-
-    space = space_for(config.model.d)[1]
+    space = config.pde.space
     advice = "start it again with --force (the finished part would be recomputed)"
     if grids is None:
         if config.model.d == 3:
@@ -370,10 +360,8 @@ def new_archive(config: RunConfig, out: Path, *, force: bool, command: str, hint
     if out.exists() and not force:
         raise RunRefused(f"{out} exists; use --force to overwrite it{hint}")
     out.parent.mkdir(parents=True, exist_ok=True)
-    run = config.raw.get("run", {})
     return ArchiveWriter(out, "create", config_text=config.text, name=config.name, command=command,
-                         model=config.model, compression=run.get("compression", "none"),
-                         flush_interval=run.get("flush_interval", 1.0))
+                         model=config.model, compression=config.compression, flush_interval=config.flush_interval)
 
 
 def run_config(config: RunConfig, out: str | Path, *, resume: bool = False, force: bool = False,
@@ -396,8 +384,7 @@ def run_config(config: RunConfig, out: str | Path, *, resume: bool = False, forc
         lock = Lock(out, exclusive=True)
         try:
             changes = check_resumable(out, config, command)
-            writer = ArchiveWriter(out, "resume", command=command, lock=lock,
-                                   flush_interval=config.raw.get("run", {}).get("flush_interval", 1.0))
+            writer = ArchiveWriter(out, "resume", command=command, lock=lock, flush_interval=config.flush_interval)
         except BaseException:
             lock.release()
             raise
@@ -431,9 +418,9 @@ def run_config(config: RunConfig, out: str | Path, *, resume: bool = False, forc
         return outcome
     except KeyboardInterrupt:
         return _interrupted(writer, outcome)
-    except ArchiveFull as e:
+    except ArchiveFull as full:
         # out of space: an ordinary failure; the archive is as its last commit left it
-        e = e.strerror or str(e)
+        e = full.strerror or str(full)
         writer.annotate(failure=f"out of space: {e}")
         status = "failed" if writer.set_status("failed") else f"still {writer.status_written!r}: no room to change it"
         kept = "; ".join(f"{s} to t = {t:.6g}" for s in ("pde", "particles")
@@ -485,20 +472,12 @@ def _interrupted(writer: ArchiveWriter, outcome: RunOutcome) -> RunOutcome:
     return outcome
 
 
-def _pde_arguments(config: RunConfig) -> tuple[dict, dict]:
-    """(positional arguments, options) of prepare_pde for the [pde] table."""
-    kw = config.pde_kwargs()
-    args = {k: kw.pop(k) for k in ("degree", "t_final", "initial")}
-    args["save_every"] = kw.pop("save_every", None)
-    return args, kw
-
-
 def _prepare_pde(config: RunConfig):
-    from ..pde import prepare_pde
+    """The PDE of ``config`` prepared (``pde.prepare_spec``), or RunRefused naming the table."""
+    from ..pde import prepare_spec
 
-    args, kw = _pde_arguments(config)
     try:
-        return prepare_pde(config.model, **args, **kw)
+        return prepare_spec(config.pde)
     except (ValueError, TypeError) as e:
         raise RunRefused(f"{config.source or 'configuration'}: [pde]: {e}") from None
 
@@ -507,20 +486,12 @@ def _initial_text(initial: dict) -> str:
     """An [initial] table as a reader would write it: 'von_mises (mu = [1, 0], kappa = 2)'."""
     def plain(v):           # every digit a float needs (repr), integers without a decimal point
         v = np.asarray(v)
-        item = lambda x: repr(float(x)).removesuffix(".0") if v.dtype.kind in "fiu" else str(x)  # noqa: E731
+        def item(x):
+            return repr(float(x)).removesuffix(".0") if v.dtype.kind in "fiu" else str(x)
         return "[" + ", ".join(item(x) for x in v.ravel().tolist()) + "]" if v.ndim else item(v.item())
     rest = ", ".join(f"{k} = {plain(v)}" for k, v in initial.items() if k != "kind")
     kind = str(initial.get("kind", "uniform"))
     return f"{kind} ({rest})" if rest else kind
-
-
-#: seconds of wall clock between the restart states a run's archive keeps between its snapshots (``[run]
-#: checkpoint_interval``): a run killed (kill -9, a crash, the machine lost) loses at most about this much
-CHECKPOINT_INTERVAL = 60.0
-
-
-def _checkpoint_interval(config: RunConfig) -> float:
-    return float(config.raw.get("run", {}).get("checkpoint_interval", CHECKPOINT_INTERVAL))
 
 
 def _resume_point(restart: dict) -> str:
@@ -533,22 +504,23 @@ def _resume_point(restart: dict) -> str:
 
 
 def _run_pde(config: RunConfig, writer: ArchiveWriter, resume: bool, progress, log, prepared=None):
-    from ..pde import prepare_pde
-
-    args, kw = _pde_arguments(config)
-    degree, t_final, save_every, initial = args["degree"], args["t_final"], args["save_every"], args["initial"]
+    spec = config.pde
+    degree, t_final, save_every = spec.degree, spec.t_final, spec.save_every
     restart = writer.truncate_to_restart("pde") if resume else None
-    if restart is not None or prepared is None:
-        prepared = prepare_pde(config.model, **args, restart=restart, **kw)
+    if restart is not None:
+        from ..pde import prepare_spec
+        prepared = prepare_spec(spec, restart)
+    elif prepared is None:
+        prepared = _prepare_pde(config)
     if restart is None:
         if resume:
             log("[pde] the archive holds no snapshot of this stage: it starts from t = 0")
         with deferred_interrupt():
-            writer.pde_begin(prepared.grid, prepared.resolved_options(), "uniform" if initial == "uniform" else
-                             f"[initial] {_initial_text(config.initial)}")
+            writer.pde_begin(prepared.grid, spec.options_dict(), "uniform" if spec.initial == "uniform" else
+                             f"[initial] {_initial_text(config.initial)}", spec=spec.to_dict())
         log(f"[pde] S^{config.model.d - 1}, degree {degree}, t_final {t_final}, "
             + (f"save_every {save_every}" if save_every else "snapshots at t = 0 and t_final (no save_every)")
-            + f"; the state is kept every {_checkpoint_interval(config):g} s (checkpoint_interval)"
+            + f"; the state is kept every {config.checkpoint_interval:g} s (checkpoint_interval)"
             + ("; past a handoff to the node continuation, the continuation runs a second time with twice the "
                "nodes for the atoms' error bars (error_estimate = false skips it)"
                if prepared.continues and prepared.opts.error_estimate else ""))
@@ -565,7 +537,7 @@ def _run_pde(config: RunConfig, writer: ArchiveWriter, resume: bool, progress, l
             writer.pde_checkpoint(cp)
 
     result = prepared.run(progress=bar, callback=snapshot, checkpoint=checkpoint,
-                          checkpoint_every=_checkpoint_interval(config))
+                          checkpoint_every=config.checkpoint_interval)
     with deferred_interrupt():
         writer.pde_finish(result)
     log(f"[pde] {result.stop_reason} at t = {result.t_stop:.6g}: {result.message} "
@@ -596,31 +568,30 @@ def _run_comparison(writer: ArchiveWriter, config: RunConfig):
 
 
 def _prepare_particles(config: RunConfig):
-    from ..particles import prepare_particles
+    """The particles of ``config`` prepared (``particles.prepare_spec``), or RunRefused naming the table."""
+    from ..particles import prepare_spec
 
     try:
-        return prepare_particles(config.model, **config.particle_kwargs())
+        return prepare_spec(config.particles)
     except (ValueError, TypeError) as e:
         raise RunRefused(f"{config.source or 'configuration'}: [particles]: {e}") from None
 
 
 def _run_particles(config: RunConfig, writer: ArchiveWriter, resume: bool, progress, log, prepared=None):
-    from ..particles import prepare_particles
-
-    kw = config.particle_kwargs()
-    t_final = kw["t_final"]
+    t_final = config.particles.t_final
     restart = writer.truncate_to_restart("particles") if resume else None
     if restart is not None:
-        # the restart state carries the particles; the rest of the arguments must be those of the run
-        for k in ("n", "density"):
-            kw.pop(k, None)
+        # the restart state carries the particles; the rest of the settings are those of the run
         log(f"[particles] resuming from {_resume_point(restart)}")
     else:
         if resume:
             log("[particles] the archive holds no snapshot of this stage: it starts from t = 0")
-        log(f"[particles] N = {kw['n']} on S^{config.model.d - 1}, t_final {t_final}")
-    if restart is not None or prepared is None:
-        prepared = prepare_particles(config.model, restart=restart, **kw)
+        log(f"[particles] N = {config.particles.n} on S^{config.model.d - 1}, t_final {t_final}")
+    if restart is not None:
+        from ..particles import prepare_spec
+        prepared = prepare_spec(config.particles, restart=restart)
+    elif prepared is None:
+        prepared = _prepare_particles(config)
     bar = progress_for("particles", t_final, float(restart["t"]) if restart else 0.0, progress, log)
     state = {"begun": restart is not None}
 
@@ -629,7 +600,7 @@ def _run_particles(config: RunConfig, writer: ArchiveWriter, resume: bool, progr
         with deferred_interrupt_if(not state["begun"] or writer.write_due()):
             if not state["begun"]:
                 r = snap["restart"]
-                writer.particles_begin(r["w"], particle_settings(config, prepared), str(r["initial"]))
+                writer.particles_begin(r["w"], particle_settings(prepared), str(r["initial"]))
                 state["begun"] = True
             writer.particles_snapshot(snap)
 
@@ -638,7 +609,7 @@ def _run_particles(config: RunConfig, writer: ArchiveWriter, resume: bool, progr
             writer.particles_checkpoint(cp)
 
     result = prepared.run(progress=bar, callback=snapshot, checkpoint=checkpoint,
-                          checkpoint_every=_checkpoint_interval(config))
+                          checkpoint_every=config.checkpoint_interval)
     with deferred_interrupt():
         writer.particles_finish(result)
     log(f"[particles] {result.stop_reason} at t = {result.t_stop:.6g}: {result.message} "

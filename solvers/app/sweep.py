@@ -18,7 +18,6 @@ directory must be one shared file system, at the same path, on every worker.
 from __future__ import annotations
 
 import contextlib
-import copy
 import json
 import math
 import os
@@ -27,7 +26,7 @@ from typing import Callable
 
 import numpy as np
 
-from .config import ConfigError, RunConfig, dump_toml, parse_config
+from .config import ConfigError, RunConfig, parse_config
 
 __all__ = ["parse_list", "sweep", "member_config", "partial_path", "plot_sweep", "table", "FIGURE"]
 
@@ -54,12 +53,11 @@ def parse_list(text: str, what: str, example: str = "1,5,25") -> list[float]:
 
 
 def member_config(config: RunConfig, beta: float) -> RunConfig:
-    raw = copy.deepcopy(config.raw)
-    raw["model"]["beta"] = float(beta)
+    """The member of ``config`` at ``beta``: its model and specs with beta replaced (``RunConfig.with_beta``),
+    named ``<name>_beta<beta>``."""
     name = config.name or "sweep"
-    raw.setdefault("run", {})["name"] = f"{name}_beta{beta:g}"
     try:
-        return parse_config(dump_toml(raw), f"{config.source} (beta = {beta:g})")
+        return config.with_beta(beta, f"{name}_beta{beta:g}", f"{config.source} (beta = {beta:g})")
     except ConfigError as e:
         raise ConfigError(e.path, f"{e.detail} (sweep member beta = {beta:g})") from None
 
@@ -118,12 +116,11 @@ def _finished(part: Path, cfg: RunConfig) -> bool:
     return archived is not None and not resume_differences(archived, cfg.raw)[0]
 
 
-def _member(text: str, source: str, out: str, resume: bool) -> dict:
+def _member(cfg: RunConfig, out: str, resume: bool) -> dict:
     """Run one member into ``out`` through its ``.part`` file (module docstring); returns its summary row."""
     from .archive import SWEEP_COMMAND, replace_into
     from .runner import run_config
 
-    cfg = parse_config(text, source)
     log = _log(cfg.model.beta)
     path = Path(out)
     part = partial_path(path)
@@ -260,7 +257,7 @@ def sweep(config: RunConfig, betas: list[float], out_dir: Path, *, workers: int 
                               "it or --force to start it again")
     finished = _check_members(members, paths, resume)
     todo = [(m, p) for m, p, done in zip(members, paths, finished) if not done]
-    threads = int((config.pde or {}).get("threads", 1))
+    threads = config.pde.options.threads if config.pde is not None else 1
     if todo and scheduler is None and config.model.d >= 3 and threads > 1:
         # the owner has run SHTns (checks above), and libgomp is not fork-safe: a worker forked after that
         # waits forever in its first OpenMP region of two or more threads (solvers.app.executor)
@@ -279,7 +276,7 @@ def sweep(config: RunConfig, betas: list[float], out_dir: Path, *, workers: int 
                 rows.append(_row(m.model.beta, p, "finished"))
         if pool is not None:
             say(f"{len(todo)} member(s) on {pool.description}")
-            futs = [pool.submit(_member, m.text, m.source, str(p), resume) for m, p in todo]
+            futs = [pool.submit(_member, m, str(p), resume) for m, p in todo]
             for _, row in pool.results(futs):
                 rows.append(row)
     rows.sort(key=lambda r: r["beta"])
@@ -323,7 +320,8 @@ def plot_sweep(out_dir: str | Path, rows: list[dict] | None = None, title: str |
         xs = [x for x, r in zip(sb, rows) for _ in r.get(masses, [])]
         ms = [m for r in rows for m in r.get(masses, [])]
         axm.plot(xs, ms, mk, color=col, ls="none", alpha=0.8, label=f"{what}: every mass")
-        done = [(x, r[t_end], r.get("pde_certified", False) if name == "PDE" else r.get("particles_stop") == "converged")
+        done = [(x, r[t_end],
+                 r.get("pde_certified", False) if name == "PDE" else r.get("particles_stop") == "converged")
                 for x, r in zip(sb, rows) if t_end in r]
         for filled, label in ((True, "certified stationary" if name == "PDE" else "converged (stopping rule)"),
                               (False, "other end (t_final, a cap)")):

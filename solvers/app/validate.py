@@ -23,6 +23,7 @@ at the rate of the quadrature instead.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from pathlib import Path
@@ -44,18 +45,14 @@ def fit_slope(n: np.ndarray, values: np.ndarray) -> float:
     return float(np.polyfit(np.log(n[ok]), np.log(values[ok]), 1)[0])
 
 
-def _job(pde, config_text: str, n: int, seed: int, compare_opts: dict) -> dict:
+def _job(pde, spec, n: int, seed: int, compare_opts: dict) -> dict:
+    """One particle run of the study: the configuration's ``ParticleSpec`` with ``n`` and ``seed`` replaced,
+    compared with the PDE."""
     from ..comparison import compare
-    from .config import parse_config
-    from ..particles import simulate_particles
+    from ..particles import prepare_spec
 
-    # the configuration travels as text: its initial density is a closure, which does not pickle
-    config = parse_config(config_text)
-    kw = config.particle_kwargs()
-    kw.pop("seed", None)
-    kw.pop("n", None)
     t0 = time.perf_counter()
-    r = simulate_particles(config.model, n=n, seed=seed, **kw)
+    r = prepare_spec(dataclasses.replace(spec, n=n, seed=seed)).run()
     if r.stop_reason == "interrupted":
         raise KeyboardInterrupt          # a cut run is not a sample of the study: the study stops
     cmp = compare(pde, r, **compare_opts)
@@ -126,7 +123,7 @@ def validate(config: RunConfig, ns: list[int], seeds: int, out: str | Path, *, w
         if pde.stop_reason == "interrupted":
             writer.set_status("interrupted")
             raise KeyboardInterrupt
-        base_seed = int(config.particles.get("seed", 0))
+        base_seed = int(config.particles.seed)
         copts = _compare_opts(config)
         jobs = [(n, base_seed + s) for n in ns for s in range(seeds)]
         where = pool.description if pool is not None else "this process"
@@ -136,10 +133,10 @@ def validate(config: RunConfig, ns: list[int], seeds: int, out: str | Path, *, w
         order = sorted(jobs, key=lambda j: -j[0])
         if pool is None:
             for n, s in order:
-                results.append(_job(pde, config.text, n, s, copts))
+                results.append(_job(pde, config.particles, n, s, copts))
                 log(f"[validate] N = {n}, seed {s}: {results[-1]['wall']:.1f} s")
         else:
-            futs = [pool.submit(_job, pde, config.text, n, s, copts) for n, s in order]
+            futs = [pool.submit(_job, pde, config.particles, n, s, copts) for n, s in order]
             for _, r in pool.results(futs):
                 results.append(r)
                 log(f"[validate] N = {results[-1]['n']}, seed {results[-1]['seed']}: "
@@ -166,25 +163,13 @@ def validate(config: RunConfig, ns: list[int], seeds: int, out: str | Path, *, w
             pool.close()
 
 
-def snapshot_times(t_final: float, save_every: float | None) -> np.ndarray | None:
-    """The snapshot times after t = 0 of a solver run to ``t_final`` (min(k save_every, t_final), k >= 1,
-    as both solvers take them; only t_final without save_every); None when there are too many to list."""
-    if save_every is None:
-        return np.array([float(t_final)])
-    k = math.ceil(t_final / save_every - 1e-9)
-    if k > 1_000_000:
-        return None
-    return np.minimum(np.arange(1, k + 1) * save_every, t_final)
-
-
 def common_snapshot_times(config: RunConfig) -> np.ndarray | None:
     """The snapshot times after t = 0 that the configuration's PDE and particles share (as
     ``solvers.comparison`` matches them: equal to 1e-9 relative); None when there are too many to list."""
-    pde, part = config.pde, config.particles
-    tp = snapshot_times(pde["t_final"], pde.get("save_every"))
-    tq = snapshot_times(part["t_final"], part.get("save_every"))
+    tp, tq = config.pde.snapshot_times(), config.particles.snapshot_times()
     if tp is None or tq is None:
         return None
+    tp, tq = tp[1:], tq[1:]
     j = np.clip(np.searchsorted(tq, tp), 1, len(tq) - 1) if len(tq) > 1 else np.zeros(len(tp), dtype=int)
     near = np.minimum(np.abs(tq[j] - tp), np.abs(tq[j - 1] - tp)) if len(tq) > 1 else np.abs(tq[0] - tp)
     return tp[near <= 1e-9 * np.maximum(1.0, np.abs(tp))]
@@ -195,7 +180,7 @@ def check_fit_time(config: RunConfig, at: float | None) -> None:
     snapshot time after t = 0 that the PDE and the particles share (at t = 0 the distances measure only
     the initial sampling, not the dynamics)."""
     pde, part = config.pde, config.particles
-    tp, tq = pde["t_final"], part["t_final"]
+    tp, tq = pde.t_final, part.t_final
     if math.isinf(tp):
         raise ValueError(f"{config.source or 'configuration'}: pde.t_final = inf runs the PDE until its terminal "
                          "state is certified; validate fits at common snapshot times: give a finite pde.t_final")
@@ -208,8 +193,8 @@ def check_fit_time(config: RunConfig, at: float | None) -> None:
         def saves(table: str, v: float | None) -> str:
             return f"{table}.save_every = {v:g}" if v is not None else f"{table}.save_every unset"
         raise ValueError(f"{config.source or 'configuration'}: the PDE (pde.t_final = {tp:g}, "
-                         f"{saves('pde', pde.get('save_every'))}) and the particles (particles.t_final = {tq:g}, "
-                         f"{saves('particles', part.get('save_every'))}) share no snapshot time after t = 0, "
+                         f"{saves('pde', pde.save_every)}) and the particles (particles.t_final = {tq:g}, "
+                         f"{saves('particles', part.save_every)}) share no snapshot time after t = 0, "
                          "where the slopes would be fitted; set pde.save_every and particles.save_every to the "
                          "same value (or the same t_final in both tables)")
 
@@ -226,9 +211,9 @@ def check_study_size(config: RunConfig, ns: list[int], seeds: int) -> None:
     from .._memory import refuse_if_too_big
 
     part = config.particles
-    every = part.get("save_every")
+    every = part.save_every
     # the snapshot times of a particle run (the distances are kept at those common with the PDE, at most these)
-    times = 2 if every is None else 2 + min(math.ceil(part["t_final"] / every), 1 << 53)
+    times = 2 if every is None else 2 + min(math.ceil(part.t_final / every), 1 << 53)
     runs = len(ns) * seeds
     try:
         refuse_if_too_big({f"{runs} particle runs ({len(ns)} N x {seeds} seeds), their tasks and distances held at "
@@ -244,12 +229,10 @@ def check_particle_counts(config: RunConfig, ns: list[int]) -> None:
     initial particles placed); what depends on N (the memory of the snapshots, the quadrature grid on
     S^2, ...) for every N, on stand-in positions (so that 10^6 particles are not sampled to be checked)."""
     from .config import check_memory, quadrature_count_problem
-    from ..particles import prepare_particles
+    from ..particles import prepare_spec
 
-    model, d = config.model, config.model.d
-    kw = config.particle_kwargs()
-    kw.pop("n", None)
-    init = kw.get("init", "random")
+    d, spec = config.model.d, config.particles
+    init = spec.init
     where = config.source or "configuration"
     for n in ns:
         problem = quadrature_count_problem(d, n) if init == "quadrature" else None
@@ -258,16 +241,16 @@ def check_particle_counts(config: RunConfig, ns: list[int]) -> None:
         # the perceptron at n particles at once (ConfigError, a ValueError, naming --n)
         check_memory(config, n, key_n=f"--n {n}")
     try:
-        prepare_particles(model, n=ns[0], **kw)
+        prepare_spec(dataclasses.replace(spec, n=ns[0]))
     except (ValueError, TypeError) as e:
         raise ValueError(f"{where}: [particles] with --n {ns[0]}: {e}") from None
-    generic = {k: v for k, v in kw.items() if k not in ("init", "density")}
+    generic = dataclasses.replace(spec, n=None, init="random", density=None)
     for n in ns[1:]:
         # all on one point, a read-only view (no memory until the solver copies it, after the checks of
         # what depends on N alone, such as the memory of the snapshots)
         x0 = np.broadcast_to(np.eye(d)[0], (n, d))
         try:
-            prepare_particles(model, x0=x0, **generic)
+            prepare_spec(generic, x0=x0)
         except (ValueError, TypeError) as e:
             raise ValueError(f"{where}: [particles] with --n {n}: {e}") from None
 
