@@ -282,7 +282,20 @@ class _CircleProblem(_Dense):
         return float(abs(c[mode]))
 
 
-class _ZonalProblem(_Dense):
+class _SphereModes:
+    """The mode measures of the S^2 problems (canonical layout): the zonal coefficient c_l0 of degree ``mode``,
+    and the rotation-invariant size of its degree."""
+
+    @staticmethod
+    def projection(c: np.ndarray, mode: int) -> float:
+        return float(np.real(c[mode * (mode + 1) // 2]))
+
+    @staticmethod
+    def amplitude(c: np.ndarray, mode: int) -> float:
+        return _sphere_amplitude(c, mode)
+
+
+class _ZonalProblem(_SphereModes, _Dense):
     """S^2, axisymmetric about e_z: x_l = sqrt(2l + 1) ∫ rho P_l dsigma, l = 1..La, on Gauss–Legendre nodes in
     cos(theta); the orders m = 1..La are the stability blocks (each twice: cos and sin m phi)."""
 
@@ -332,14 +345,6 @@ class _ZonalProblem(_Dense):
         l = np.arange(self.degree + 1)
         return self.E_full @ (np.real(np.asarray(c)[l * (l + 1) // 2]) / _SQRT_4PI)
 
-    @staticmethod
-    def projection(c: np.ndarray, mode: int) -> float:
-        return float(np.real(c[mode * (mode + 1) // 2]))
-
-    @staticmethod
-    def amplitude(c: np.ndarray, mode: int) -> float:
-        return _sphere_amplitude(c, mode)
-
 
 def _sphere_amplitude(c: np.ndarray, l: int) -> float:
     """sqrt(sum_m mult |c_lm|^2), canonical layout: the rotation-invariant size of degree l's coefficients
@@ -354,7 +359,7 @@ def _is_zonal_potential(model: Model) -> bool:
     return p is None or bool(np.all(np.abs(np.asarray(p.to_dict()["a"])[:, :2]) <= 1e-14))
 
 
-class _Krylov(_Problem):
+class _Krylov(_SphereModes, _Problem):
     """S^2, general states: x the sigma-orthonormal coordinates of the native coefficients of degree 1..La
     (m = 0: Re c / sqrt(4 pi); m > 0: sqrt 2 (Re c, Im c) / sqrt(4 pi)), with SHTns transforms on the Gauss
     grid of the degree; the Jacobian as an operator (GMRES), or as a matrix (columns by the operator) when
@@ -480,14 +485,6 @@ class _Krylov(_Problem):
     def grid_values(self, c: np.ndarray) -> np.ndarray:
         b = self.basis
         return b.synth(b.from_canonical(sphere.resize(np.asarray(c, dtype=complex), b.lmax))).ravel()
-
-    @staticmethod
-    def projection(c: np.ndarray, mode: int) -> float:
-        return float(np.real(c[mode * (mode + 1) // 2]))
-
-    @staticmethod
-    def amplitude(c: np.ndarray, mode: int) -> float:
-        return _sphere_amplitude(c, mode)
 
 
 def _problem(model: Model, degree: int, representation: str) -> _Problem:
