@@ -142,7 +142,7 @@ import scipy.linalg
 from .model import Model
 from .perceptron import activation, activation_derivative
 
-__all__ = ["AtomicState", "Mode", "atomic_state", "tangent_frames", "largest_growth",
+__all__ = ["AtomicState", "Mode", "atomic_state", "tangent_frames",
            "reduced_jacobian", "pull_jacobians", "field_jacobian", "symmetry_algebra", "neutral_directions",
            "UNIT_TOL", "MASS_TOL", "NEUTRAL_RTOL", "ZERO_RTOL"]
 
@@ -248,7 +248,8 @@ class _Parts:
 
 def _parts(model: Model, x: np.ndarray, m: np.ndarray) -> _Parts:
     E = tangent_frames(x)
-    n = x.shape[1] - 1
+    k, d = x.shape
+    n = d - 1
     D = _perceptron_term(model, x, E)
     if model.attention == "none":
         return _Parts(E, None, None, None, None, None, D)
@@ -256,10 +257,13 @@ def _parts(model: Model, x: np.ndarray, m: np.ndarray) -> _Parts:
     t = x @ x.T
     off = model.kernel(t) * m[None, :]
     np.fill_diagonal(off, 0.0)                       # the self term is handled exactly (Notes)
-    Ex = np.einsum("idn,jd->ijn", E, x)
+    # E_i^T x_j for every pair, one product: row i n + a of E.transpose(0, 2, 1) is column a of E_i
+    Ex = (E.transpose(0, 2, 1).reshape(k * n, d) @ x.T).reshape(k, n, k).transpose(0, 2, 1)
     H = off @ x                                      # H'_i
     xH = np.einsum("ij,ij->i", off, t)               # <x_i, H'_i>
-    A0 = beta * np.einsum("ij,ijn,ijp->inp", off, Ex, Ex) - xH[:, None, None] * np.eye(n)
+    # sum_j c_ij (E_i^T x_j)(E_i^T x_j)^T pair by pair (not E_i^T S'_i E_i: the tangent parts of near atoms'
+    # x_j x_j^T would cancel), as one batched product
+    A0 = beta * np.matmul((off[:, :, None] * Ex).transpose(0, 2, 1), Ex) - xH[:, None, None] * np.eye(n)
     g = np.einsum("idn,id->in", E, H)
     psi = m + off.sum(axis=1)
     return _Parts(E, off, Ex, A0, g, psi, D)
@@ -280,26 +284,36 @@ def _pull_from(model: Model, parts: _Parts, m: np.ndarray) -> np.ndarray:
 
 
 def _reduced_from(model: Model, parts: _Parts) -> np.ndarray:
-    """Part (a) in the frames, (k (d-1), k (d-1)): block (i, j) at rows i n .. i n + n - 1."""
-    k, _, n = parts.E.shape
-    B = np.zeros((k, k, n, n))
+    """Part (a) in the frames, (k (d-1), k (d-1)): block (i, j) at rows i n .. i n + n - 1.
+
+    Formed in that layout directly: with F the (k n, d) rows E_i[:, a] and R the (k n, k) entries E_i^T x_j
+    repeated n times along the columns, the blocks C_ij of every pair are F F^T + beta R * R^T (entrywise)."""
+    k, d, n = parts.E.shape
+    N = k * n
+    J = np.zeros((N, N))
+    blocks = J.reshape(k, n, k, n)
     idx = np.arange(k)
     if model.attention != "none":
-        EE = np.einsum("idn,jdp->ijnp", parts.E, parts.E)
-        C = EE + model.beta * parts.Ex[:, :, :, None] * parts.Ex.transpose(1, 0, 2)[:, :, None, :]
+        F = parts.E.transpose(0, 2, 1).reshape(N, d)
+        R = np.repeat(parts.Ex.transpose(0, 2, 1).reshape(N, k), n, axis=1)     # [(i, a), (j, b)] = E_i^T x_j [a]
+        C = F @ F.T
+        C += model.beta * (R * R.T)
+        off = np.repeat(np.repeat(parts.off, n, axis=0), n, axis=1)
         if model.attention == "unnormalized":
-            B += model.strength * parts.off[:, :, None, None] * C
-            B[idx, idx] += model.strength * parts.A0
+            np.multiply(model.strength * off, C, out=J)
+            blocks[idx, :, idx, :] += model.strength * parts.A0
         else:
-            psi = parts.psi
-            cross = np.einsum("in,jip->ijnp", parts.g, parts.Ex)     # g_i (E_j^T x_i)^T
-            B += parts.off[:, :, None, None] * (C / psi[:, None, None, None]
-                                                 - model.beta * cross / psi[:, None, None, None] ** 2)
-            B[idx, idx] += parts.A0 / psi[:, None, None]
-            B[idx, idx] -= model.beta * np.einsum("in,ip->inp", parts.g, parts.g) / psi[:, None, None] ** 2
+            psi = np.repeat(parts.psi, n)[:, None]
+            cross = parts.g.reshape(N, 1) * R.T                                   # g_i (E_j^T x_i)^T
+            np.multiply(off, C / psi - model.beta * cross / psi ** 2, out=J)
+            blocks[idx, :, idx, :] += parts.A0 / parts.psi[:, None, None]
+            blocks[idx, :, idx, :] -= (model.beta * np.einsum("in,ip->inp", parts.g, parts.g)
+                                       / parts.psi[:, None, None] ** 2)
     if parts.D is not None:
-        B[idx, idx] += parts.D
-    return model.sign * B.transpose(0, 2, 1, 3).reshape(k * n, k * n)
+        blocks[idx, :, idx, :] += parts.D
+    if model.sign != 1:
+        J *= model.sign
+    return J
 
 
 # ----------------------------------------------------------------------------------------------
@@ -318,23 +332,6 @@ def reduced_jacobian(model: Model, positions, masses) -> tuple[np.ndarray, np.nd
     x, m = _checked(model, positions, masses)
     parts = _parts(model, x, m)
     return _reduced_from(model, parts), parts.E
-
-
-def largest_growth(model: Model, positions, masses) -> float:
-    """The largest real part of the reduced Jacobian's eigenvalues (part (a)) at any configuration of the
-    atoms, 1 / unit time: the fastest a perturbation of the atom system can grow there. For gradient flows
-    M^{1/2} J M^{-1/2} is symmetric (Notes) and its largest eigenvalue is exact (``eigvalsh``); otherwise the
-    general eigenvalues. Gershgorin's discs would bound it too, but a lattice of atoms held by their
-    neighbours' repulsion has discs reaching far to the right of its stable spectrum."""
-    x, m = _checked(model, positions, masses)
-    J = _reduced_from(model, _parts(model, x, m))
-    if J.size == 0:
-        return 0.0
-    if model.has_energy:
-        sq = np.sqrt(np.repeat(m, x.shape[1] - 1))
-        Js = J * sq[:, None] / sq[None, :]
-        return float(np.linalg.eigvalsh(0.5 * (Js + Js.T))[-1])
-    return float(np.max(np.linalg.eigvals(J).real))
 
 
 def pull_jacobians(model: Model, positions, masses) -> tuple[np.ndarray, np.ndarray]:

@@ -35,207 +35,35 @@ show up as nodes that coincide.
   so a merge changes the flow by O(merge_tol). Merges are recorded (time, nodes before, after). The
   number of nodes, hence the cost of a step, falls as atoms form.
 - Stop "stationary": max_j |v(x_j)| <= ``drift_tol`` over the nodes (all carry mass); else "t_final".
-- Atoms of a node measure (:func:`node_atoms`): groups of nodes within ``atom_radius`` of each other
-  (single linkage) that hold at least two initial nodes and have a node within ``atom_radius`` of their
-  centre (the normalised weighted mean, which is the atom's position; its resultant length at least
-  1/2); the rest is the *diffuse part* (mass that has not collapsed yet: in descent with a ReLU
-  perceptron, the mass in the dead zone, where every unit is off, crystallises into atoms only over
-  thousands of time units). The centre condition leaves out groups whose mean is not where their mass is: a ring of
-  nodes closing in on a point (data symmetric about an axis on S^2; its mean is the ring's axis), a
-  strongly bent chain, a group around a great circle. An atom's ``extent`` is the largest distance of
-  its nodes from its centre: a group still contracting along a straight or gently bent chain of linked
-  nodes (common on S^1 at t_final, where a chain is never left out) is an atom whose extent says how far
-  it is from a point. ``atom_radius`` defaults to a tenth of the initial
-  node spacing (``space.node_spacing``: 2 pi / N on S^1, sqrt(4 pi / N) on S^2): nodes that never
-  compressed stay farther apart.
-- Error estimate (:func:`estimate_atoms`): the same continuation from the same handoff state with twice
-  the nodes, to the same time; atoms matched by position; the error of a mass (position) is its
-  difference between the two runs extrapolated to infinitely many nodes (Richardson, with the order of
-  the node measure's quadrature of a basin: N^-1 on S^1, where equal-mass nodes place a boundary within
-  one node, and N^-1/2 on S^2, where the node spacing is N^-1/2: the difference times 2, and times 3.4),
-  and likewise for the diffuse mass; an atom without a partner: its own mass. What the rerun cannot see
-  is not in it: the handoff state itself (the Eulerian solution at the handoff, resolved to tail_tol).
+- Atoms of a node measure and the error estimate of their masses: :mod:`solvers.node_measures`. Once every
+  node group is an atom the flow is the atom system (:class:`~solvers.atom_system.AtomSystem`).
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
-from scipy.optimize import linear_sum_assignment
-
-from scipy.linalg import lu_factor, lu_solve
 
 from . import terminal as term
-from .atomic import drift_jacobians, largest_growth, reduced_jacobian
+from .atom_system import ATOM_TOLERANCE, IMPLICIT_DIMENSIONS, KINK, UNSTABLE_STEP, AtomSystem
+from .atomic import reduced_jacobian
 from .balance import balanced, force_scales
-from .atoms import Atoms, circle_closest_chord, circle_neighbour_chords, single_linkage_clusters
+from .atoms import circle_closest_chord, circle_neighbour_chords, single_linkage_clusters
 from .interaction import InteractionSums
 from .model import Model
 from .empirical import measure_energy, measure_velocity
+from .node_jacobian import (DENSE_DIMENSIONS, GroupedJacobian, atoms_factor, growth_bound, spectral_radius,
+                            tangent_solver)
+# the node measures are a module of their own; their names are also imported from here
+from .node_measures import (DUST, UNRESOLVED, NodeAtoms, Nodes, estimate_atoms, handoff_nodes, node_atoms,
+                            not_stationary_note, unresolved)
 from .restart import LagrangianState
-from .stepping import RODASP, ROS34PW2, TABLEAUS, Integration, Rosenbrock, StepController
+from .stepping import RODASP, ROS34PW2, TABLEAUS, Integration, StepController
 
-__all__ = ["Nodes", "handoff_nodes", "node_atoms", "estimate_atoms", "NodeAtoms", "LagrangianPhase"]
-
-
-# ----------------------------------------------------------------------------------------------
-# node measures
-# ----------------------------------------------------------------------------------------------
-@dataclass
-class Nodes:
-    """A node measure sum_j w_j delta_{x_j}: positions (N, d) unit vectors, weights (N,) > 0 summing to
-    1, and ``count`` (N,) the number of initial nodes each node holds (1 until merges)."""
-
-    x: np.ndarray
-    w: np.ndarray
-    count: np.ndarray
-
-    def __len__(self) -> int:
-        return self.w.size
-
-    def copy(self) -> "Nodes":
-        return Nodes(self.x.copy(), self.w.copy(), self.count.copy())
-
-
-def handoff_nodes(space, c: np.ndarray, degree: int, n: int) -> tuple[Nodes, float, str]:
-    """The node measure of the density with canonical coefficients ``c`` of resolution ``degree`` on
-    ``space`` (its ``handoff_nodes``: see the module docstring), about ``n`` nodes. Returns (nodes, clipped
-    mass, description)."""
-    x, w, clipped, desc = space.handoff_nodes(np.asarray(c, dtype=complex), int(degree), int(n))
-    return Nodes(x, w, np.ones(w.size, dtype=np.int64)), clipped, desc
-
-
-# ----------------------------------------------------------------------------------------------
-# atoms of a node measure
-# ----------------------------------------------------------------------------------------------
-class NodeAtoms(Atoms):
-    """Atoms of a node measure: ``positions``, ``masses`` (heaviest first), ``counts`` (initial nodes in each
-    atom), ``extents`` (radians: the largest distance of an atom's nodes from its position), ``diffuse``
-    (the mass outside atoms), ``radius`` (the grouping radius). After :func:`estimate_atoms` also
-    ``mass_errors``, ``position_errors`` (radians), ``diffuse_error`` and ``check_nodes`` (the node count
-    of the finer run); otherwise these are None."""
-
-    def __init__(self, positions, masses, counts, diffuse: float, radius: float, extents=None,
-                 dust: float = 0.0, dust_groups: int = 0) -> None:
-        order = np.argsort(-np.asarray(masses), kind="stable")
-        super().__init__(positions, masses)
-        self.counts = np.asarray(counts, dtype=np.int64)[order]
-        self.extents = (np.full(len(order), np.nan) if extents is None else np.asarray(extents, dtype=float))[order]
-        self.diffuse = float(diffuse)
-        self.radius = float(radius)
-        self.dust, self.dust_groups = float(dust), int(dust_groups)
-        self.mass_errors = self.position_errors = None
-        self.diffuse_error = None
-        self.check_nodes = None
-
-    def heavy(self, min_mass: float) -> "NodeAtoms":
-        keep = self.masses >= min_mass
-        out = NodeAtoms(self.positions[keep], self.masses[keep], self.counts[keep],
-                        self.diffuse + float(self.masses[~keep].sum()), self.radius, self.extents[keep],
-                        self.dust, self.dust_groups)
-        if self.mass_errors is not None:
-            out.mass_errors, out.position_errors = self.mass_errors[keep], self.position_errors[keep]
-            out.diffuse_error, out.check_nodes = self.diffuse_error, self.check_nodes
-        return out
-
-    def __repr__(self) -> str:
-        err = self.mass_errors if self.mass_errors is not None else [None] * len(self)
-        rows = ", ".join(f"{m:.4f}" + (f"±{e:.1e}" if e is not None else "") + f"@{np.round(p, 4).tolist()}"
-                         for p, m, e in zip(self.positions, self.masses, err))
-        return (f"NodeAtoms({len(self)}: {rows}; diffuse {self.diffuse:.4f}"
-                + (f"; dust {self.dust:.4f} in {self.dust_groups} groups" if self.dust_groups else "") + ")")
-
-
-def not_stationary_note(stop_reason: str, t_last: float, groups: int) -> str | None:
-    """The line that says what the ``groups`` node groups of the last snapshot (at ``t_last``) are when the
-    continuation ran to t_final still moving: the measure at that time, in which the groups that still move
-    may yet merge or grow (a ReLU perceptron's dead zone collapses slowly: docs/numerics.md). None for any
-    other end: "stationary"; an interruption (which the run's message already
-    explains, and which may have come after the stop, in the error-estimate rerun); or no group at all."""
-    if stop_reason != "t_final" or groups == 0:
-        return None
-    return (f"not stationary at t_final: these node groups are the measure at t = {t_last:.6g}, and those still "
-            "moving may yet merge or grow")
-
-
-#: what a listing adds to a node group whose mass is not above its mass error (:func:`unresolved`)
-UNRESOLVED = " (not resolved: its mass is within its error)"
-
-
-def unresolved(masses, errors) -> np.ndarray:
-    """Which node groups have a mass no larger than its error estimate (:func:`estimate_atoms`): groups the
-    node count does not resolve, e.g. a few nodes still on their way, or the nodes of a polar ring of the
-    S^2 Gauss grid, closer than the default radius from the start, that the clipping of rho <= 0 left as an
-    arc. All False without errors."""
-    masses = np.asarray(masses, dtype=float)
-    return np.zeros(masses.shape, bool) if errors is None else np.asarray(errors, dtype=float) >= masses
-
-
-#: node groups lighter than this (of the total mass) are dust, counted apart from the atoms: along a ReLU
-#: unit's dead-zone boundary the nodes gather into strings of tiny groups that are not the run's answer
-DUST = 1e-3
-
-
-def node_atoms(nodes: Nodes, radius: float, dust: float = DUST) -> NodeAtoms:
-    """Atoms of a node measure: single-linkage groups at geodesic ``radius`` holding >= 2 initial nodes,
-    with a node within ``radius`` of their centre (module docstring); groups lighter than ``dust`` are
-    counted apart (``NodeAtoms.dust``, ``dust_groups``)."""
-    x, w, count = nodes.x, nodes.w, nodes.count
-    d = x.shape[1]
-    if len(w) == 0:
-        return NodeAtoms(np.zeros((0, d)), np.zeros(0), np.zeros(0), 0.0, radius)
-    centres, masses, labels = single_linkage_clusters(x, w, radius)
-    k = len(masses)
-    counts = np.bincount(labels, weights=count, minlength=k).astype(np.int64)
-    # geodesic distance of each node from its group's centre, from the chord (accurate for small angles)
-    gap = 2.0 * np.arcsin(np.minimum(np.linalg.norm(x - centres[labels], axis=1) / 2.0, 1.0))
-    extents, nearest = np.zeros(k), np.full(k, np.inf)
-    np.maximum.at(extents, labels, gap)
-    np.minimum.at(nearest, labels, gap)
-    # the mean resultant length: near 0 for a group around a whole great circle, whose normalised mean is a
-    # round-off direction (which may even fall on one of its nodes)
-    total = np.zeros((k, d))
-    np.add.at(total, labels, w[:, None] * x)
-    resultant = np.divide(np.linalg.norm(total, axis=1), masses, out=np.zeros(k), where=masses > 0)
-    atom = (counts >= 2) & (nearest <= radius) & (resultant >= 0.5)
-    small = atom & (masses < dust)
-    atom &= ~small
-    rest = ~atom & ~small
-    return NodeAtoms(centres[atom], masses[atom], counts[atom], float(masses[rest].sum()), radius, extents[atom],
-                     float(masses[small].sum()), int(small.sum()))
-
-
-def estimate_atoms(atoms: NodeAtoms, check: NodeAtoms, check_nodes: int, floor: float = 0.0,
-                   match_radius: float = 0.1, ratio: float = 2.0, order: float = 1.0) -> NodeAtoms:
-    """``atoms`` with the error estimate from ``check``, the atoms of the same continuation with ``ratio``
-    times the nodes at the same time: atoms paired one to one by least total distance (pairs farther than
-    ``match_radius`` radians do not count). A paired atom's errors are its mass and position differences
-    extrapolated (Richardson): if a quantity converges like N^-order in the node count, its error at N is
-    the difference divided by 1 - ratio^-order (2 for order 1 and ratio 2: the difference alone is about
-    half the error). An unpaired atom's mass error is its own mass (its position error is unknown, nan).
-    Mass errors are at least ``floor`` (the caller's: the largest initial node weight per end of a basin,
-    two on S^1): an atom's basin boundary lies somewhere within one node spacing, so its mass is not known
-    more finely (two runs can agree exactly when both grids put the boundary between the same mass
-    coordinates)."""
-    out = NodeAtoms(atoms.positions, atoms.masses, atoms.counts, atoms.diffuse, atoms.radius, atoms.extents,
-                    atoms.dust, atoms.dust_groups)
-    n = len(out)
-    merr = out.masses.copy()
-    perr = np.full(n, np.nan)
-    gain = 1.0 / (1.0 - float(ratio) ** -float(order))
-    if n and len(check):
-        dist = np.arccos(np.clip(out.positions @ check.positions.T, -1.0, 1.0))
-        rows, cols = linear_sum_assignment(np.where(dist <= match_radius, dist, 1e6))
-        for i, j in zip(rows, cols):
-            if dist[i, j] <= match_radius:
-                merr[i] = max(gain * abs(out.masses[i] - check.masses[j]), floor)
-                perr[i] = gain * dist[i, j]
-    out.mass_errors, out.position_errors = merr, perr
-    out.diffuse_error = max(gain * abs(out.diffuse - check.diffuse), floor)
-    out.check_nodes = int(check_nodes)
-    return out
+__all__ = ["Nodes", "handoff_nodes", "node_atoms", "estimate_atoms", "NodeAtoms", "LagrangianPhase", "DUST",
+           "UNRESOLVED", "unresolved", "not_stationary_note", "KINK", "ATOM_TOLERANCE", "UNSTABLE_STEP",
+           "IMPLICIT_DIMENSIONS"]
 
 
 def _merge(nodes: Nodes, tol: float, slack: float | None = None) -> tuple[Nodes, int, float | None]:
@@ -345,21 +173,8 @@ def _closest_chord(x: np.ndarray, near: tuple | None = None) -> float:
 # ----------------------------------------------------------------------------------------------
 # the continuation
 # ----------------------------------------------------------------------------------------------
-#: node systems of at most this many tangent dimensions take Rosenbrock steps with the dense Jacobian of the
-#: node flow (L-stable: the step follows the slow collapse, not the fastest atom's rate); larger ones with its
-#: block-diagonal perceptron part
-IMPLICIT_DIMENSIONS = 768
-
-
-def _block_norm(B: np.ndarray) -> float:
-    """max_i ||B_i||_2 of blocks (k, n, n): the spectral radius bound of a block-diagonal matrix."""
-    if B.size == 0:
-        return 0.0
-    if B.shape[1] == 1:
-        return float(np.abs(B).max())
-    return float(np.linalg.norm(B, ord=2, axis=(1, 2)).max())
-#: the explicit steps are checked for stiffness every this many steps: h rho(J) above STIFF (DP54's real
-#: stability bound is 3.3) switches to ROS34PW2, and a Rosenbrock step with h rho(J) below NONSTIFF back
+#: the steps are checked for stiffness every this many steps: h rho(W) above STIFF (DP54's real stability
+#: bound is 3.3) switches from DP54 to ROS34PW2, and below NONSTIFF back
 STIFFNESS_CHECK = 25
 STIFF = 2.0
 NONSTIFF = 0.5
@@ -372,14 +187,6 @@ LEAVE_GROWTHS = 20.0
 #: the run stops at the state it is on after this many plateaus: a guard against a cycle the check for a
 #: plateau met again misses; a dead-zone lattice's cascade of splits passes through dozens before its stable end
 MAX_PLATEAUS = 1024
-#: the step error (radians) of the atom system (LagrangianPhase.atoms_mode): a few atoms cost little, and the
-#: times of their late merges are integrals of their whole slow approach
-ATOM_TOLERANCE = 1e-9
-#: and its steps follow every growing mode: h x (growth rate) at most this
-UNSTABLE_STEP = 0.5
-#: an atom carried across a ReLU unit's switching line from within this (of <a, x> + b) is placed this far on
-#: the active side (LagrangianPhase._off_kinks): 1e-12 rad, far below every error bar
-KINK = 1e-12
 
 
 def diffuse_rate_of(log: list) -> tuple[float, float] | None:
@@ -391,7 +198,7 @@ def diffuse_rate_of(log: list) -> tuple[float, float] | None:
     return float(d1), (float(d0) - float(d1)) / (float(t1) - float(t0))
 
 
-class LagrangianPhase(Integration):
+class LagrangianPhase(AtomSystem, Integration):
     """The node measure stepped in time (module docstring): an :class:`~solvers.stepping.Integration` of the
     node positions, built at the handoff or from a restart state; :meth:`run` advances it to t_final or
     until "stationary".
@@ -417,6 +224,8 @@ class LagrangianPhase(Integration):
         certification replace ``nodes``, ``t``, ``dt``, ``nsteps``, ``nrejected`` and ``merges``)
     """
 
+    HOLD_AFTER_REJECT = True
+
     def __init__(self, model: Model, space, nodes: Nodes | None, t: float, degree: int, rtol: float, atol: float,
                  merge_tol: float, drift_tol: float, sums: InteractionSums | None = None, dt: float | None = None,
                  nsteps: int = 0, nrejected: int = 0, merges: list | None = None, certify: bool = False,
@@ -434,12 +243,13 @@ class LagrangianPhase(Integration):
         self.sums = sums
         self.merges = [] if merges is None else merges
         self.certify, self.atom_radius, self.kick = certify, atom_radius, kick
-        self.psi = None
-        self._save_time = self._on_save = None
+        self.psi: np.ndarray | None = None
+        self._save_time: Callable[[], float] | None = None
+        self._on_save: Callable[[], None] | None = None
         self.stationary = True
-        self._merge_slack = None          # see _merge (not part of the restart state: it only skips searches)
+        self._merge_slack: float | None = None     # see _merge (not part of the restart state: it only skips searches)
         self.implicit = False             # Rosenbrock steps (see _check_stiffness)
-        self._stiff_h = None              # h rho(J) of the last Rosenbrock factorisation
+        self._jac: tuple | None = None    # (x, w, kind, W) of the last W (see _jacobian)
         self.terminal = None              # the certified state (solvers.terminal.TerminalState)
         self.ended = None                 # (stop reason, message) once certified stationary
         self.plateaus: list = []
@@ -474,41 +284,39 @@ class LagrangianPhase(Integration):
             self.tableau = tab
             self.controller = StepController(tab.error_order)
 
-    def _stiffness(self, J: np.ndarray, h: float) -> float:
-        """h rho(J), rho estimated by the power method on J^T J (an upper bound: the largest singular value)."""
-        v = np.ones(J.shape[0]) / math.sqrt(J.shape[0])
-        sigma = 0.0
-        for _ in range(12):
-            w = J.T @ (J @ v)
-            norm = float(np.linalg.norm(w))
-            if norm == 0.0:
-                return 0.0
-            sigma, v = math.sqrt(norm), w / norm
-        return h * sigma
+    def _w_kind(self) -> str:
+        """Which W the Rosenbrock steps use (:mod:`solvers.node_jacobian`): "atoms" (the atom system's exact
+        Jacobian), "dense" (the node flow's whole Jacobian, few nodes) or "grouped" (each node's own block and
+        the attention of sources aggregated over cells half a kernel width wide). A W-method keeps its order
+        with either."""
+        if self.atoms_mode:
+            return "atoms"
+        return "dense" if len(self.nodes) * (self.nodes.x.shape[1] - 1) <= DENSE_DIMENSIONS else "grouped"
 
-    def _dense(self) -> bool:
-        """Whether the Rosenbrock steps use the node flow's whole Jacobian (few nodes) or only its local,
-        block-diagonal part, the perceptron's (``solvers.atomic.drift_jacobians``): a W-method keeps its
-        order with either, and the perceptron is where the stiffness of many nodes comes from."""
-        return self.atoms_mode or len(self.nodes) * (self.nodes.x.shape[1] - 1) <= IMPLICIT_DIMENSIONS
+    def _jacobian(self, kind: str, x: np.ndarray | None = None):
+        """The W of ``kind`` at the current nodes (or at ``x``, not kept): a :class:`GroupedJacobian`, or
+        (J, frames) with J the dense reduced Jacobian. Computed once per state: the step bound, the
+        factorisation and the retries of a rejected step share it."""
+        n = self.nodes
+        if x is not None:
+            return GroupedJacobian(self.model, x, n.w) if kind == "grouped" else reduced_jacobian(self.model, x, n.w)
+        c = self._jac
+        if c is not None and c[0] is n.x and c[1] is n.w and c[2] == kind:
+            return c[3]
+        W = GroupedJacobian(self.model, n.x, n.w) if kind == "grouped" else reduced_jacobian(self.model, n.x, n.w)
+        self._jac = (n.x, n.w, kind, W)
+        return W
 
     def _check_stiffness(self) -> None:
-        """After an accepted step: switch to the Rosenbrock steps when the explicit ones are stiff (every
-        STIFFNESS_CHECK steps), back when the Rosenbrock step is no longer (its last factorisation). The atom
-        system always steps with them: its slow drifts outlast every other rate by many decades."""
+        """After an accepted step, every STIFFNESS_CHECK steps: switch to the Rosenbrock steps when the explicit
+        ones are stiff, h rho(W) > STIFF for the next step h, and back when they are no longer, h rho(W) <
+        NONSTIFF. The atom system always steps with them: its slow drifts outlast every other rate by many
+        decades."""
         if self.atoms_mode:
             self.implicit = True
-        elif self.implicit:
-            if self._stiff_h is not None and self._stiff_h < NONSTIFF:
-                self.implicit = False
         elif self.nsteps % STIFFNESS_CHECK == 0 and self.dt:
-            if self._dense():
-                J, _ = reduced_jacobian(self.model, self.nodes.x, self.nodes.w)
-                stiff = self._stiffness(J, self.dt)
-            else:
-                stiff = self.dt * _block_norm(drift_jacobians(self.model, self.nodes.x)[0])
-            if stiff > STIFF:
-                self.implicit = True
+            stiff = self.dt * self._rate(self._jacobian(self._w_kind()))
+            self.implicit = stiff > NONSTIFF if self.implicit else stiff > STIFF
         self._choose_method()
 
     # --- the field --------------------------------------------------------------------------------
@@ -552,12 +360,14 @@ class LagrangianPhase(Integration):
 
     def step_bound(self) -> float:
         """The atom system's steps resolve every growing mode: h Re(lambda) <= ``UNSTABLE_STEP`` for the
-        eigenvalues of its Jacobian (:func:`~solvers.atomic.largest_growth`). An implicit step much longer than 1 / lambda
-        damps a growing mode instead of following it: an atom that has just crossed a ReLU unit's switching line
-        into the unit's push would be put back, step after step."""
+        eigenvalues of its Jacobian. An implicit step much longer than 1 / lambda damps a growing mode instead of
+        following it: an atom that has just crossed a ReLU unit's switching line into the unit's push would be
+        put back, step after step. (:func:`~solvers.node_jacobian.growth_bound`: the largest real part of the
+        eigenvalues, or a bound of it.)"""
         if not self.atoms_mode:
             return math.inf
-        growth = largest_growth(self.model, self.nodes.x, self.nodes.w)
+        J, _ = self._jacobian("atoms")
+        growth = growth_bound(J, self.nodes.w, self.model.has_energy, UNSTABLE_STEP / self.dt if self.dt else 0.0)
         return UNSTABLE_STEP / growth if growth > 0 else math.inf
 
     def min_step(self) -> float:
@@ -566,43 +376,25 @@ class LagrangianPhase(Integration):
         return 1e-14 if self.atoms_mode else super().min_step()
 
     def jacobian_factor(self, u: np.ndarray, g: float):
-        """(I - g W)^{-1} for the Rosenbrock steps, W = E J E^T with J the node flow's Jacobian on the nodes'
-        tangent frames E (:meth:`_dense`), or its block-diagonal perceptron part; the normal components of a
-        vector pass through unchanged (the flow keeps |x|)."""
-        x = u / np.linalg.norm(u, axis=1, keepdims=True)
-        h = g / self.tableau.gamma
-        if not self._dense():
-            B, E = drift_jacobians(self.model, x)
-            self._stiff_h = h * _block_norm(B)
-            M = np.eye(B.shape[1]) - g * B
+        """(I - g W)^{-1} for the Rosenbrock steps (:meth:`_w_kind`, :mod:`solvers.node_jacobian`): W = E J E^T
+        with J the node flow's Jacobian on the nodes' tangent frames E, or its near-neighbour part; the normal
+        components of a vector pass through unchanged (the flow keeps |x|). The atom system's W is the exact
+        Jacobian of F(u) = v(u / |u|), its normal part included (RODASP needs it)."""
+        kind = self._w_kind()
+        x = u if u is self.nodes.x else u / np.linalg.norm(u, axis=1, keepdims=True)
+        W = self._jacobian(kind, None if u is self.nodes.x else x)
+        if isinstance(W, GroupedJacobian):
+            return W.solver(g)
+        J, E = W
+        if kind == "atoms":
+            v = self.f if u is self.nodes.x and self.f is not None else self.model.velocity_at_atoms(x, self.nodes.w)
+            return atoms_factor(J, E, x, v, g)
+        return tangent_solver(J, E, g)
 
-            def solve_local(b: np.ndarray) -> np.ndarray:
-                beta = np.einsum("nd,ndk->nk", b, E)
-                alpha = np.linalg.solve(M, beta[:, :, None])[:, :, 0]
-                return b + np.einsum("ndk,nk->nd", E, alpha - beta)
-            return solve_local
-        J, E = reduced_jacobian(self.model, x, self.nodes.w)
-        if self.atoms_mode:
-            # RODASP needs the exact Jacobian of F(u) = v(u / |u|): its tangent part E J E^T and, since <x, v> = 0
-            # on the sphere, the normal part -x_i <v_i, .> of each atom's own block (F ignores the normal
-            # direction of its argument). Few dimensions: an inverse instead of a solver's per-call overhead
-            Minv = np.linalg.inv(np.eye(J.shape[0]) - g * J)
-            v = self.model.velocity_at_atoms(x, self.nodes.w)
-
-            def solve_small(b: np.ndarray) -> np.ndarray:
-                beta = np.einsum("nd,ndk->nk", b, E)
-                alpha = np.einsum("ndk,nk->nd", E, (Minv @ beta.ravel()).reshape(beta.shape))
-                normal = np.einsum("nd,nd->n", b, x) - g * np.einsum("nd,nd->n", v, alpha)
-                return alpha + normal[:, None] * x
-            return solve_small
-        self._stiff_h = self._stiffness(J, h)
-        lu = lu_factor(np.eye(J.shape[0]) - g * J, check_finite=False)
-
-        def solve(b: np.ndarray) -> np.ndarray:
-            beta = np.einsum("nd,ndk->nk", b, E)
-            alpha = lu_solve(lu, beta.ravel(), check_finite=False).reshape(beta.shape)
-            return b + np.einsum("ndk,nk->nd", E, alpha - beta)
-        return solve
+    @staticmethod
+    def _rate(W) -> float:
+        """rho(W), estimated by the power method (:func:`~solvers.node_jacobian.spectral_radius`)."""
+        return W.spectral_radius() if isinstance(W, GroupedJacobian) else spectral_radius(W[0])
 
     # --- snapshots --------------------------------------------------------------------------------
     def row(self, output_points: int, smoothing: float) -> dict:
@@ -648,7 +440,8 @@ class LagrangianPhase(Integration):
             return "non-finite", f"non-finite node velocity at t = {self.t:.6g}"
         if self.stationary and drift <= self.drift_tol and not self.forced:
             if not self.certify:
-                return "stationary", f"max |v| over the {len(self.nodes)} nodes = {drift:.3g} <= drift_tol {self.drift_tol:g}"
+                return "stationary", (f"max |v| over the {len(self.nodes)} nodes = {drift:.3g} <= drift_tol "
+                                      f"{self.drift_tol:g}")
             plateaus = len(self.plateaus)
             stop = self._attempt(force=True, slow=True)
             if stop is not None:
@@ -764,121 +557,6 @@ class LagrangianPhase(Integration):
         """Close the open slow stage (if any) at ``t`` (default now): the atoms changed, or the end came."""
         if self.stages and not math.isfinite(self.stages[-1].t_left):
             self.stages[-1].t_left = self.t if t is None else t
-
-    def _all_atoms(self, groups: "term.Groups") -> bool:
-        """Whether every node group is an atom within the grouping radius: at least two initial nodes (a node
-        that never met another is mass not yet collapsed) within ``atom_radius`` of its centre; and few enough
-        for the atom system's dense implicit steps."""
-        d = self.nodes.x.shape[1]
-        return (len(groups) * (d - 1) <= IMPLICIT_DIMENSIONS and bool(np.all(groups.counts >= 2))
-                and bool(np.all(groups.extents <= self.atom_radius)) and bool(np.all(groups.resultant >= 0.5)))
-
-    def _to_atoms(self, groups: "term.Groups") -> None:
-        """Replace every node group by one node at its centre (the normalised weighted mean, with the group's
-        mass and initial nodes): the node measure is then the atomic measure it has become, to within the
-        grouping radius, and its flow is the k-atom system, stepped from here with ROS34PW2 and its dense
-        Jacobian to ``ATOM_TOLERANCE``, summed directly, and (in ascent) merging atoms that meet within the
-        grouping radius."""
-        first = np.full(len(groups), len(self.nodes))
-        np.minimum.at(first, groups.labels, np.arange(len(self.nodes)))
-        order = np.argsort(first, kind="stable")       # the nodes' own order, as _merge keeps it
-        self.nodes = Nodes(np.ascontiguousarray(groups.centres[order]), groups.masses[order].copy(),
-                           groups.counts[order].copy())
-        self.atoms_mode = True
-        self.f = self.psi = None
-        self._merge_slack = None
-        self.forced = False
-        self._check_stiffness()
-        self._choose_method()
-
-    def _meetings(self, x_old: np.ndarray, x_new: np.ndarray) -> tuple[list, bool]:
-        """The pairs (i, j) of atoms within the grouping radius after the step and closer than before it (they
-        meet: in ascent they merge), and whether some pair crossed the radius during the step."""
-        link = 2.0 * math.sin(self.atom_radius / 2.0)
-        new = np.linalg.norm(x_new[:, None, :] - x_new[None, :, :], axis=2)
-        old = np.linalg.norm(x_old[:, None, :] - x_old[None, :, :], axis=2)
-        i, j = np.nonzero(np.triu((new <= link) & (new < old), 1))
-        return list(zip(i.tolist(), j.tolist())), bool(np.any(old[i, j] > link))
-
-    def _meeting_time(self, x_old: np.ndarray, f_old: np.ndarray, h: float, pairs: list) -> float:
-        """The time within the step from (``_t_step``, x_old) at which the first of ``pairs`` came within the
-        grouping radius: the step taken again with shorter lengths, bisection and secant on its length."""
-        link = 2.0 * math.sin(self.atom_radius / 2.0)
-        stepper = Rosenbrock(self.rhs, self.tableau, self.jacobian_factor)
-        i, j = np.array(pairs).T
-
-        def gap(s: float) -> float:
-            u = stepper.step(self._t_step, x_old, s, f_old)[0]
-            u = u / np.linalg.norm(u, axis=1, keepdims=True)
-            return float(np.min(np.linalg.norm(u[i] - u[j], axis=1))) - link
-
-        lo, hi = 0.0, h
-        g_lo, g_hi = float(np.min(np.linalg.norm(x_old[i] - x_old[j], axis=1))) - link, gap(hi)
-        for _ in range(60):
-            if hi - lo <= 1e-13 * h:
-                break
-            s = hi - g_hi * (hi - lo) / (g_hi - g_lo) if g_hi != g_lo else 0.5 * (lo + hi)
-            if not lo < s < hi:
-                s = 0.5 * (lo + hi)
-            g = gap(s)
-            if g > 0.0:
-                lo, g_lo = s, g
-            else:
-                hi, g_hi = s, g
-            if abs(g) <= 1e-15:
-                break
-        return self._t_step + hi
-
-    def _off_kinks(self, x: np.ndarray) -> np.ndarray:
-        """Atoms within ``KINK`` of a ReLU unit's switching line and carried into the unit's active side, placed
-        on that side at ``KINK`` (counted in ``kink_crossings``). Past the line the unit's push grows the
-        distance at its own rate from wherever the atom is; from within round-off of the line that growth moves
-        the atom by less than its coordinates resolve, and steps short enough to follow the growth would
-        leave it there for ever."""
-        p = self.model.perceptron
-        if p is None or p.activation != "relu":
-            return x
-        z = x @ p.a.T + p.b                                                 # (k, m)
-        near = np.abs(z) <= KINK
-        if not near.any():
-            return x
-        v = self.model.velocity_at_atoms(x, self.nodes.w)
-        push = near & ((v @ p.a.T) > 0.0)
-        if not push.any():
-            return x
-        x = x.copy()
-        for i, u in zip(*np.nonzero(push)):
-            t = p.a[u] - (p.a[u] @ x[i]) * x[i]                             # grad of <a_u, x> on the sphere
-            x[i] += (KINK - z[i, u]) * t / (t @ t)
-            x[i] /= np.linalg.norm(x[i])
-            self.kink_crossings += 1
-        return x
-
-    def _merge_atoms(self, x: np.ndarray, pairs: list) -> Nodes:
-        """The atoms with each linked set of ``pairs`` joined into one (normalised weighted mean, summed mass
-        and initial nodes), in the order of their first member."""
-        N = len(x)
-        parent = list(range(N))
-
-        def root(a: int) -> int:
-            while parent[a] != a:
-                parent[a] = parent[parent[a]]
-                a = parent[a]
-            return a
-        for a, b in pairs:
-            ra, rb = root(a), root(b)
-            if ra != rb:
-                parent[max(ra, rb)] = min(ra, rb)
-        labels = np.array([root(a) for a in range(N)])
-        keep = np.unique(labels)
-        index = np.searchsorted(keep, labels)
-        w, count = self.nodes.w, self.nodes.count
-        mass = np.bincount(index, weights=w, minlength=len(keep))
-        centre = np.zeros((len(keep), x.shape[1]))
-        np.add.at(centre, index, w[:, None] * x)
-        centre /= np.linalg.norm(centre, axis=1, keepdims=True)
-        counts = np.bincount(index, weights=count, minlength=len(keep)).astype(np.int64)
-        return Nodes(np.ascontiguousarray(centre), mass, counts)
 
     def _end(self, cert, message: str | None) -> tuple[str, str] | None:
         """Keep ``cert`` as the terminal state; with a message, the run ends there ("stationary")."""

@@ -28,6 +28,7 @@ from .interaction import InteractionSums
 from .interrupts import at_once, graceful_stop
 from .model import Model, density_values
 from .eulerian import EulerianPhase, grid_rows
+from .rerun import BackgroundRerun, spare_core
 from .restart import GoodState, LagrangianState, pde_state_from_dict
 from .stepping import Progress
 from .terminal import TerminalState
@@ -274,6 +275,7 @@ class PDERun:
         self.spectral: tuple[int, int, float] | None = None
         self.check: ErrorEstimate | None = None               # the error-estimate run's final node measure
         self.checking = False        # inside the error-estimate run (an interruption there says so)
+        self._background: BackgroundRerun | None = None   # the error-estimate rerun beside the run (solvers.rerun)
         self.last_restart: dict | None = None
         self._ran = False
         self._resumed_from = None if state is None else state.t
@@ -432,6 +434,9 @@ class PDERun:
         except KeyboardInterrupt:
             stop, message = "interrupted", self._interrupted()
         finally:
+            if self._background is not None:        # started, and neither kept nor cancelled: not used
+                self._background.cancel()
+                self._background = None
             self.progress.close()
         return self._result(stop, message, time.perf_counter() - wall0)
 
@@ -531,12 +536,29 @@ class PDERun:
             self.save_index += 1
             self._snapshot_nodes(smoothing)
 
+        # the error-estimate rerun starts now, on a thread of its own beside the run (solvers.rerun), expecting
+        # the end a run to t_final = inf has (certified: the rerun to its own certified end) or a finite t_final
+        # has (reached: the rerun to it); _error_estimate_run keeps it only where the run ended so
+        self._background = None
+        if self.opts.error_estimate and spare_core():
+            certify = math.isinf(self.t_final)
+            phase, n2 = self._rerun_phase(certify)
+            self._background = BackgroundRerun(phase, n2, self.t_final, certify, self.opts.max_steps,
+                                               self.stop_request, {"check": "2x nodes", "t_end": self.t_final})
+            self._background.start()
         # a resumed run re-derives its stop from the state (t >= t_final, stationary, max_steps): a run
         # killed after its last snapshot goes straight on to the error-estimate run
         lag.stop_request = self.stop_request
         lag.checkpoint, lag.checkpoint_every = self.checkpoint, self.checkpoint_every
-        stop, message = lag.run(self.t_final, save_time=lambda: self._save_time(self.save_index),
-                                on_save=save, progress=self.progress, max_steps=self.opts.max_steps)
+        stop = None
+        try:
+            stop, message = lag.run(self.t_final, save_time=lambda: self._save_time(self.save_index),
+                                    on_save=save, progress=self.progress, max_steps=self.opts.max_steps)
+        finally:
+            # an exception, an interruption or a stop that has no rerun: the thread stops after its step
+            if self._background is not None and stop not in ("t_final", "stationary"):
+                self._background.cancel()
+                self._background = None
         self.t = lag.t
         if stop != "interrupted" and self._last_snapshot_t != self.t:
             self._snapshot_nodes(smoothing)
@@ -547,32 +569,48 @@ class PDERun:
         nodes = row.pop("nodes")
         self._record(row, nodes)
 
+    def _rerun_phase(self, certify: bool) -> tuple["lagrangian.LagrangianPhase", int]:
+        """The error-estimate rerun's phase: twice the nodes from the handoff state, certifying its own end
+        when ``certify``; and its node count."""
+        nodes, _, _ = self._continuation_nodes(factor=2)
+        return self._new_phase(nodes, self.good.t, self._atom_radius(len(nodes)) if certify else None), len(nodes)
+
     def _error_estimate_run(self) -> None:
         """The continuation again from the handoff state with twice the nodes: to its own certified end when
-        the run was certified stationary (the terminal masses are compared), else to the same time."""
+        the run was certified stationary (the terminal masses are compared), else to the same time. The rerun
+        started beside the run at the handoff (:meth:`_lagrangian`) is that one when the run ended as it
+        expected, and its numbers are the same (:mod:`solvers.rerun`); otherwise it is run here."""
         t_end = self.lag.t
-        nodes, _, _ = self._continuation_nodes(factor=2)
         certified = self.lag.terminal is not None and self.lag.ended is not None
-        phase = self._new_phase(nodes, self.good.t,
-                                self._atom_radius(len(nodes)) if certified else None)
-        wall0 = time.perf_counter()
+        background, self._background = self._background, None
+        if background is not None and not (background.certify == certified and (certified or t_end == self.t_final)):
+            background.cancel()
+            background = None
         self.t = self.good.t
         # t_end: the rerun's end, which is before t_final when the run stopped stationary
         end = self.t_final if certified else t_end
         report = lambda t, info: self.progress(t, {"check": "2x nodes", "t_end": end, **info})  # noqa: E731
         self.checking = True
-        phase.stop_request = self.stop_request
         try:
-            stop, message = phase.run(self.t_final if certified else t_end, progress=report,
-                                      stationary=certified, max_steps=self.opts.max_steps)
+            if background is not None:
+                phase, n2 = background.phase, background.initial_nodes
+                stop, message = background.wait(self.progress)
+                wall = background.wall
+            else:
+                phase, n2 = self._rerun_phase(certified)
+                wall0 = time.perf_counter()
+                phase.stop_request = self.stop_request
+                stop, message = phase.run(self.t_final if certified else t_end, progress=report,
+                                          stationary=certified, max_steps=self.opts.max_steps)
+                wall = time.perf_counter() - wall0
             if stop == "interrupted":
                 raise KeyboardInterrupt      # reported as an interruption of the rerun (see run)
         finally:
             self.t = t_end                   # the run's own state is at t_end, interrupted or not
         self.checking = False
-        self.check = ErrorEstimate(t=phase.t, initial_nodes=len(nodes), x=phase.nodes.x, w=phase.nodes.w,
+        self.check = ErrorEstimate(t=phase.t, initial_nodes=n2, x=phase.nodes.x, w=phase.nodes.w,
                                    count=phase.nodes.count, nsteps=phase.nsteps, stop_reason=stop,
-                                   wall_time=time.perf_counter() - wall0, terminal=phase.terminal)
+                                   wall_time=wall, terminal=phase.terminal)
 
     def _terminal_errors(self, terminal: TerminalState, check: TerminalState, n2: int) -> TerminalState:
         """The terminal state with the errors of its masses and positions from the rerun's terminal state (the

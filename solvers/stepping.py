@@ -21,160 +21,18 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
 from ._compiled import kernels
+from .progress import Progress, always
+# the methods are data of their own module; they are also imported from here
+from .tableaus import BS32, DP54, EULER, RK4, RODASP, ROS2, ROS34PW2, TABLEAUS, RosenbrockTableau, Tableau
 
-__all__ = ["Tableau", "TABLEAUS", "IFRungeKutta", "RosenbrockTableau", "ROS2", "ROS34PW2", "Rosenbrock",
-           "StepController",
-           "Integration", "Progress", "round_step"]
+__all__ = ["Tableau", "TABLEAUS", "IFRungeKutta", "RosenbrockTableau", "ROS2", "ROS34PW2", "RODASP", "Rosenbrock",
+           "StepController", "Integration", "Progress", "round_step", "DP54", "BS32", "RK4", "EULER"]
 
-
-@dataclass(frozen=True)
-class Tableau:
-    """Butcher tableau of an explicit method, with embedded error weights ``e = b - bhat``."""
-
-    name: str
-    c: tuple[float, ...]
-    A: tuple[tuple[float, ...], ...]
-    b: tuple[float, ...]
-    e: tuple[float, ...] | None
-    order: int
-    error_order: int | None
-    fsal: bool
-
-    @property
-    def stages(self) -> int:
-        return len(self.c)
-
-
-DP54 = Tableau(
-    name="DP54",
-    c=(0.0, 1 / 5, 3 / 10, 4 / 5, 8 / 9, 1.0, 1.0),
-    A=((),
-       (1 / 5,),
-       (3 / 40, 9 / 40),
-       (44 / 45, -56 / 15, 32 / 9),
-       (19372 / 6561, -25360 / 2187, 64448 / 6561, -212 / 729),
-       (9017 / 3168, -355 / 33, 46732 / 5247, 49 / 176, -5103 / 18656),
-       (35 / 384, 0.0, 500 / 1113, 125 / 192, -2187 / 6784, 11 / 84)),
-    b=(35 / 384, 0.0, 500 / 1113, 125 / 192, -2187 / 6784, 11 / 84, 0.0),
-    e=(71 / 57600, 0.0, -71 / 16695, 71 / 1920, -17253 / 339200, 22 / 525, -1 / 40),
-    order=5, error_order=4, fsal=True,
-)
-
-BS32 = Tableau(
-    name="BS32",
-    c=(0.0, 1 / 2, 3 / 4, 1.0),
-    A=((), (1 / 2,), (0.0, 3 / 4), (2 / 9, 1 / 3, 4 / 9)),
-    b=(2 / 9, 1 / 3, 4 / 9, 0.0),
-    e=(2 / 9 - 7 / 24, 1 / 3 - 1 / 4, 4 / 9 - 1 / 3, -1 / 8),
-    order=3, error_order=2, fsal=True,
-)
-
-RK4 = Tableau(
-    name="RK4",
-    c=(0.0, 0.5, 0.5, 1.0),
-    A=((), (0.5,), (0.0, 0.5), (0.0, 0.0, 1.0)),
-    b=(1 / 6, 1 / 3, 1 / 3, 1 / 6),
-    e=None, order=4, error_order=None, fsal=False,
-)
-
-EULER = Tableau(name="Euler", c=(0.0,), A=((),), b=(1.0,), e=None, order=1, error_order=None, fsal=False)
-
-TABLEAUS = {t.name: t for t in (DP54, BS32, RK4, EULER)}
-
-
-@dataclass(frozen=True)
-class RosenbrockTableau:
-    """A linearly implicit (Rosenbrock-W) method, given as in Hairer & Wanner (IV.7) by its stage weights
-    ``alpha`` (strictly lower), ``Gamma`` (lower, constant diagonal gamma), weights ``b`` and embedded
-    weights ``bhat``, and stepped in the form without matrix-vector products:
-
-        (I - gamma h W) k_i = F(u + h sum_{j<i} a_ij k_j) + sum_{j<i} c_ij k_j,
-        u_new = u + h sum_i m_i k_i,   err = h sum_i e_i k_i,
-
-    a = gamma alpha Gamma^-1, c = -gamma Gamma^-1 below the diagonal, m = gamma b Gamma^-1, e = m -
-    gamma bhat Gamma^-1. W approximates the Jacobian dF/du; a W-method keeps its order for any W."""
-
-    name: str
-    alpha: tuple[tuple[float, ...], ...]
-    Gamma: tuple[tuple[float, ...], ...]
-    b: tuple[float, ...]
-    bhat: tuple[float, ...]
-    order: int
-    error_order: int
-
-    def __post_init__(self) -> None:
-        G = np.array(self.Gamma, dtype=float)
-        g = float(G[0, 0])
-        Gi = np.linalg.inv(G)
-        object.__setattr__(self, "gamma", g)
-        object.__setattr__(self, "a", np.tril(g * np.array(self.alpha, dtype=float) @ Gi, -1))
-        object.__setattr__(self, "c", np.tril(-g * Gi, -1))
-        m = g * np.array(self.b, dtype=float) @ Gi
-        object.__setattr__(self, "m", m)
-        object.__setattr__(self, "e", m - g * np.array(self.bhat, dtype=float) @ Gi)
-
-    @property
-    def stages(self) -> int:
-        return len(self.b)
-
-
-_G2 = 1.0 + 1.0 / math.sqrt(2.0)
-#: ROS2 (Verwer, Spee, Blom, Hundsdorfer, SIAM J. Sci. Comput. 20, 1999): second order for any W, L-stable
-#: for the exact Jacobian; its embedded solution is the linearly implicit Euler step. With W = 0 it is
-#: Heun's method.
-ROS2 = RosenbrockTableau(name="ROS2", alpha=((0.0, 0.0), (1.0, 0.0)), Gamma=((_G2, 0.0), (-2.0 * _G2, _G2)),
-                         b=(0.5, 0.5), bhat=(1.0, 0.0), order=2, error_order=1)
-
-_G4 = 4.3586652150845900e-01
-#: ROS34PW2 (Rang & Angermann, BIT 45, 2005): a W-method of order 3 for any W, with an embedded method of
-#: order 2; L-stable, and stiffly accurate (its last stage is the new state).
-ROS34PW2 = RosenbrockTableau(
-    name="ROS34PW2",
-    alpha=((0.0, 0.0, 0.0, 0.0),
-           (8.7173304301691801e-01, 0.0, 0.0, 0.0),
-           (8.4457060015369423e-01, -1.1299064236484185e-01, 0.0, 0.0),
-           (0.0, 0.0, 1.0, 0.0)),
-    Gamma=((_G4, 0.0, 0.0, 0.0),
-           (-8.7173304301691801e-01, _G4, 0.0, 0.0),
-           (-9.0338057013044082e-01, 5.4180672388095326e-02, _G4, 0.0),
-           (2.4212380706095346e-01, -1.2232505839045147e+00, 5.4526025533510214e-01, _G4)),
-    b=(2.4212380706095346e-01, -1.2232505839045147e+00, 1.5452602553351020e+00, _G4),
-    bhat=(3.7810903145819369e-01, -9.6042292212423178e-02, 0.5, 2.1793326075422950e-01),
-    order=3, error_order=2)
-
-
-_RODASP_ALPHA = (
-    (0.0, 0.0, 0.0, 0.0, 0.0, 0.0),
-    (0.75, 0.0, 0.0, 0.0, 0.0, 0.0),
-    (8.6120400814152190e-02, 0.1238795991858478, 0.0, 0.0, 0.0, 0.0),
-    (0.7749345355073236, 0.1492651549508680, -0.2941996904581916, 0.0, 0.0, 0.0),
-    (5.308746682646142, 1.330892140037269, -5.374137811655562, -0.2655010110278497, 0.0, 0.0),
-    (-1.764437648774483, -0.4747565572063027, 2.369691846915802, 0.6195023590649829, 0.25, 0.0))
-#: beta = alpha + Gamma below the diagonal (the published form)
-_RODASP_BETA = (
-    (0.0, 0.0, 0.0, 0.0, 0.0),
-    (0.0, 0.0, 0.0, 0.0, 0.0),
-    (-0.049392, -0.014112, 0.0, 0.0, 0.0),
-    (-0.4820494693877561, -0.1008795555555556, 0.9267290249433117, 0.0, 0.0),
-    (-1.764437648774483, -0.4747565572063027, 2.369691846915802, 0.6195023590649829, 0.0),
-    (-8.0368370789113464e-02, -5.6490613592447572e-02, 0.4882856300427991, 0.5057162114816189,
-     -0.1071428571428569))
-#: RODASP (Steinebach, 1995; Hairer & Wanner, IV.7): a Rosenbrock method of order 4 with an embedded method of
-#: order 3, both L-stable and stiffly accurate (the new state and the embedded one are stages), gamma = 1/4. It
-#: needs the exact Jacobian (it is not a W-method); for a few atoms that is cheap, and its order gives the long
-#: slow drifts of the atom system a quarter of ROS34PW2's steps.
-RODASP = RosenbrockTableau(
-    name="RODASP", alpha=_RODASP_ALPHA,
-    Gamma=tuple(tuple((_RODASP_BETA[i][j] - _RODASP_ALPHA[i][j]) if j < i else (0.25 if j == i else 0.0)
-                      for j in range(6)) for i in range(6)),
-    b=(*_RODASP_BETA[5], 0.25),
-    bhat=(*_RODASP_BETA[4][:4], 0.25, 0.0),
-    order=4, error_order=3)
 
 class Rosenbrock:
     """One step of a :class:`RosenbrockTableau` method.
@@ -298,10 +156,13 @@ class IFRungeKutta:
         taus = {t for plan in self._stages + [self._final, self._error] for (_, _, t) in plan}
         taus |= set(tab.c) | {1.0}
         self._taus = sorted(t for t in taus if t != 0.0)
-        self._h = None
+        self._h: float | None = None
         self._F: dict[float, np.ndarray] = {}
-        self._W, self._W_h = np.empty((s + 2, s + 1)), None
-        self._g = self._shape = self._udtype = None
+        self._W = np.empty((s + 2, s + 1))
+        self._W_h: float | None = None
+        self._g: np.ndarray | None = None
+        self._shape: tuple | None = None
+        self._udtype: np.dtype | None = None
 
     # --- the Lawson form (stiff steps) ------------------------------------------------------------
     def _factors(self, h: float) -> dict:
@@ -503,7 +364,7 @@ class _Exponentials:
     h, on the flat float layout of a state, with their rows by stage."""
 
     def __init__(self, nl: np.ndarray, row: dict, c: tuple, D: np.ndarray | None = None) -> None:
-        self.h = None
+        self.h: float | None = None
         self.decay = np.empty_like(nl)
         self.grow = np.empty_like(nl)
         self.decay_of = [self.decay[row[ci]] if ci != 0.0 else None for ci in c]
@@ -564,110 +425,6 @@ class StepController:
 # ----------------------------------------------------------------------------------------------
 # the loop every representation shares
 # ----------------------------------------------------------------------------------------------
-class Progress:
-    """Progress of a run: a tqdm bar (``progress=True``), a callable receiving a dict after every
-    accepted step, or nothing. One object can serve the successive phases of a run.
-
-    A callable with an attribute ``interval`` (seconds, > 0) asks to be called at most that often: it
-    still receives the first step after the time went back (a new phase, e.g. the PDE's error-estimate
-    rerun from its handoff) and the step that ends a phase (``t`` reaching ``info["t_end"]``, default
-    ``t_final``). The bar is drawn at most every 0.1 s and once more when it is closed (where the run
-    ended). Both limits matter on short runs, where formatting a line after each of a thousand steps
-    would cost several percent of the run; the stepping loop does not even build the dict for a call the
-    interval would drop (:meth:`wants`)."""
-
-    def __init__(self, progress, t_final: float, t0: float = 0.0, max_steps: int | None = None) -> None:
-        self.callback = progress if callable(progress) else None
-        self.interval = float(getattr(self.callback, "interval", 0.0) or 0.0)
-        self.bar = None
-        if progress is True:
-            from tqdm.auto import tqdm
-            if math.isfinite(t_final):
-                self.bar = tqdm(total=t_final, initial=t0, unit="t", bar_format=
-                                "{l_bar}{bar}| t={n:.4g}/{total:.4g} [{elapsed}<{remaining}] {postfix}")
-            else:
-                self.bar = tqdm(total=max_steps, initial=0, unit="step")
-        self.t_final = t_final
-        self._drawn = self._called = -math.inf
-        self._phase, self._bar_t = None, -math.inf      # the drawn phase's t_end (None: the run's) and last t
-        self._last_t = -math.inf
-        self._undrawn = None
-
-    def __call__(self, t: float, info: dict) -> None:
-        if self.bar is not None:
-            # drawn at most every 0.1 s, by our clock: tqdm's own rule (update) waits for n to pass the
-            # mark of its last drawing, which a phase that starts earlier (the PDE's error-estimate rerun
-            # from its handoff) does not do until it is back there
-            now = time.monotonic()
-            if now - self._drawn < 0.1:
-                self._undrawn = (t, info)
-                return
-            self._draw(t, info)
-            self._drawn = now
-        elif self.callback is not None:
-            if self.interval > 0.0:
-                now = time.monotonic()
-                drop = self._drops(t, info.get("t_end", self.t_final), now)
-                self._last_t = t
-                if drop:
-                    return
-                self._called = now
-            self.callback({"t": t, "t_final": self.t_final, **info})
-
-    def _drops(self, t: float, t_end: float, now: float) -> bool:
-        """Whether the rate-limited callable skips a call at ``t``: within ``interval`` of the last call it
-        got, and neither a phase's first step (the time went back) nor its last (``t_end``)."""
-        return now - self._called < self.interval and t >= self._last_t and t < t_end
-
-    def _draw(self, t: float, info: dict) -> None:
-        self._undrawn = None
-        if math.isfinite(self.t_final):
-            # a phase of its own (one that names its end, ``t_end``: the PDE's error-estimate rerun; or one
-            # that went back in time) gets a bar of its own: its total, and its clock and rate counted from
-            # its first drawn time, not the whole run's (which gave "t=3.7/1000 <31:53>" for a phase of a
-            # second, and a negative rate on a resumed run, whose bar starts at the time resumed from)
-            phase = info.get("t_end")
-            total = min(float(phase if phase is not None else self.t_final), self.t_final)
-            if phase != self._phase or t < self._bar_t:
-                self.bar.reset(total=total)
-                self.bar.initial = min(t, total)
-                self._phase = phase
-            self._bar_t = t
-            self.bar.n = min(t, total)
-        else:
-            self.bar.n = info.get("nsteps", 0)
-        self.bar.set_postfix_str(" ".join(f"{k}={v:.2e}" if isinstance(v, float) else f"{k}={v}"
-                                           for k, v in info.items()), refresh=False)
-        self.bar.refresh()
-
-    @property
-    def active(self) -> bool:
-        """Whether a call shows or delivers anything (else the loop skips building its dict)."""
-        return self.bar is not None or self.callback is not None
-
-    def wants(self, t: float) -> bool:
-        """Whether a call at ``t`` after a step of a phase ending at ``t_final`` would deliver its dict:
-        the loop builds the dict only then. False only for a rate-limited callable within its interval
-        (then ``t`` is taken as the call would have taken it); a bar keeps every call's dict (the last
-        one undrawn is drawn at close). A call after True decides exactly as it would have alone."""
-        if self.bar is not None or self.interval <= 0.0:
-            return self.active
-        if self._drops(t, self.t_final, time.monotonic()):
-            self._last_t = t
-            return False
-        return True
-
-    def close(self) -> None:
-        if self.bar is not None:
-            if self._undrawn is not None:           # the bar ends where the run did
-                self._draw(*self._undrawn)
-            self.bar.close()
-
-
-def _always(t: float) -> bool:
-    return True
-
-
 #: mantissa bits an adaptive step keeps when the method has an integrating factor (see round_step)
 STEP_BITS = 7
 
@@ -745,6 +502,12 @@ class Integration:
     #: fixed steps landing on a snapshot time are shortened; this relative slack keeps float round-off in t
     #: from adding a spurious tiny step
     LANDING_SLACK = 1e-9
+    if TYPE_CHECKING:     # the state the loop steps: a representation's property (or attribute)
+        @property
+        def state(self) -> np.ndarray: ...
+    #: the step after a rejected one does not grow (Hairer & Wanner's rule for stiff problems, where a step
+    #: held by stability, not accuracy, would otherwise grow into a rejection again and again)
+    HOLD_AFTER_REJECT = False
 
     def __init__(self, *, t: float, t_final: float, dt: float | None, tableau: "Tableau | RosenbrockTableau | None",
                  controller: StepController | None, max_steps: int, nsteps: int = 0, nrejected: int = 0,
@@ -811,6 +574,7 @@ class Integration:
         lin, scaled, tableau = self.lin, self.rhs_scaled(), self.tableau
         stepper = self._stepper(lin, scaled)
         bad = 0
+        held = False
         keeps = self.checkpoint is not None and math.isfinite(self.checkpoint_every)
         next_keep = time.perf_counter() + self.checkpoint_every if keeps else math.inf
         accepted = False
@@ -857,6 +621,7 @@ class Integration:
                 self.dt = dt_new
                 if not ok:
                     self.nrejected += 1
+                    held = self.HOLD_AFTER_REJECT
                     bad = bad + 1 if not math.isfinite(errn) else 0
                     if bad >= 20 or not math.isfinite(dt_new) or dt_new < self.min_step():
                         return "non-finite", ("step size underflow" if math.isfinite(errn)
@@ -870,6 +635,9 @@ class Integration:
                 if memory is not None and self.dt < h_free:
                     self.controller.restore(memory)
                     self.dt = h_free
+                elif held:
+                    self.dt = min(self.dt, h)
+                held = False
             bad = 0
             self.t = t_land if lands else self.t + h
             self.nsteps += 1
@@ -877,7 +645,7 @@ class Integration:
             if stop is not None:
                 return stop
             # a Progress (asked first whether it wants this step's dict), or a plain callable
-            if progress is not None and getattr(progress, "wants", _always)(self.t):
+            if progress is not None and getattr(progress, "wants", always)(self.t):
                 progress(self.t, self.report(h))
             accepted = True
             if keeps and time.perf_counter() >= next_keep:
