@@ -12,6 +12,8 @@ import math
 from typing import TYPE_CHECKING, Callable
 
 import numpy as np
+from scipy.sparse import coo_matrix
+from scipy.sparse.csgraph import connected_components
 
 from . import terminal as term
 from .node_measures import Nodes
@@ -84,7 +86,6 @@ class AtomSystem:
         self._merge_slack = None
         self.forced = False
         self._check_stiffness()
-        self._choose_method()
 
     def _meetings(self, x_old: np.ndarray, x_new: np.ndarray) -> tuple[list, bool]:
         """The pairs (i, j) of atoms within the grouping radius after the step and closer than before it (they
@@ -154,24 +155,13 @@ class AtomSystem:
         """The atoms with each linked set of ``pairs`` joined into one (normalised weighted mean, summed mass
         and initial nodes), in the order of their first member."""
         N = len(x)
-        parent = list(range(N))
-
-        def root(a: int) -> int:
-            while parent[a] != a:
-                parent[a] = parent[parent[a]]
-                a = parent[a]
-            return a
-        for a, b in pairs:
-            ra, rb = root(a), root(b)
-            if ra != rb:
-                parent[max(ra, rb)] = min(ra, rb)
-        labels = np.array([root(a) for a in range(N)])
-        keep = np.unique(labels)
-        index = np.searchsorted(keep, labels)
+        i, j = np.array(pairs, dtype=np.int64).reshape(-1, 2).T
+        # components are numbered as a traversal from atom 0 meets them: in the order of their first member
+        k, index = connected_components(coo_matrix((np.ones(len(i)), (i, j)), shape=(N, N)), directed=False)
         w, count = self.nodes.w, self.nodes.count
-        mass = np.bincount(index, weights=w, minlength=len(keep))
-        centre = np.zeros((len(keep), x.shape[1]))
+        mass = np.bincount(index, weights=w, minlength=k)
+        centre = np.zeros((k, x.shape[1]))
         np.add.at(centre, index, w[:, None] * x)
         centre /= np.linalg.norm(centre, axis=1, keepdims=True)
-        counts = np.bincount(index, weights=count, minlength=len(keep)).astype(np.int64)
+        counts = np.bincount(index, weights=count, minlength=k).astype(np.int64)
         return Nodes(np.ascontiguousarray(centre), mass, counts)

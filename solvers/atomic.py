@@ -205,6 +205,12 @@ def tangent_frames(x: np.ndarray) -> np.ndarray:
     return E
 
 
+def arc_lengths(a, b) -> np.ndarray:
+    """Geodesic distances (rad) between unit vectors a and b, over their last axis (broadcast):
+    2 arcsin(|a - b| / 2), accurate for close points where arccos(<a, b>) is not."""
+    return 2.0 * np.arcsin(np.minimum(np.linalg.norm(np.asarray(a) - np.asarray(b), axis=-1) / 2.0, 1.0))
+
+
 def _perceptron_term(model: Model, x: np.ndarray, E: np.ndarray) -> np.ndarray | None:
     """D_i = E_i^T DF(x_i) E_i - <x_i, F(x_i)> I (k, n, n), or None without a perceptron."""
     p = model.perceptron
@@ -219,18 +225,6 @@ def _perceptron_term(model: Model, x: np.ndarray, E: np.ndarray) -> np.ndarray |
     D = np.einsum("iun,iu,iup->inp", EW, ds, EA)
     D -= np.einsum("id,id->i", x, F)[:, None, None] * np.eye(x.shape[1] - 1)
     return D
-
-
-def drift_jacobians(model: Model, positions) -> tuple[np.ndarray, np.ndarray]:
-    """The perceptron drift's own part of the flow's Jacobian at each point, s D_i (k, d-1, d-1) in the
-    frames (k, d, d-1) of :func:`tangent_frames` (zeros without a perceptron): the local, block-diagonal
-    part of the node flow's Jacobian, where a perceptron makes the flow stiff."""
-    x = np.asarray(positions, dtype=float)
-    E = tangent_frames(x)
-    D = _perceptron_term(model, x, E)
-    if D is None:
-        return np.zeros((x.shape[0], x.shape[1] - 1, x.shape[1] - 1)), E
-    return model.sign * D, E
 
 
 @dataclass

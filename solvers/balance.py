@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.linalg
 
-from .atomic import _checked, _parts, _reduced_from, neutral_directions
+from .atomic import _checked, _parts, _reduced_from, arc_lengths, neutral_directions
 from .model import Model
 
 __all__ = ["force_scales", "balanced", "polish_atoms", "PolishInfo", "ROUND_OFF_BALANCE", "QUADRATIC_CONTRACTION"]
@@ -137,7 +137,7 @@ def balanced(residuals: np.ndarray, scales: np.ndarray, tol: float, rtol: float)
     return (residuals <= rtol * scales) & (residuals <= tol)
 
 
-def _scaled(residuals: np.ndarray, scales: np.ndarray) -> float:
+def scaled_residual(residuals: np.ndarray, scales: np.ndarray) -> float:
     """max_i |v(x_i)| / S_i over the atoms some force acts on (0 if none)."""
     on = scales > 0.0
     return float(np.max(residuals[on] / scales[on])) if np.any(on) else 0.0
@@ -195,7 +195,7 @@ def polish_atoms(model: Model, positions, masses, tol: float = 1e-10, *, rtol: f
     unit = np.where(S0 > 0.0, S0, 1.0)            # the equations' scales, fixed for the iteration
     v = model.velocity_at_atoms(x, m)
     r0 = speeds_of(v)
-    history, balance = [float(r0.max())], [_scaled(r0, S0)]
+    history, balance = [float(r0.max())], [scaled_residual(r0, S0)]
     message = ""
     converged = False
     it = 0
@@ -270,14 +270,14 @@ def polish_atoms(model: Model, positions, masses, tol: float = 1e-10, *, rtol: f
         it += 1
         rn = speeds_of(v)
         history.append(float(rn.max()))
-        balance.append(_scaled(rn, S0))
+        balance.append(scaled_residual(rn, S0))
         if max_displacement is not None:
-            far = 2.0 * np.arcsin(np.minimum(np.linalg.norm(x - x0, axis=1) / 2.0, 1.0)) > max_displacement
+            far = arc_lengths(x, x0) > max_displacement
             if np.any(far):
                 message = (f"an atom moved beyond max_displacement after {it} Newton steps (max |v| = "
                            f"{history[-1]:.3g})")
                 break
-    disp = 2.0 * np.arcsin(np.minimum(np.linalg.norm(x - x0, axis=1) / 2.0, 1.0))
+    disp = arc_lengths(x, x0)
     S, dead, underflow = force_scales(model, x, m)
     r = speeds_of(v)
     info = PolishInfo(converged=converged, iterations=it, max_speed=history[-1], initial_max_speed=history[0],

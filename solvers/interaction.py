@@ -294,7 +294,6 @@ class CircleNufftSums:
     def __init__(self, beta: float, tol: float = DEFAULT_TOL, threads: int = 1) -> None:
         self.beta = float(beta)
         self.K = K = circle_bandwidth(self.beta, tol)
-        self.ncoef = K + 1
         self.eps = max(float(tol), NUFFT_EPS_MIN)
         self.threads = check.integer("threads", threads, ge=1)
         k = np.arange(-K, K + 1)

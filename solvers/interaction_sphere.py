@@ -189,14 +189,14 @@ class SphereSums(SeriesSums):
         # C) and of its z-derivative (E = emult C)
         self._rec = np.ascontiguousarray(np.vstack([ab, dmult, emult]))
         self._lam0 = float(zonal_multipliers(self.beta, 3, 0)[0])
-        self.nlm = self.ncoef = deg.size
+        self.ncoef = deg.size
 
     def cost(self, n_src: int, n_eval: int) -> float:
         """Estimated seconds of one :meth:`fields` call."""
         return _sphere_series_cost(self.L, n_src, n_eval)
 
     def _coefficients_into(self, y: np.ndarray, w: np.ndarray, out: np.ndarray) -> None:
-        """C_lm (nlm complex, the layout of m, then l = m .. L) of the sources y (N, 3) with weights w."""
+        """C_lm (ncoef complex, the layout of m, then l = m .. L) of the sources y (N, 3) with weights w."""
         kernels.sphere_coefficients(y, w, self._rec, self._pmm, out)
 
     def _evaluate_into(self, x: np.ndarray, c: np.ndarray, psi: np.ndarray, G: np.ndarray) -> None:

@@ -185,7 +185,7 @@ ATTEMPT_MIN_GAP = 1.0
 #: a plateau's kick has had time to grow by e^LEAVE_GROWTHS before the same groups are polished again
 LEAVE_GROWTHS = 20.0
 #: the run stops at the state it is on after this many plateaus: a guard against a cycle the check for a
-#: plateau met again misses; a dead-zone lattice's cascade of splits passes through dozens before its stable end
+#: plateau met again misses, set far above the dozens of split plateaus through which a dead-zone lattice forms
 MAX_PLATEAUS = 1024
 
 
@@ -371,8 +371,8 @@ class LagrangianPhase(AtomSystem, Integration):
         return UNSTABLE_STEP / growth if growth > 0 else math.inf
 
     def min_step(self) -> float:
-        """The atom system is autonomous and its late events are fast (two atoms that took 1e13 to approach
-        meet within a few time units): its steps may be finer than t resolves."""
+        """The atom system is autonomous and its late events are fast (atoms that approach over many decades
+        of time meet within a few time units): its steps may be finer than t resolves."""
         return 1e-14 if self.atoms_mode else super().min_step()
 
     def jacobian_factor(self, u: np.ndarray, g: float):

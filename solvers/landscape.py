@@ -81,7 +81,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ._blas import blas_threads
-from .atomic import field_jacobian, symmetry_algebra
+from .atomic import arc_lengths, field_jacobian, symmetry_algebra
 from .landscape_bound import certified_minimum, cube_sphere_points, newton_minimum
 from .landscape_descent import exchange, merge_atoms, newton_atoms, qp_data, simplex_qp, slide
 from .model import Model
@@ -388,7 +388,7 @@ def _kink_free(model: Model) -> Callable | None:
     def smooth(x: np.ndarray, r: np.ndarray) -> np.ndarray:
         ok = np.ones(len(x), bool)
         for a, theta in units:
-            angle = 2.0 * np.arcsin(np.minimum(np.linalg.norm(x - a, axis=1) / 2.0, 1.0))
+            angle = arc_lengths(x, a)
             ok &= np.abs(angle - theta) > r * (1.0 + 1e-9) + 1e-12
         return ok
 

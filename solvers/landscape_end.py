@@ -38,6 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
+from .atomic import arc_lengths
 from .landscape import Extremum, extremum as compute_extremum
 from .model import Model
 
@@ -141,7 +142,9 @@ def compare_end(model: Model, positions, masses, position_errors=None, mass_erro
     positions, masses : arrays (k, d), (k,)
         The end's atoms; the masses must sum to 1 within the sum of their errors (or 1e-9).
     position_errors, mass_errors : arrays (k,), optional
-        The end's error bars (radians, mass), e.g. ``TerminalState.position_errors`` and ``mass_errors``.
+        The end's error bars (radians, mass), e.g. ``TerminalState.position_errors`` and ``mass_errors``. A non-finite
+        position error (NaN: an atom without a partner in the error-estimate rerun: its position is not known to
+        any tolerance) counts as pi.
     extremum : Extremum, optional
         The model's extremum (computed when not given).
     """
@@ -153,6 +156,8 @@ def compare_end(model: Model, positions, masses, position_errors=None, mass_erro
     w = np.asarray(masses, dtype=float).reshape(-1)
     if w.shape != (k,) or not np.all(np.isfinite(w)) or np.any(w < 0):
         raise ValueError(f"compare_end: masses must be {k} finite numbers >= 0")
+    if position_errors is not None:
+        position_errors = np.where(np.isfinite(np.asarray(position_errors, dtype=float)), position_errors, math.pi)
     dx = _array(position_errors, (k,), "position_errors")
     dw = _array(mass_errors, (k,), "mass_errors")
     if abs(w.sum() - 1.0) > max(1e-9, float(dw.sum())):
@@ -169,7 +174,7 @@ def compare_end(model: Model, positions, masses, position_errors=None, mass_erro
     bounds = (egap, egap + ext.gap)
     pairs, matched = [], False
     if ext.continuous is None and len(ext.masses) == k:
-        dist = 2.0 * np.arcsin(np.minimum(np.linalg.norm(x[:, None, :] - ext.positions[None, :, :], axis=2) / 2.0, 1.0))
+        dist = arc_lengths(x[:, None, :], ext.positions[None, :, :])
         rows, cols = linear_sum_assignment(dist)
         pairs = [(int(i), int(j), float(dist[i, j]), float(w[i] - ext.masses[j])) for i, j in zip(rows, cols)]
         matched = all(dd <= dx[i] + position_tol and abs(dm) <= dw[i] + mass_tol for i, _, dd, dm in pairs)

@@ -212,9 +212,9 @@ def _radius(matvec, size: int, iterations: int) -> float:
 def spectral_radius(J: np.ndarray, iterations: int = 16) -> float:
     """An estimate of the spectral radius of J: the mean growth per product of the power method on J over its
     second half of ``iterations`` (Gelfand's |J^k v|^{1/k}, which a complex pair's rotation does not disturb
-    as it does the ratio of two successive norms). Not the largest singular value, which bounds it: for the
-    node flow's non-normal J that bound was far above the eigenvalues explicit steps are stable with, and
-    took the Rosenbrock steps where DP54's were stable and longer."""
+    as it does the ratio of two successive norms). Not the largest singular value, which bounds it: for a
+    non-normal J, such as the node flow's, that bound can lie far above the eigenvalues that decide whether
+    explicit steps are stable."""
     return _radius(lambda v: J @ v, J.shape[0], iterations)
 
 

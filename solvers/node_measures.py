@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
+from .atomic import arc_lengths
 from .atoms import Atoms, single_linkage_clusters
 
 __all__ = ["Nodes", "handoff_nodes", "NodeAtoms", "node_atoms", "estimate_atoms", "not_stationary_note", "UNRESOLVED",
@@ -144,7 +145,7 @@ def node_atoms(nodes: Nodes, radius: float, dust: float = DUST) -> NodeAtoms:
     k = len(masses)
     counts = np.bincount(labels, weights=count, minlength=k).astype(np.int64)
     # geodesic distance of each node from its group's centre, from the chord (accurate for small angles)
-    gap = 2.0 * np.arcsin(np.minimum(np.linalg.norm(x - centres[labels], axis=1) / 2.0, 1.0))
+    gap = arc_lengths(x, centres[labels])
     extents, nearest = np.zeros(k), np.full(k, np.inf)
     np.maximum.at(extents, labels, gap)
     np.minimum.at(nearest, labels, gap)

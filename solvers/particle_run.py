@@ -29,7 +29,7 @@ __all__ = ["ParticleRun", "STABILITY_BOUND"]
 STABILITY_BOUND = {"euler": 2.0, "rk4": 2.785293563405282}
 #: particles that the step-stiffness estimate reads: all up to this many, else every k-th (module docstring)
 STIFFNESS_PROBES = 1 << 16
-#: RMS displacement below which a step is not measured (round-off of unit vectors, or nothing moving)
+#: RMS displacement below which a step's stiffness is not estimated (round-off of unit vectors, or nothing moving)
 STIFFNESS_FLOOR = 1e-12
 
 
@@ -277,8 +277,8 @@ class ParticleRun(Integration):
         """An accepted step: back onto the sphere, the noise increment, the snapshot (and stopping rule)."""
         with np.errstate(all="ignore"):
             x_new = u_new / np.linalg.norm(u_new, axis=1, keepdims=True)
-        # a fixed step is measured (its stiffness) once the velocity at its end is known: from its start
-        # state and first stage, the velocity there
+        # a fixed step's stiffness is estimated once the velocity at its end is known: from its start state
+        # and first stage, the velocity there
         # (the probed rows only: a copy for a strided probe, so a large run does not keep its old arrays)
         p = self._probe
         start = (np.ascontiguousarray(self.x[p]), np.ascontiguousarray(self.f[p]), h) if self._measures else None
@@ -298,8 +298,9 @@ class ParticleRun(Integration):
             return self._after_snapshot(count, drift, scheduled=True)
         if start is not None and self.nsteps < self.max_steps:
             # the next step's first stage, evaluated now (the same call a restart makes, hence the same bits),
-            # so that the step is measured with the state it belongs to (a checkpoint or an interruption
-            # after it keeps its q); the last step of the budget is measured by the run's closing snapshot
+            # so that the step's stiffness is estimated with the state it belongs to (a checkpoint or an
+            # interruption after it keeps its q); the last step of the budget is estimated at the run's closing
+            # snapshot
             self.f = self.rhs_at_state()
             self._measure_step(self.f)
         return None

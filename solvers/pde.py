@@ -47,12 +47,8 @@ def _beside_extremum(model: Model, terminal: TerminalState) -> TerminalState:
     ``energy_gap``, ``is_global``), or the reason there is none (a model the extremum does not cover)."""
     from .landscape_end import compare_end
     out = dataclasses.replace(terminal)
-    perr = terminal.position_errors
-    if perr is not None:
-        # an atom without a partner in the rerun: its position is not known to any tolerance
-        perr = np.where(np.isfinite(perr), perr, math.pi)
     try:
-        c = compare_end(model, terminal.positions, terminal.masses, perr, terminal.mass_errors)
+        c = compare_end(model, terminal.positions, terminal.masses, terminal.position_errors, terminal.mass_errors)
     except ValueError as e:
         out.global_note = f"not compared: {e}"
         return out

@@ -152,8 +152,8 @@ _RODASP_BETA = (
      -0.1071428571428569))
 #: RODASP (Steinebach, 1995; Hairer & Wanner, IV.7): a Rosenbrock method of order 4 with an embedded method of
 #: order 3, both L-stable and stiffly accurate (the new state and the embedded one are stages), gamma = 1/4. It
-#: needs the exact Jacobian (it is not a W-method); for a few atoms that is cheap, and its order gives the long
-#: slow drifts of the atom system a quarter of ROS34PW2's steps.
+#: needs the exact Jacobian (it is not a W-method); for a few atoms that is cheap, and its higher order takes the
+#: atom system's long slow drifts in fewer steps than ROS34PW2.
 RODASP = RosenbrockTableau(
     name="RODASP", alpha=_RODASP_ALPHA,
     Gamma=tuple(tuple((_RODASP_BETA[i][j] - _RODASP_ALPHA[i][j]) if j < i else (0.25 if j == i else 0.0)

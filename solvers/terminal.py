@@ -39,9 +39,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .atomic import AtomicState, Mode, atomic_state
+from .atomic import AtomicState, Mode, arc_lengths, atomic_state
 from .atoms import single_linkage_clusters
-from .balance import PolishInfo, polish_atoms
+from .balance import PolishInfo, polish_atoms, scaled_residual
 from .model import Model
 
 __all__ = ["CERTIFICATE", "BALANCE_RTOL", "TerminalState", "Plateau", "Stage", "Groups", "group_nodes", "Certificate",
@@ -83,7 +83,7 @@ def group_nodes(x: np.ndarray, w: np.ndarray, count: np.ndarray, radius: float) 
     centres, masses, labels = single_linkage_clusters(x, w, radius)
     k, d = len(masses), x.shape[1]
     counts = np.bincount(labels, weights=count, minlength=k).astype(np.int64)
-    gap = 2.0 * np.arcsin(np.minimum(np.linalg.norm(x - centres[labels], axis=1) / 2.0, 1.0))
+    gap = arc_lengths(x, centres[labels])
     extents = np.zeros(k)
     np.maximum.at(extents, labels, gap)
     total = np.zeros((k, d))
@@ -438,6 +438,11 @@ class TerminalState:
         return len(self.masses)
 
     @property
+    def balance(self) -> float | None:
+        """max_i |v(x_i)| / S_i over the atoms some force acts on (None for a state stored without them)."""
+        return None if self.scales is None else scaled_residual(self.residuals, self.scales)
+
+    @property
     def left_out(self) -> str:
         """What ``growth`` leaves out, and why."""
         if not self.neutral:
@@ -481,11 +486,9 @@ class TerminalState:
         lines = [f"terminal state: certified at t = {self.t:.6g}, {len(self)} atom(s), {word}, growth "
                  f"{self.growth:.3e}, max |v| {self.max_speed:.1e}" + (f", {self.neutral} neutral (symmetry)"
                                                                        if self.neutral else "")]
-        if self.scales is not None:
-            on = self.scales > 0
-            ratio = float(np.max(self.residuals[on] / self.scales[on])) if np.any(on) else 0.0
-            lines.append(f"  balanced: max |v(x_i)| / S_i = {ratio:.1e} (forces cancel to that fraction of their "
-                         f"size) after {self.newton_steps} Newton step(s), which moved the atoms by at most "
+        if self.balance is not None:
+            lines.append(f"  balanced: max |v(x_i)| / S_i = {self.balance:.1e} (forces cancel to that fraction of "
+                         f"their size) after {self.newton_steps} Newton step(s), which moved the atoms by at most "
                          f"{float(np.max(self.displacement, initial=0.0)):.1e} rad")
         if self.energy_gap is not None:
             lines.append(f"  against the global {self.extremum_kind or 'extremum'} of the energy (E* = "

@@ -141,12 +141,10 @@ def _terminal_lines(T, attrs: dict) -> list[str]:
              (f"  {len(masses)} atoms: total mass {heavy:.4f} in {n} atom(s) + {light:.4f} in {k} dust atom(s) "
               f"(each below {DUST:g} of the mass, what the nodes barely resolve)" if k else
               f"  total mass {heavy:.4f} in {n} atom(s)") + f"; diffuse {diffuse:.4f}"]
-    scales, residuals = getattr(T, "scales", None), getattr(T, "residuals", None)
-    if scales is not None:
-        on = scales > 0
-        ratio = float(np.max(residuals[on] / scales[on])) if np.any(on) else 0.0
-        lines.append(f"  balanced: the forces at every atom cancel to {ratio:.1e} of their size (max |v| / S) after "
-                     f"{T.newton_steps} Newton step(s), which moved the atoms by at most "
+    balance = getattr(T, "balance", None)
+    if balance is not None:
+        lines.append(f"  balanced: the forces at every atom cancel to {balance:.1e} of their size (max |v| / S) "
+                     f"after {T.newton_steps} Newton step(s), which moved the atoms by at most "
                      f"{float(np.max(T.displacement, initial=0.0)):.1e} rad")
     if getattr(T, "energy_gap", None) is not None:
         lines.append(f"  against the global {T.extremum_kind} of the energy (E* = {T.extremum_energy:.10g}): "
