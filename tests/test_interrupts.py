@@ -445,5 +445,5 @@ def test_a_run_to_its_end_resumed_keeps_every_dataset_of_the_uninterrupted_one(t
     assert differ == [], differ
     for k in ("mass_errors", "position_errors"):
         assert f"atoms/pde/{k}" in a
-    assert "terminal: certified" in _command("info", cut).stdout or "terminal state: certified" in _command(
-        "info", cut).stdout
+    info = _command("info", cut)
+    assert info.returncode == 0 and "terminal state: certified" in info.stdout

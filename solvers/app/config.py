@@ -34,17 +34,11 @@ from __future__ import annotations
 
 import copy
 import math
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
-
-if sys.version_info >= (3, 11):
-    pass
-else:  # pragma: no cover
-    pass
 
 from ..model import (ATTENTIONS, BETA_MAX, BETA_MAX_WHY, FLOWS, KAPPA_MAX, KAPPA_MAX_WHY, Model, VonMisesFisher,
                      unit_vector)

@@ -24,6 +24,7 @@ import numpy as np
 
 from .archive import (ArchiveDamaged, ArchiveFull, ArchiveWriter, Lock, libraries, made_by,
                       open_archive, read_restart, read_state, software_version, verify)
+from .archive_schema import to_json
 from .config import ConfigError, RunConfig, parse_config
 from .executor import FORWARDED_SIGNAL as _FORWARDED_SIGNAL
 from .streams import say
@@ -320,7 +321,7 @@ def _option_differences(archived: dict, now: dict) -> list[str]:
     """The options whose value this version resolves differently from the archive's record ("nodes: 4096 in
     the archive, 8192 now"). A value the archive left to a default (None: written before options were
     resolved) is not compared; ``now``, a spec's plain values, as the archive's JSON reads back."""
-    now = json.loads(json.dumps(now, sort_keys=True))
+    now = json.loads(to_json(now))
     return [f"{k}: {archived[k]!r} in the archive, {v!r} now" for k, v in now.items()
             if archived.get(k) is not None and archived[k] != v]
 
